@@ -1,0 +1,41 @@
+"""Packaged rescale functions, one module per variant family.
+
+Each module defines ``RESCALE`` (a :class:`teacache.rescale.RescaleFunction`) and may define
+``RECIPE`` (the generation settings it was fitted on). Modules written by ``teacache-calib emit``
+carry the fit's provenance as comments next to each constant.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from teacache.rescale import RescaleFunction
+
+# variant name -> module under teacache.coefficients
+PACKAGED_MODULES = {
+    "flux1-dev": "flux1",
+    "flux1-schnell": "flux1",
+    "flux1-krea-dev": "flux1",
+    "tiny-flux1": "tiny_flux1",
+    "tiny-shapes": "tiny_shapes",
+}
+
+
+def module_name(variant: str) -> str:
+    try:
+        return PACKAGED_MODULES[variant]
+    except KeyError:
+        raise ValueError(
+            f"variant: no packaged coefficients for {variant!r}; known: {', '.join(sorted(PACKAGED_MODULES))}"
+        ) from None
+
+
+def load_packaged(variant: str) -> RescaleFunction:
+    """The packaged rescale function of a variant (re-imported, so a freshly emitted module is seen)."""
+    module = importlib.import_module(f"teacache.coefficients.{module_name(variant)}")
+    return module.RESCALE
+
+
+def load_recipe(variant: str) -> dict:
+    module = importlib.import_module(f"teacache.coefficients.{module_name(variant)}")
+    return dict(getattr(module, "RECIPE", {}))

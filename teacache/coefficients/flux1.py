@@ -1,0 +1,16 @@
+"""FLUX.1 rescale polynomial (dev, schnell, krea-dev until a refit replaces it)."""
+
+from teacache.rescale import RescaleFunction
+
+# Source: ali-vilab/TeaCache, TeaCache4FLUX/teacache_flux.py (arXiv:2411.19108), the tuple published for
+# FLUX.1-dev, highest power first. Fitted upstream with np.polyfit(x, y, 4) on FLUX.1-dev generations
+# (28 steps, 1024x1024, guidance 3.5, bf16, no quantization); upstream publishes no R^2 and no x range,
+# so the range here is unbounded. Its minimum is ~0.180 near x=0.053: thresholds at or below it never skip.
+# Scored on FLUX.1-Krea data by mlx-teacache it gave R^2 -496: refit before trusting it on Krea.
+RESCALE = RescaleFunction(
+    coefficients=(4.98651651e02, -2.83781631e02, 5.58554382e01, -3.82021401e00, 2.64230861e-01),
+    x_range=(0.0, float("inf")),
+    provenance={"source": "ali-vilab/TeaCache TeaCache4FLUX, FLUX.1-dev", "status": "published"},
+)
+
+RECIPE = {"num_steps": 28, "guidance": 3.5, "resolution": "1024x1024", "quantization": None}

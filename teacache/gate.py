@@ -1,0 +1,184 @@
+"""The TeaCache skip rule as a pure function of numbers.
+
+The runtime adapters and ``teacache-bench replay`` both drive this class, so a schedule predicted
+from recorded traces and a schedule taken inside a generation come from the same code.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import asdict, dataclass
+
+from teacache.rescale import RescaleFunction
+
+# Why a step was computed or skipped; the decision log and reports use these names.
+REASON_DISABLED = "disabled"  # threshold <= 0: the fast path, nothing is ever skipped
+REASON_FIRST = "first"  # inside skip_first_n_steps
+REASON_LAST = "last"  # inside skip_last_n_steps
+REASON_NO_ANCHOR = "no-anchor"  # no previous modulated input to compare with
+REASON_NON_FINITE = "non-finite"  # the signal was NaN/inf: compute and re-seed
+REASON_ABOVE_RANGE = "above-range"  # x above the calibrated range: never extrapolate into a skip
+REASON_CAP = "cap"  # max_consecutive_skips reached
+REASON_THRESHOLD = "threshold"  # the accumulated change reached the threshold
+REASON_SKIP = "skip"
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """Settings of the skip rule. Validated here, so a bad value fails before any generation."""
+
+    rel_l1_thresh: float
+    rescale: RescaleFunction
+    skip_first_n_steps: int = 1
+    skip_last_n_steps: int = 1
+    max_consecutive_skips: int = 8
+
+    def __post_init__(self) -> None:
+        t = self.rel_l1_thresh
+        if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t < 0:
+            raise ValueError(f"rel_l1_thresh: expected a finite number >= 0 (0 disables skipping), got {t!r}")
+        for name in ("skip_first_n_steps", "skip_last_n_steps"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"{name}: expected an integer >= 0, got {v!r}")
+        v = self.max_consecutive_skips
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"max_consecutive_skips: expected an integer >= 1, got {v!r}")
+        if not isinstance(self.rescale, RescaleFunction):
+            raise TypeError(f"rescale: expected a RescaleFunction, got {type(self.rescale).__name__}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.rel_l1_thresh > 0
+
+    def active_steps(self, num_steps: int) -> int:
+        """Steps the rule may skip: neither forced first nor forced last."""
+        return max(0, num_steps - self.skip_first_n_steps - self.skip_last_n_steps)
+
+    def rescale_floor(self, num_steps: int | None = None, sigmas=None) -> float:
+        """Smallest amount one gated step adds to the accumulator over the calibrated range."""
+        fn = self.rescale
+        if not fn.is_time_aware:
+            return fn.floor()[0]
+        n = num_steps or 2
+        us = [fn.time_input(s, n, None if sigmas is None else float(sigmas[s])) for s in range(n)]
+        return fn.floor(us)[0]
+
+    def can_ever_skip(self, num_steps: int | None = None, sigmas=None) -> bool:
+        return self.enabled and self.rel_l1_thresh > self.rescale_floor(num_steps, sigmas)
+
+
+@dataclass(frozen=True)
+class StepDecision:
+    """One row of the per-step decision log."""
+
+    step: int
+    num_steps: int
+    sigma: float | None
+    x: float | None  # raw rel-L1 signal (None: no anchor yet)
+    x_used: float | None  # after clamping to the calibrated range
+    rescaled: float | None
+    accumulated: float
+    compute: bool
+    reason: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class Gate:
+    """Stateful skip rule for one generation at a time; ``reset()`` starts a new generation."""
+
+    def __init__(self, config: GateConfig) -> None:
+        self.config = config
+        self.reset()
+
+    def reset(self) -> None:
+        self.accumulated = 0.0
+        self.consecutive_skips = 0
+        self.log: list[StepDecision] = []
+
+    def decide(self, step: int, num_steps: int, x: float | None, sigma: float | None = None) -> StepDecision:
+        """Decide whether ``step`` of ``num_steps`` must be computed, given the signal ``x``."""
+        cfg = self.config
+        fn = cfg.rescale
+        lo, hi = fn.x_range
+        x_used = rescaled = None
+        reason = None
+        if not cfg.enabled:
+            reason = REASON_DISABLED
+        elif step < cfg.skip_first_n_steps:
+            reason = REASON_FIRST
+        elif step >= num_steps - cfg.skip_last_n_steps:
+            reason = REASON_LAST
+        elif x is None:
+            reason = REASON_NO_ANCHOR
+        elif not math.isfinite(x):
+            reason = REASON_NON_FINITE
+        elif x > hi:
+            reason = REASON_ABOVE_RANGE
+        else:
+            x_used = max(x, lo)
+            rescaled = max(0.0, fn(x_used, fn.time_input(step, num_steps, sigma)))
+            self.accumulated += rescaled
+            if self.consecutive_skips >= cfg.max_consecutive_skips:
+                reason = REASON_CAP
+            elif self.accumulated >= cfg.rel_l1_thresh:
+                reason = REASON_THRESHOLD
+        compute = reason is not None
+        accumulated = self.accumulated
+        if compute:
+            self.accumulated = 0.0
+            self.consecutive_skips = 0
+        else:
+            self.consecutive_skips += 1
+        decision = StepDecision(
+            step=step,
+            num_steps=num_steps,
+            sigma=None if sigma is None else float(sigma),
+            x=None if x is None else float(x),
+            x_used=x_used,
+            rescaled=rescaled,
+            accumulated=accumulated,
+            compute=compute,
+            reason=reason or REASON_SKIP,
+        )
+        self.log.append(decision)
+        return decision
+
+
+def replay(config: GateConfig, xs, num_steps: int | None = None, sigmas=None) -> list[StepDecision]:
+    """Run the gate over one recorded trace: ``xs[i]`` is the signal at step i (None/NaN at step 0).
+
+    With a recorded trace the anchor always advances (vanilla computes every step), so this predicts
+    the schedule under the assumption that skipping does not change later signals.
+    """
+    n = num_steps if num_steps is not None else len(xs)
+    gate = Gate(config)
+    for step, x in enumerate(xs):
+        x_val = None if x is None or (step == 0 and isinstance(x, float) and math.isnan(x)) else float(x)
+        gate.decide(step, n, x_val, None if sigmas is None else float(sigmas[step]))
+    return gate.log
+
+
+def warn_if_never_skips(config: GateConfig, num_steps: int | None = None, sigmas=None, where: str = "") -> bool:
+    """Warn (once per call site) when the threshold can never skip; return True when it can skip."""
+    if not config.enabled:
+        return False
+    floor = config.rescale_floor(num_steps, sigmas)
+    if config.rel_l1_thresh <= floor:
+        warnings.warn(
+            f"rel_l1_thresh={config.rel_l1_thresh:g} can never skip a step{where}: every gated step adds at "
+            f"least {floor:.4g} (the rescale function's minimum over its calibrated range "
+            f"{config.rescale.x_range[0]:.4g}..{config.rescale.x_range[1]:.4g}). "
+            f"Use a threshold above {floor:.4g}.",
+            NeverSkipsWarning,
+            stacklevel=3,
+        )
+        return False
+    return True
+
+
+class NeverSkipsWarning(UserWarning):
+    """The configured threshold or schedule leaves the gate no chance to skip."""
