@@ -1,0 +1,61 @@
+"""Linux CPU speed: load OpenBLAS before MLX, run float32.
+
+The mlx-cpu wheel links a reference BLAS (float32 matmul ~5 GFLOP/s). opencv-python, an mflux
+dependency, ships OpenBLAS; loading it RTLD_GLOBAL before the first ``import mlx.core`` makes MLX
+resolve its cblas symbols there (~150-200 GFLOP/s on 2 cores). bfloat16 matmuls have no fast CPU path,
+so models built through this package use float32 on the CPU backend.
+Set ``TEACACHE_NO_BLAS_PRELOAD=1`` to measure without it (``teacache-bench blas``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import sys
+import sysconfig
+import warnings
+
+PRELOADED_BLAS: str | None = None
+# mflux imports transformers, which announces at import that torch is absent; torch is not needed.
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+
+def preload_openblas() -> str | None:
+    """Load opencv-python's OpenBLAS globally; a no-op off Linux, when disabled, or once MLX is loaded."""
+    global PRELOADED_BLAS
+    if PRELOADED_BLAS is not None or not sys.platform.startswith("linux"):
+        return PRELOADED_BLAS
+    if os.environ.get("TEACACHE_NO_BLAS_PRELOAD"):
+        return None
+    candidates = []
+    for key in ("purelib", "platlib"):
+        site = sysconfig.get_paths()[key]
+        candidates += sorted(glob.glob(os.path.join(site, "opencv_python.libs", "libopenblas*.so*")))
+    if not candidates:
+        return None
+    if "mlx.core" in sys.modules:
+        warnings.warn(
+            "mlx.core was imported before teacache: the OpenBLAS preload comes too late and float32 matmuls "
+            "on the CPU backend run ~30x slower. Import teacache first.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return None
+    ctypes.CDLL(candidates[0], mode=os.RTLD_GLOBAL)
+    PRELOADED_BLAS = candidates[0]
+    return PRELOADED_BLAS
+
+
+def use_float32_on_cpu() -> None:
+    """mflux builds modules in ModelConfig.precision (bfloat16): switch to float32 on the CPU backend."""
+    import mlx.core as mx
+
+    if mx.default_device() == mx.cpu or not (mx.metal.is_available() or _cuda_available(mx)):
+        from mflux.models.common.config.model_config import ModelConfig
+
+        ModelConfig.precision = mx.float32
+
+
+def _cuda_available(mx) -> bool:
+    return bool(getattr(mx, "cuda", None) and mx.cuda.is_available())

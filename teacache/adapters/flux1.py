@@ -1,0 +1,167 @@
+"""FLUX.1 (dev, schnell, krea-dev) on mflux's ``Flux1``: a proxy that re-walks ``Transformer.__call__``.
+
+mflux 0.24.0, ``flux/model/flux_transformer/transformer.py``: embeddings (l.44-47), joint blocks (l.50),
+concat (l.62), single blocks (l.65), slice + norm_out + proj_out (l.77-79). The body between the
+embeddings and the tail is what a skipped step replaces by ``x_embedder(latents) + cached residual``.
+``Flux1.generate_image`` is never compiled, so the proxy can read the signal back on the host.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+from mflux.models.flux.model.flux_transformer.transformer import Transformer
+from mflux.models.flux.variants.txt2img.flux import Flux1
+from mlx import nn
+
+from teacache.core import StepController, register_callback
+
+FAMILY = "flux1"
+VARIANTS = ("flux1-dev", "flux1-schnell", "flux1-krea-dev", "tiny-flux1")
+_MODEL_NAMES = {
+    "black-forest-labs/FLUX.1-dev": "flux1-dev",
+    "black-forest-labs/FLUX.1-schnell": "flux1-schnell",
+    "black-forest-labs/FLUX.1-Krea-dev": "flux1-krea-dev",
+}
+# Upstream TeaCache's FLUX.1-dev setting for ~1.5x at 28 steps (README of ali-vilab/TeaCache).
+DEFAULT_THRESHOLD = {"*": 0.25}
+
+
+def flux1_signal(transformer: Transformer, t: int, config, hidden_states: mx.array, pooled_prompt_embeds: mx.array):
+    """Block 0's modulated image input: ``transformer_blocks[0].norm1(x_embedder(h), temb)[0]``.
+
+    Returns (modulated, embedded hidden states, text/time embedding) so the body reuses them.
+    The gate and ``teacache-calib record`` both call this function.
+    """
+    embedded = transformer.x_embedder(hidden_states)
+    temb = Transformer.compute_text_embeddings(t, pooled_prompt_embeds, transformer.time_text_embed, config)
+    modulated = transformer.transformer_blocks[0].norm1(hidden_states=embedded, text_embeddings=temb)[0]
+    return modulated, embedded, temb
+
+
+class TeaCacheFlux1Transformer(nn.Module):
+    """Stands in for ``Flux1.transformer`` while TeaCache is applied; holds the original unchanged."""
+
+    def __init__(self, transformer: Transformer, controller: StepController) -> None:
+        super().__init__()
+        self.transformer = transformer
+        self._controller = controller
+
+    def __call__(
+        self,
+        t: int,
+        config,
+        hidden_states: mx.array,
+        prompt_embeds: mx.array,
+        pooled_prompt_embeds: mx.array,
+        controlnet_block_samples: list[mx.array] | None = None,
+        controlnet_single_block_samples: list[mx.array] | None = None,
+        kontext_image_ids: mx.array | None = None,
+    ) -> mx.array:
+        ctl = self._controller
+        tr = self.transformer
+        if ctl.fast_path:
+            ctl.count_fast_path_step()
+            return tr(
+                t=t,
+                config=config,
+                hidden_states=hidden_states,
+                prompt_embeds=prompt_embeds,
+                pooled_prompt_embeds=pooled_prompt_embeds,
+                controlnet_block_samples=controlnet_block_samples,
+                controlnet_single_block_samples=controlnet_single_block_samples,
+                kontext_image_ids=kontext_image_ids,
+            )
+        modulated, embedded, temb = flux1_signal(tr, t, config, hidden_states, pooled_prompt_embeds)
+        if ctl.should_compute(modulated, branch=0):
+            body_out = self._body(
+                embedded, temb, t, config, prompt_embeds,
+                controlnet_block_samples, controlnet_single_block_samples, kontext_image_ids,
+            )  # fmt: skip
+            residual = self._residual(body_out, embedded)
+            ctl.store_residual(0, residual)
+        else:
+            body_out = self._from_cache(embedded, ctl.residual(0))
+            residual = None
+        output = self._tail(body_out, temb)
+        ctl.observe_output(0, output, residual)
+        return output
+
+    def _body(
+        self, hidden_states, temb, t, config, prompt_embeds, controlnet_block_samples,
+        controlnet_single_block_samples, kontext_image_ids,
+    ) -> mx.array:  # fmt: skip
+        """Transformer.__call__ steps 1-5 (before norm_out), on already embedded image tokens."""
+        tr = self.transformer
+        encoder_hidden_states = tr.context_embedder(prompt_embeds)
+        rotary = Transformer.compute_rotary_embeddings(prompt_embeds, tr.pos_embed, config, kontext_image_ids)
+        for idx, block in enumerate(tr.transformer_blocks):
+            encoder_hidden_states, hidden_states = tr._apply_joint_transformer_block(
+                idx=idx,
+                block=block,
+                hidden_states=hidden_states,
+                encoder_hidden_states=encoder_hidden_states,
+                text_embeddings=temb,
+                image_rotary_embeddings=rotary,
+                controlnet_block_samples=controlnet_block_samples,
+            )
+        hidden_states = mx.concatenate([encoder_hidden_states, hidden_states], axis=1)
+        for idx, block in enumerate(tr.single_transformer_blocks):
+            hidden_states = tr._apply_single_transformer_block(
+                idx=idx,
+                block=block,
+                hidden_states=hidden_states,
+                encoder_hidden_states=encoder_hidden_states,
+                text_embeddings=temb,
+                image_rotary_embeddings=rotary,
+                controlnet_single_block_samples=controlnet_single_block_samples,
+            )
+        return hidden_states[:, encoder_hidden_states.shape[1] :, ...]
+
+    def _residual(self, body_out: mx.array, embedded: mx.array) -> mx.array:
+        return body_out - embedded
+
+    def _from_cache(self, embedded: mx.array, residual: mx.array) -> mx.array:
+        return embedded + residual
+
+    def _tail(self, hidden_states: mx.array, temb: mx.array) -> mx.array:
+        tr = self.transformer
+        return tr.proj_out(tr.norm_out(hidden_states, temb))
+
+
+def matches(model) -> bool:
+    return isinstance(model, Flux1) and isinstance(_original_transformer(model), Transformer)
+
+
+def _original_transformer(model):
+    tr = model.transformer
+    return tr.transformer if isinstance(tr, TeaCacheFlux1Transformer) else tr
+
+
+def is_applied(model) -> bool:
+    return isinstance(model.transformer, TeaCacheFlux1Transformer)
+
+
+def variant(model) -> str:
+    explicit = getattr(model, "teacache_variant", None)
+    if explicit:
+        return explicit
+    name = getattr(getattr(model, "model_config", None), "model_name", None)
+    if name in _MODEL_NAMES:
+        return _MODEL_NAMES[name]
+    raise ValueError(
+        f"model: a Flux1 pipeline for {name!r}, which has no TeaCache calibration; supported FLUX.1 "
+        f"variants: {', '.join(VARIANTS)}"
+    )
+
+
+def install(model, controller: StepController, proxy_class: type = TeaCacheFlux1Transformer):
+    """Swap the proxy in; return the exact undo."""
+    original = model.transformer
+    model.transformer = proxy_class(original, controller)
+    undo_callback = register_callback(model, controller)
+
+    def restore() -> None:
+        model.transformer = original
+        undo_callback()
+
+    return restore

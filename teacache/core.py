@@ -1,0 +1,281 @@
+"""Per-generation control shared by every variant adapter, and the public handle.
+
+An adapter swaps a proxy in for the pipeline's transformer (wrap and swap; MLX modules have no
+forward hooks) and asks a :class:`StepController` at every step whether to compute. The controller
+is also an mflux callback: ``call_before_loop`` starts a generation, ``call_in_loop`` advances the
+step, so the proxy never has to guess where a generation begins.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+
+import mlx.core as mx
+
+from teacache.gate import Gate, GateConfig, NeverSkipsWarning, StepDecision, warn_if_never_skips
+from teacache.signal import mean_abs, rel_l1
+
+
+@dataclass
+class TeaCacheStats:
+    """What happened in one generation: counts and the per-step decision log."""
+
+    computed: int = 0
+    skipped: int = 0
+    log: list[StepDecision] = field(default_factory=list)
+
+    @property
+    def skipped_steps(self) -> list[int]:
+        return [d.step for d in self.log if not d.compute]
+
+    @property
+    def longest_skip_streak(self) -> int:
+        longest = run = 0
+        for d in self.log:
+            run = 0 if d.compute else run + 1
+            longest = max(longest, run)
+        return longest
+
+
+class StepController:
+    """Decides per step, keeps the anchor (previous modulated input) and one residual per branch.
+
+    ``calibrate=True`` never skips and records, per step and branch, the rel-L1 signals that
+    ``teacache-calib record`` writes: the same code path as the gate, minus the skip.
+    """
+
+    def __init__(self, gate_config: GateConfig, calibrate: bool = False) -> None:
+        self.gate_config = gate_config
+        self.calibrate = calibrate
+        self.fast_path = not gate_config.enabled and not calibrate
+        self.gate = Gate(gate_config)
+        self.history: list[TeaCacheStats] = []
+        self.records: list[dict] = []
+        self._warned: set[str] = set()
+        self.config = None
+        self._reset_generation()
+
+    # --- mflux callback protocol ------------------------------------------------------------------
+    def call_before_loop(self, seed, prompt, latents, config, **_) -> None:
+        self.begin(config)
+
+    def call_in_loop(self, t, seed, prompt, latents, config, time_steps=None, **_) -> None:
+        self._next_t = t + 1
+
+    def call_after_loop(self, seed, prompt, latents, config) -> None:
+        self._finish()
+
+    def call_interrupt(self, t, seed, prompt, latents, config, time_steps=None) -> None:
+        self._finish()
+
+    # --- generation lifecycle ---------------------------------------------------------------------
+    def _reset_generation(self) -> None:
+        self.gate.reset()
+        self.anchor: mx.array | None = None
+        self.residuals: dict[int, mx.array] = {}
+        self._step_decision: tuple[int, bool] | None = None
+        self._pending: list[dict] = []
+        self._previous_output: dict[int, mx.array] = {}
+        self._previous_residual: dict[int, mx.array] = {}
+        self._signal_row: dict = {}
+        self._computed = 0
+
+    def begin(self, config) -> None:
+        """Start a generation: reset every per-generation tensor and check the schedule."""
+        self._reset_generation()
+        self.config = config
+        self._init_t = int(config.init_time_step)
+        self._next_t = self._init_t
+        self.num_steps = int(config.num_inference_steps) - self._init_t
+        self._sigmas = config.scheduler.sigmas
+        self.history.append(TeaCacheStats())
+        if self.gate_config.enabled and not self.calibrate:
+            self._check_schedule()
+
+    def _check_schedule(self) -> None:
+        cfg = self.gate_config
+        active = cfg.active_steps(self.num_steps)
+        if active < 1:
+            self._warn_once(
+                "few-steps",
+                f"TeaCache cannot skip any step of this {self.num_steps}-step schedule: the first "
+                f"{cfg.skip_first_n_steps} and last {cfg.skip_last_n_steps} steps are always computed. "
+                f"Use at least {cfg.skip_first_n_steps + cfg.skip_last_n_steps + 2} steps, or lower "
+                "skip_first_n_steps / skip_last_n_steps.",
+            )
+            return
+        sigmas = [float(s) for s in self._sigmas.tolist()][self._init_t :] if cfg.rescale.is_time_aware else None
+        if "floor" not in self._warned:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                can_skip = warn_if_never_skips(cfg, self.num_steps, sigmas, where=" in this schedule")
+            if not can_skip and caught:
+                self._warn_once("floor", str(caught[0].message))
+
+    def mark_warned(self, key: str) -> None:
+        self._warned.add(key)
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            warnings.warn(message, NeverSkipsWarning, stacklevel=4)
+
+    def _finish(self) -> None:
+        if self.calibrate and self._pending:
+            values = [v for row in self._pending for v in row.values() if isinstance(v, mx.array)]
+            mx.eval(values)
+            for row in self._pending:
+                self.records.append({k: (float(v.item()) if isinstance(v, mx.array) else v) for k, v in row.items()})
+            self._pending = []
+
+    # --- per step ---------------------------------------------------------------------------------
+    @property
+    def step(self) -> int:
+        return self._next_t - self._init_t
+
+    @property
+    def sigma(self) -> float:
+        return float(self._sigmas[self._next_t].item())
+
+    @property
+    def stats(self) -> TeaCacheStats:
+        return self.history[-1] if self.history else TeaCacheStats()
+
+    def _require_generation(self) -> None:
+        if self.config is None:
+            raise RuntimeError(
+                "TeaCache saw a transformer call outside a generation: call the pipeline's generate_image "
+                "(its callbacks start every generation), not the transformer directly."
+            )
+
+    def should_compute(self, modulated: mx.array, branch: int = 0) -> bool:
+        """One decision per step: branch 0 decides, later branches of the same step reuse it."""
+        self._require_generation()
+        step = self.step
+        if self._step_decision is not None and self._step_decision[0] == step and branch != 0:
+            compute = self._step_decision[1]
+        elif self.calibrate:
+            compute = self._observe_signal(modulated, step)
+        else:
+            compute = self._decide(modulated, step)
+        if not compute and branch not in self.residuals:
+            compute = True  # nothing cached for this branch yet
+        self._step_decision = (step, compute)
+        stats = self.stats
+        if branch == 0:
+            stats.computed += compute
+            stats.skipped += not compute
+            stats.log = self.gate.log
+        return compute
+
+    def _decide(self, modulated: mx.array, step: int) -> bool:
+        x = None if self.anchor is None else rel_l1(modulated, self.anchor).item()
+        self.anchor = modulated
+        decision = self.gate.decide(step, self.num_steps, x, self.sigma)
+        return decision.compute
+
+    def _observe_signal(self, modulated: mx.array, step: int) -> bool:
+        self._signal_row = {
+            "step": step,
+            "num_steps": self.num_steps,
+            "sigma": self.sigma,
+            "x_norm": mean_abs(modulated),
+            "x_rel_l1": math.nan if self.anchor is None else rel_l1(modulated, self.anchor),
+        }
+        self.anchor = modulated
+        return True
+
+    def store_residual(self, branch: int, residual: mx.array) -> None:
+        self.residuals[branch] = residual
+
+    def residual(self, branch: int) -> mx.array:
+        return self.residuals[branch]
+
+    def observe_output(self, branch: int, output: mx.array, residual: mx.array | None) -> None:
+        """Calibration only: lazy rel-L1 of the output (and residual) against the previous step's."""
+        if not self.calibrate:
+            return
+        row = dict(self._signal_row, branch=branch, y_norm=mean_abs(output))
+        prev = self._previous_output.get(branch)
+        row["y_rel_l1"] = math.nan if prev is None else rel_l1(output, prev)
+        self._previous_output[branch] = output
+        row["residual_norm"] = row["residual_rel_l1"] = math.nan
+        if residual is not None:
+            prev_r = self._previous_residual.get(branch)
+            row["residual_norm"] = mean_abs(residual)
+            row["residual_rel_l1"] = math.nan if prev_r is None else rel_l1(residual, prev_r)
+            self._previous_residual[branch] = residual
+        self._pending.append(row)
+
+    def count_fast_path_step(self) -> None:
+        """Threshold 0: the proxy delegates untouched; only count the step."""
+        self._require_generation()
+        self.stats.computed += 1
+
+
+class TeaCacheHandle:
+    """Returned by :func:`teacache.apply_teacache`; restores the pipeline exactly on ``restore()``/exit."""
+
+    def __init__(self, model, adapter, controller: StepController, variant: str, restore_fn) -> None:
+        self.model = model
+        self.adapter = adapter
+        self.controller = controller
+        self.variant = variant
+        self._restore_fn = restore_fn
+        self.active = True
+
+    @property
+    def rel_l1_thresh(self) -> float:
+        return self.controller.gate_config.rel_l1_thresh
+
+    @property
+    def rescale(self):
+        return self.controller.gate_config.rescale
+
+    @property
+    def stats(self) -> TeaCacheStats:
+        """Counts and decision log of the most recent generation."""
+        return self.controller.stats
+
+    @property
+    def history(self) -> list[TeaCacheStats]:
+        return list(self.controller.history)
+
+    @property
+    def records(self) -> list[dict]:
+        """Calibration rows (``calibrate=True``), one per gated step and branch."""
+        return list(self.controller.records)
+
+    def restore(self) -> None:
+        """Put the original transformer, predict function and callbacks back. Idempotent."""
+        if not self.active:
+            return
+        self.active = False
+        self._restore_fn()
+        self.controller.residuals = {}
+        self.controller.anchor = None
+
+    def __enter__(self) -> TeaCacheHandle:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.restore()
+
+    def __repr__(self) -> str:
+        state = "active" if self.active else "restored"
+        return f"TeaCacheHandle(variant={self.variant!r}, rel_l1_thresh={self.rel_l1_thresh}, {state})"
+
+
+def register_callback(model, controller: StepController):
+    """Register the controller on the pipeline's callback registry; return its exact undo."""
+    registry = model.callbacks
+    lists = [registry.before_loop, registry.in_loop, registry.after_loop, registry.interrupt]
+    registry.register(controller)
+
+    def undo() -> None:
+        for lst in lists:
+            lst[:] = [c for c in lst if c is not controller]
+
+    return undo

@@ -1,0 +1,47 @@
+"""``load_model``: the one loader every command uses (embedded tiny models, mflux names, local paths)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from teacache._compat import check_mflux_version
+from teacache._platform import use_float32_on_cpu
+
+EMBEDDED = ("tiny-shapes", "tiny-flux1")
+_FLUX1_NAMES = ("dev", "schnell", "krea-dev")
+
+
+def load_model(name_or_path: str, *, base_model: str | None = None, quantize: int | None = None, seed: int = 0):
+    """Return an mflux pipeline.
+
+    ``tiny-shapes`` (the embedded trained model), ``tiny-flux1`` (random weights from ``seed``), an mflux
+    model name (``dev``, ``schnell``, ``krea-dev``; weights from the Hugging Face cache), or a local
+    folder of mflux-format weights with ``base_model`` naming its architecture.
+    """
+    check_mflux_version()
+    use_float32_on_cpu()
+    if name_or_path == "tiny-flux1":
+        from teacache.models.tiny_flux1 import build_tiny_flux1
+
+        return build_tiny_flux1(seed=seed)
+    if name_or_path == "tiny-shapes":
+        from teacache.models.shapes import load_tiny_shapes
+
+        return load_tiny_shapes()
+    from mflux.models.common.config.model_config import ModelConfig
+
+    is_path = Path(name_or_path).expanduser().exists()
+    if is_path and base_model is None:
+        raise ValueError(f"base_model: {name_or_path} is a local folder; name its architecture ({', '.join(_FLUX1_NAMES)})")
+    try:
+        config = ModelConfig.from_name(model_name=name_or_path, base_model=base_model)
+    except Exception as exc:  # noqa: BLE001 - mflux raises several types for unknown names
+        raise ValueError(
+            f"model: unknown model {name_or_path!r}; expected one of {', '.join(EMBEDDED + _FLUX1_NAMES)} "
+            f"or a local folder with base_model ({exc})"
+        ) from None
+    if "FLUX.1" in (config.model_name or ""):
+        from mflux.models.flux.variants.txt2img.flux import Flux1
+
+        return Flux1(model_config=config, quantize=quantize, model_path=str(Path(name_or_path).expanduser()) if is_path else None)
+    raise ValueError(f"model: {name_or_path!r} ({config.model_name}) has no TeaCache integration yet")

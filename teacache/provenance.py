@@ -1,0 +1,110 @@
+"""Where a measurement came from: recorded with every trace, fit, sweep, report and constant."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+import shlex
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+from teacache.io import FORMAT_VERSION
+
+_PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def git_commit() -> dict:
+    """Commit of this project and whether the work tree had uncommitted changes."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=_PROJECT_ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = bool(
+            subprocess.run(
+                ["git", "status", "--porcelain", "--untracked-files=no"],
+                cwd=_PROJECT_ROOT, capture_output=True, text=True, check=True,
+            ).stdout.strip()
+        )
+        return {"commit": head, "dirty": dirty}
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": None, "dirty": None}
+
+
+def device_info() -> dict:
+    """MLX backend and a human name for the device (Apple chip, GPU or CPU model)."""
+    import mlx.core as mx
+
+    backend = "cpu"
+    if mx.metal.is_available():
+        backend = "metal"
+    elif hasattr(mx, "cuda") and mx.cuda.is_available():
+        backend = "cuda"
+    name = None
+    try:
+        info = mx.device_info() if backend != "cpu" else {}
+        name = info.get("device_name") or info.get("architecture")
+    except Exception:  # noqa: BLE001 - best effort, older MLX builds lack device_info
+        name = None
+    if name is None:
+        name = _cpu_name()
+    return {"backend": backend, "device": str(mx.default_device()), "device_name": name}
+
+
+def _cpu_name() -> str:
+    if sys.platform == "darwin":
+        try:
+            return subprocess.run(
+                ["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, check=True
+            ).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            pass
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def hardware_slug(info: dict | None = None) -> str:
+    """A folder name for results/<hardware>/: backend plus a short device name."""
+    info = info or device_info()
+    name = "".join(c if c.isalnum() else "-" for c in str(info["device_name"]).lower())
+    name = "-".join(part for part in name.split("-") if part and part not in ("r", "tm", "cpu", "processor"))
+    import os
+
+    cores = os.cpu_count() or 0
+    suffix = f"-{cores}c" if info["backend"] == "cpu" else ""
+    return f"{info['backend']}-{name[:40]}{suffix}"
+
+
+def collect(argv: list[str] | None = None, **fields) -> dict:
+    """The provenance block of DESIGN.md, plus whatever the caller adds (model, steps, prompts...)."""
+    import mlx.core as mx
+
+    return {
+        "format_version": FORMAT_VERSION,
+        "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "command": shlex.join(sys.argv if argv is None else argv),
+        "git": git_commit(),
+        "versions": {
+            "mlx": mx.__version__,
+            "mflux": _version("mflux"),
+            "numpy": _version("numpy"),
+            "python": platform.python_version(),
+            "teacache": _version("mflux-teacache"),
+        },
+        **device_info(),
+        "os": f"{platform.system()} {platform.release()} {platform.machine()}",
+        **fields,
+    }
