@@ -1,0 +1,45 @@
+"""Shared fixtures: one tiny pipeline per session and a generate() that returns final latents."""
+
+from __future__ import annotations
+
+import teacache  # noqa: F401  (first: OpenBLAS preload before MLX)
+
+import pytest
+
+from tests.tolerances import load_tolerances
+
+
+class FinalLatents:
+    """mflux callback that keeps the latents the loop ended with."""
+
+    def __init__(self) -> None:
+        self.latents = None
+
+    def call_after_loop(self, seed, prompt, latents, config) -> None:
+        self.latents = latents
+
+
+def make_generate(model, **defaults):
+    capture = FinalLatents()
+    model.callbacks.register(capture)
+
+    def generate(prompt: str = "a lighthouse at dusk", seed: int = 0, **kwargs):
+        model.generate_image(seed=seed, prompt=prompt, **{**defaults, **kwargs})
+        return capture.latents
+
+    return generate
+
+
+@pytest.fixture(scope="session")
+def tiny_flux1():
+    return teacache.load_model("tiny-flux1")
+
+
+@pytest.fixture(scope="session")
+def flux1_generate(tiny_flux1):
+    return make_generate(tiny_flux1, num_inference_steps=10, height=128, width=128, guidance=3.5)
+
+
+@pytest.fixture(scope="session")
+def tolerances():
+    return load_tolerances()

@@ -1,0 +1,137 @@
+"""FLUX.1 on mflux's real Flux1.generate_image (tiny-flux1): the no-op oracle, skipping, restore."""
+
+from __future__ import annotations
+
+import warnings
+
+import mlx.core as mx
+import pytest
+
+from teacache import NeverSkipsWarning, apply_teacache
+from teacache.adapters.flux1 import TeaCacheFlux1Transformer
+
+
+def test_threshold_zero_is_a_bit_exact_no_op(tiny_flux1, flux1_generate):
+    before = flux1_generate()
+    with apply_teacache(tiny_flux1, rel_l1_thresh=0.0) as handle:
+        wrapped = flux1_generate()
+    after = flux1_generate()
+    assert mx.array_equal(before, wrapped).item()
+    assert mx.array_equal(before, after).item()
+    assert handle.stats.skipped == 0 and handle.stats.computed == 10
+    assert handle.controller.residuals == {} and handle.controller.anchor is None  # fast path: no cache tensors
+
+
+def test_threshold_zero_is_a_bit_exact_no_op_in_reverse_order(tiny_flux1, flux1_generate):
+    with apply_teacache(tiny_flux1, rel_l1_thresh=0.0):
+        wrapped_before = flux1_generate(seed=3)
+    vanilla = flux1_generate(seed=3)
+    with apply_teacache(tiny_flux1, rel_l1_thresh=0.0):
+        wrapped_after = flux1_generate(seed=3)
+    assert mx.array_equal(wrapped_before, vanilla).item()
+    assert mx.array_equal(wrapped_after, vanilla).item()
+
+
+def test_active_proxy_that_skips_nothing_is_bit_exact(tiny_flux1, flux1_generate):
+    """The re-walked forward, the signal and the kept residual must not change a single bit."""
+    vanilla = flux1_generate(seed=1)
+    with pytest.warns(NeverSkipsWarning), apply_teacache(tiny_flux1, rel_l1_thresh=0.05) as handle:
+        wrapped = flux1_generate(seed=1)
+        assert isinstance(tiny_flux1.transformer, TeaCacheFlux1Transformer)
+    assert handle.stats.computed == 10 and handle.stats.skipped == 0
+    assert len(handle.stats.log) == 10 and handle.stats.log[1].x is not None
+    assert mx.array_equal(vanilla, wrapped).item()
+    assert mx.array_equal(vanilla, flux1_generate(seed=1)).item()
+
+
+def test_positive_threshold_skips_within_the_band_and_changes_the_output(tiny_flux1, flux1_generate, tolerances):
+    low, high = tolerances.TINY_FLUX1_SKIP_BAND_T03
+    vanilla = flux1_generate(seed=2)
+    with apply_teacache(tiny_flux1, rel_l1_thresh=0.3) as handle:
+        cached = flux1_generate(seed=2)
+    stats = handle.stats
+    assert low <= stats.skipped <= high
+    assert stats.computed + stats.skipped == 10
+    assert 0 not in stats.skipped_steps and 9 not in stats.skipped_steps
+    assert not mx.array_equal(vanilla, cached).item()
+    log = stats.log
+    assert [d.step for d in log] == list(range(10))
+    assert all(d.sigma is not None for d in log)
+
+
+def test_restore_is_exact_after_an_exception_inside_the_loop(tiny_flux1, flux1_generate):
+    vanilla = flux1_generate(seed=4)
+
+    class Boom:
+        def call_in_loop(self, t, **_):
+            if t == 3:
+                raise RuntimeError("boom at step 3")
+
+    boom = Boom()
+    tiny_flux1.callbacks.register(boom)
+    original = tiny_flux1.transformer
+    try:
+        with pytest.raises(RuntimeError, match="boom"), apply_teacache(tiny_flux1, rel_l1_thresh=0.3):
+            flux1_generate(seed=4)
+    finally:
+        tiny_flux1.callbacks.in_loop.remove(boom)
+    assert tiny_flux1.transformer is original
+    assert not any("StepController" in type(c).__name__ for c in tiny_flux1.callbacks.before_loop)
+    assert mx.array_equal(vanilla, flux1_generate(seed=4)).item()
+
+
+def test_restore_without_context_manager_and_twice(tiny_flux1):
+    original = tiny_flux1.transformer
+    handle = apply_teacache(tiny_flux1, rel_l1_thresh=0.3)
+    assert tiny_flux1.transformer is not original
+    handle.restore()
+    handle.restore()
+    assert tiny_flux1.transformer is original
+
+
+def test_applying_twice_raises(tiny_flux1):
+    with apply_teacache(tiny_flux1, rel_l1_thresh=0.3), pytest.raises(RuntimeError, match="already applied"):
+        apply_teacache(tiny_flux1, rel_l1_thresh=0.3)
+
+
+def test_unsupported_model_names_the_supported_variants():
+    from mlx import nn
+
+    with pytest.raises(TypeError, match="supported variants: .*flux1-dev"):
+        apply_teacache(nn.Linear(2, 2), rel_l1_thresh=0.3)
+
+
+@pytest.mark.parametrize("bad", [-0.5, float("nan"), "0.3", True])
+def test_bad_threshold_is_refused_before_anything_is_installed(tiny_flux1, bad):
+    original = tiny_flux1.transformer
+    with pytest.raises(ValueError, match="rel_l1_thresh"):
+        apply_teacache(tiny_flux1, rel_l1_thresh=bad)
+    assert tiny_flux1.transformer is original
+
+
+def test_coefficients_accept_a_published_tuple(tiny_flux1, flux1_generate):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with apply_teacache(tiny_flux1, rel_l1_thresh=0.3, coefficients=(1.0, 0.0)) as handle:
+            flux1_generate(seed=5)
+    assert handle.rescale.coefficients == (1.0, 0.0)
+    with pytest.raises(TypeError, match="coefficients"):
+        apply_teacache(tiny_flux1, rel_l1_thresh=0.3, coefficients="1,0")
+
+
+def test_too_few_steps_are_announced_before_generating(tiny_flux1, flux1_generate):
+    with pytest.warns(NeverSkipsWarning, match="cannot skip any step of this 2-step schedule"):
+        with apply_teacache(tiny_flux1, rel_l1_thresh=0.3) as handle:
+            flux1_generate(num_inference_steps=2)
+    assert handle.stats.skipped == 0
+
+
+def test_calibration_mode_records_every_step_and_never_skips(tiny_flux1, flux1_generate):
+    vanilla = flux1_generate(seed=6)
+    with apply_teacache(tiny_flux1, calibrate=True) as handle:
+        recorded = flux1_generate(seed=6)
+    assert mx.array_equal(vanilla, recorded).item()
+    rows = handle.records
+    assert [r["step"] for r in rows] == list(range(10))
+    assert all(r["x_rel_l1"] > 0 and r["y_rel_l1"] > 0 for r in rows[1:])
+    assert all(r["residual_norm"] > 0 for r in rows)

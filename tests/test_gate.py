@@ -1,0 +1,153 @@
+"""The skip rule as a pure function: properties over arbitrary traces, plus the edge cases."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from teacache.gate import (
+    REASON_ABOVE_RANGE,
+    REASON_CAP,
+    REASON_NON_FINITE,
+    Gate,
+    GateConfig,
+    NeverSkipsWarning,
+    replay,
+    warn_if_never_skips,
+)
+from teacache.rescale import RescaleFunction
+
+UPSTREAM = RescaleFunction((498.651651244, -283.781631, 55.8554382, -3.82021401, 0.264230861))
+LINEAR = RescaleFunction((1.0, 0.0), x_range=(0.0, 1.0))
+
+signals = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
+traces = st.lists(signals, min_size=2, max_size=60)
+
+
+def config(thresh, **kw):
+    return GateConfig(rel_l1_thresh=thresh, rescale=kw.pop("rescale", LINEAR), **kw)
+
+
+def skipped(log):
+    return [d.step for d in log if not d.compute]
+
+
+@settings(max_examples=300, deadline=None)
+@given(xs=traces, thresh=st.floats(0.0, 5.0), first=st.integers(0, 3), last=st.integers(0, 3))
+def test_first_and_last_steps_are_never_skipped(xs, thresh, first, last):
+    log = replay(config(thresh, skip_first_n_steps=first, skip_last_n_steps=last), [None, *xs[1:]])
+    n = len(xs)
+    for d in log:
+        if d.step < first or d.step >= n - last:
+            assert d.compute
+
+
+@settings(max_examples=300, deadline=None)
+@given(xs=traces, thresh=st.floats(0.0, 50.0), cap=st.integers(1, 10))
+def test_consecutive_skips_never_exceed_the_cap(xs, thresh, cap):
+    log = replay(config(thresh, max_consecutive_skips=cap), [None, *xs[1:]])
+    streak = 0
+    for d in log:
+        streak = 0 if d.compute else streak + 1
+        assert streak <= cap
+
+
+@settings(max_examples=200, deadline=None)
+@given(xs=traces)
+def test_threshold_zero_never_skips(xs):
+    assert skipped(replay(config(0.0), [None, *xs[1:]])) == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(xs=traces, t1=st.floats(0.0, 3.0), t2=st.floats(0.0, 3.0), cap=st.integers(1, 10))
+def test_higher_threshold_never_computes_more_steps(xs, t1, t2, cap):
+    low, high = sorted((t1, t2))
+    trace = [None, *xs[1:]]
+    computed_low = sum(d.compute for d in replay(config(low, max_consecutive_skips=cap), trace))
+    computed_high = sum(d.compute for d in replay(config(high, max_consecutive_skips=cap), trace))
+    assert computed_high <= computed_low
+
+
+def test_accumulates_and_resets_on_compute():
+    log = replay(config(0.25), [None, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1])
+    # 1: 0.1 skip; 2: 0.2 skip; 3: 0.3 compute (reset); 4: 0.1 skip; 5: 0.2 skip; 6: last, computed
+    assert [d.compute for d in log] == [True, False, False, True, False, False, True]
+    assert log[3].accumulated == pytest.approx(0.3)
+    assert log[4].accumulated == pytest.approx(0.1)
+
+
+def test_non_finite_signal_computes_and_reseeds():
+    log = replay(config(10.0), [None, 0.1, math.nan, 0.1, math.inf, 0.1, 0.1])
+    assert [d.reason for d in log][2] == REASON_NON_FINITE
+    assert log[2].compute and log[4].compute
+    assert log[3].accumulated == pytest.approx(0.1)  # accumulation restarted after the non-finite step
+
+
+def test_above_range_computes_and_below_range_is_clamped():
+    fn = RescaleFunction((1.0, 0.0), x_range=(0.05, 0.2))
+    log = replay(config(10.0, rescale=fn), [None, 0.01, 0.5, 0.1, 0.1])
+    assert log[1].x_used == pytest.approx(0.05) and not log[1].compute
+    assert log[2].reason == REASON_ABOVE_RANGE and log[2].compute
+
+
+def test_cap_forces_a_compute():
+    log = replay(config(100.0, max_consecutive_skips=2), [None] + [0.01] * 8)
+    assert [d.reason for d in log][3] == REASON_CAP
+
+
+def test_threshold_below_the_rescale_floor_warns_and_names_the_smallest_useful_threshold():
+    cfg = GateConfig(rel_l1_thresh=0.1, rescale=UPSTREAM)
+    with pytest.warns(NeverSkipsWarning, match=r"above 0\.180"):
+        assert warn_if_never_skips(cfg) is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert warn_if_never_skips(GateConfig(rel_l1_thresh=0.3, rescale=UPSTREAM)) is True
+    # and the floor is real: on any trace this threshold never skips
+    assert skipped(replay(cfg, [None] + [0.053] * 20)) == []
+
+
+def test_time_aware_form_uses_the_step_fraction():
+    fn = RescaleFunction((1.0, 0.0), form="poly+step", time_coefficients=(1.0,))
+    gate = Gate(GateConfig(rel_l1_thresh=10.0, rescale=fn))
+    d = gate.decide(step=5, num_steps=11, x=0.2)
+    assert d.rescaled == pytest.approx(0.2 + 0.5)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"rel_l1_thresh": -0.1}, "rel_l1_thresh"),
+        ({"rel_l1_thresh": math.nan}, "rel_l1_thresh"),
+        ({"rel_l1_thresh": "0.2"}, "rel_l1_thresh"),
+        ({"rel_l1_thresh": 0.2, "skip_first_n_steps": -1}, "skip_first_n_steps"),
+        ({"rel_l1_thresh": 0.2, "skip_last_n_steps": 1.5}, "skip_last_n_steps"),
+        ({"rel_l1_thresh": 0.2, "max_consecutive_skips": 0}, "max_consecutive_skips"),
+    ],
+)
+def test_bad_gate_settings_name_the_argument(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        GateConfig(rescale=LINEAR, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"coefficients": ()}, "coefficients"),
+        ({"coefficients": (1.0, math.inf)}, "coefficients"),
+        ({"coefficients": (1.0,), "x_range": (0.3, 0.1)}, "x_range"),
+        ({"coefficients": (1.0,), "form": "spline"}, "form"),
+        ({"coefficients": (1.0,), "form": "poly+step"}, "time_coefficients"),
+    ],
+)
+def test_bad_rescale_functions_name_the_argument(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        RescaleFunction(**kwargs)
+
+
+def test_rescale_round_trips_through_dict():
+    fn = RescaleFunction((1.0, -2.0, 0.5), x_range=(0.01, 0.3), form="poly+sigma", time_coefficients=(0.2, 0.1))
+    assert RescaleFunction.from_dict(fn.to_dict()) == fn
