@@ -6,7 +6,11 @@ Each subcommand is a module of this package with ``setup_arg_parser()`` and ``ma
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+
+# mflux draws a tqdm bar per generation; our commands show one progress bar of their own.
+os.environ.setdefault("TQDM_DISABLE", "1")
 
 SUBCOMMANDS = {
     "record": "calib.record",

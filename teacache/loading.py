@@ -8,6 +8,19 @@ from teacache._compat import check_mflux_version
 from teacache._platform import use_float32_on_cpu
 
 EMBEDDED = ("tiny-shapes", "tiny-flux1")
+
+# Generation settings each model is calibrated and benchmarked with unless told otherwise.
+MODEL_DEFAULTS = {
+    "tiny-shapes": {"steps": 28, "width": 32, "height": 32, "guidance": 1.0},
+    "tiny-flux1": {"steps": 20, "width": 128, "height": 128, "guidance": 3.5},
+    "dev": {"steps": 28, "width": 1024, "height": 1024, "guidance": 3.5},
+    "krea-dev": {"steps": 28, "width": 1024, "height": 1024, "guidance": 4.5},
+    "schnell": {"steps": 4, "width": 1024, "height": 1024, "guidance": 0.0},
+}
+
+
+def model_defaults(name: str) -> dict:
+    return dict(MODEL_DEFAULTS.get(name, MODEL_DEFAULTS["dev"]))
 _FLUX1_NAMES = ("dev", "schnell", "krea-dev")
 
 

@@ -1,0 +1,90 @@
+"""``teacache-bench overhead``: what the wrapper costs when it skips nothing.
+
+Paired and interleaved in one process after a warm-up: vanilla, then the wrapper, alternating, for
+``--pairs`` pairs. Two settings: threshold 0 (the fast path: the proxy delegates) and the proxy
+active with a threshold no step can reach (signal, decision and host sync every step, nothing skipped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import warnings
+
+import teacache
+from teacache import apply_teacache
+
+
+def setup_arg_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="teacache-bench overhead", description=__doc__)
+    parser.add_argument("--model", default="tiny-shapes")
+    parser.add_argument("--steps", type=int, default=28)
+    parser.add_argument("--size", type=int, default=None, help="image side in pixels (model default if unset)")
+    parser.add_argument("--pairs", type=int, default=10)
+    return parser
+
+
+def _generate_fn(model, steps: int, size: int | None):
+    kwargs = {"num_inference_steps": steps}
+    if size is not None:
+        kwargs.update(height=size, width=size)
+
+    def run() -> float:
+        start = time.perf_counter()
+        model.generate_image(seed=0, prompt=_PROMPTS.get(getattr(model, "teacache_variant", ""), "a probe"), **kwargs)
+        return time.perf_counter() - start
+
+    return run
+
+
+_PROMPTS = {"tiny-shapes": "a red circle on a blue background at the center"}
+
+
+def measure(model, steps: int, size: int | None, pairs: int, threshold: float) -> dict:
+    run = _generate_fn(model, steps, size)
+    run()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with apply_teacache(model, rel_l1_thresh=threshold):
+            run()
+        ratios, vanilla_times, wrapped_times = [], [], []
+        for _ in range(pairs):
+            vanilla = run()
+            with apply_teacache(model, rel_l1_thresh=threshold) as handle:
+                wrapped = run()
+            assert handle.stats.skipped == 0
+            ratios.append(wrapped / vanilla)
+            vanilla_times.append(vanilla)
+            wrapped_times.append(wrapped)
+    return {
+        "threshold": threshold,
+        "overhead_median": statistics.median(ratios) - 1.0,
+        "overhead_min": min(ratios) - 1.0,
+        "overhead_max": max(ratios) - 1.0,
+        "vanilla_s": statistics.median(vanilla_times),
+        "wrapped_s": statistics.median(wrapped_times),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = setup_arg_parser().parse_args(argv)
+    model = teacache.load_model(args.model)
+    floor = apply_teacache(model, rel_l1_thresh=0.0)
+    rescale_floor = floor.rescale.floor()[0]
+    floor.restore()
+    never = rescale_floor / 2  # below the floor: the proxy runs fully and can never skip
+    print(f"{args.model}, {args.steps} steps, {args.pairs} interleaved pairs after warm-up")
+    for label, threshold in (("threshold 0 (fast path)", 0.0), (f"proxy active, nothing skipped ({never:.3g})", never)):
+        r = measure(model, args.steps, args.size, args.pairs, threshold)
+        print(
+            f"  {label:45s} overhead median {100 * r['overhead_median']:+6.2f}%  "
+            f"(min {100 * r['overhead_min']:+.2f}%, max {100 * r['overhead_max']:+.2f}%; "
+            f"vanilla {1000 * r['vanilla_s']:.1f} ms, wrapped {1000 * r['wrapped_s']:.1f} ms)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""Built-in prompt sets with stable ids, and prompt files.
+
+Ids never change once published: traces, fits and sweeps refer to prompts by id.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+from pathlib import Path
+
+# Diverse prompts for real models: objects, scenes, portraits, text rendering, abstract, fine detail.
+DEFAULT = {
+    "obj-teapot": "a porcelain teapot with blue floral patterns on a wooden table, soft window light",
+    "obj-bicycle": "a red vintage bicycle leaning against a brick wall",
+    "obj-watch": "macro photograph of a mechanical wristwatch movement, gears and jewels",
+    "obj-sneakers": "a pair of white sneakers on a pastel background, product photo",
+    "scene-harbor": "a fishing harbor at sunrise, boats and seagulls, mist over the water",
+    "scene-city": "a rainy city street at night with neon signs reflected in puddles",
+    "scene-forest": "a dense pine forest with sunbeams through fog",
+    "scene-desert": "sand dunes under a starry sky with the milky way",
+    "scene-kitchen": "a cozy kitchen interior with copper pots and hanging herbs",
+    "portrait-elder": "close-up portrait of an elderly fisherman with a weathered face, natural light",
+    "portrait-child": "a smiling child wearing a yellow raincoat, shallow depth of field",
+    "portrait-dancer": "full-body photo of a ballet dancer mid-leap in an empty studio",
+    "text-sign": "a wooden sign that says 'OPEN DAILY' hanging on a cafe door",
+    "text-poster": "a retro travel poster with the words 'VISIT MARS' in bold letters",
+    "text-neon": "a neon sign reading 'midnight diner' on a dark wall",
+    "abstract-fluid": "abstract swirling fluid of gold and teal ink",
+    "abstract-geometry": "a composition of overlapping translucent geometric shapes, bauhaus style",
+    "abstract-fractal": "an intricate fractal pattern in purple and orange",
+    "detail-feathers": "extreme close-up of peacock feathers showing fine barbs",
+    "detail-lace": "white lace fabric with intricate floral embroidery, studio lighting",
+    "detail-circuit": "top-down view of a dense printed circuit board with tiny components",
+    "animal-fox": "a red fox in fresh snow looking at the camera",
+    "animal-owl": "a barn owl perched on a fence post at dusk",
+    "food-ramen": "a steaming bowl of ramen with egg, nori and scallions, overhead shot",
+}
+
+# Three prompts for tests and quick checks.
+FAST = {k: DEFAULT[k] for k in ("obj-teapot", "scene-city", "portrait-elder")}
+
+# tiny-shapes understands only its training vocabulary (teacache.models.shapes).
+TINY_SHAPES = {
+    "shapes-00": "a red circle on a blue background at the center",
+    "shapes-01": "a yellow square on a black background at the left",
+    "shapes-02": "a green triangle on a white background at the top",
+    "shapes-03": "a purple ring on a orange background at the right",
+    "shapes-04": "a blue square on a yellow background at the bottom",
+    "shapes-05": "a white circle on a green background at the left",
+    "shapes-06": "a orange triangle on a purple background at the center",
+    "shapes-07": "a black ring on a red background at the top",
+    "shapes-08": "a red square on a white background at the right",
+    "shapes-09": "a blue triangle on a orange background at the bottom",
+    "shapes-10": "a green circle on a black background at the right",
+    "shapes-11": "a yellow ring on a purple background at the center",
+    "shapes-12": "a purple square on a green background at the top",
+    "shapes-13": "a white triangle on a red background at the left",
+    "shapes-14": "a black circle on a yellow background at the bottom",
+    "shapes-15": "a orange ring on a blue background at the left",
+}
+TINY_SHAPES_FAST = {k: TINY_SHAPES[k] for k in ("shapes-00", "shapes-01", "shapes-02")}
+
+SETS = {
+    "default": DEFAULT,
+    "fast": FAST,
+    "tiny-shapes": TINY_SHAPES,
+    "tiny-shapes-fast": TINY_SHAPES_FAST,
+}
+# the set a model uses when none is named
+MODEL_DEFAULT_SET = {"tiny-shapes": "tiny-shapes", "tiny-flux1": "fast"}
+
+
+def _file_id(text: str) -> str:
+    return "file-" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:8]
+
+
+def load_prompts(spec: str) -> dict[str, str]:
+    """A built-in set name, or a file: .txt (one prompt per line), .json ({id: text} or [{id, text}]), .csv (id,text)."""
+    if spec in SETS:
+        return dict(SETS[spec])
+    path = Path(spec)
+    if not path.exists():
+        raise ValueError(f"--prompts: {spec!r} is neither a built-in set ({', '.join(SETS)}) nor an existing file")
+    if path.suffix == ".json":
+        data = json.loads(path.read_text(encoding="utf-8"))
+        prompts = data if isinstance(data, dict) else {row["id"]: row["text"] for row in data}
+    elif path.suffix == ".csv":
+        with path.open(newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            if not reader.fieldnames or not {"id", "text"} <= set(reader.fieldnames):
+                raise ValueError(f"--prompts: {path} needs the columns id,text; found {reader.fieldnames}")
+            prompts = {row["id"]: row["text"] for row in reader}
+    else:
+        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+        prompts = {_file_id(line): line for line in lines if line and not line.startswith("#")}
+    prompts = {str(k): str(v) for k, v in prompts.items() if str(v).strip()}
+    if not prompts:
+        raise ValueError(f"--prompts: {spec} holds no prompts")
+    return prompts
+
+
+def parse_seeds(text: str) -> list[int]:
+    """'0,1,2' or '0-4' or a mix; refuses negatives and duplicates."""
+    seeds: list[int] = []
+    try:
+        for part in str(text).split(","):
+            part = part.strip()
+            if "-" in part[1:]:
+                lo, hi = part.split("-", 1)
+                seeds.extend(range(int(lo), int(hi) + 1))
+            elif part:
+                seeds.append(int(part))
+    except ValueError:
+        raise ValueError(f"--seeds: expected integers like '0,1,2' or '0-4', got {text!r}") from None
+    if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seeds: expected distinct non-negative integers, got {text!r}")
+    return seeds
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    try:
+        width, height = (int(v) for v in str(text).lower().split("x"))
+    except ValueError:
+        raise ValueError(f"--size: expected WIDTHxHEIGHT like 256x256, got {text!r}") from None
+    if width <= 0 or height <= 0:
+        raise ValueError(f"--size: expected positive sizes, got {text!r}")
+    return width, height
