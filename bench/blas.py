@@ -51,9 +51,11 @@ def measure(preload: bool, steps: int, size: int) -> dict:
     env.pop("TEACACHE_NO_BLAS_PRELOAD", None)
     if not preload:
         env["TEACACHE_NO_BLAS_PRELOAD"] = "1"
-    out = subprocess.run(
-        [sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, check=True
-    ).stdout.strip().splitlines()[-1]
+    out = (
+        subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, check=True)
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     return json.loads(out)
 
 

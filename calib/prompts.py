@@ -77,7 +77,10 @@ def _file_id(text: str) -> str:
 
 
 def load_prompts(spec: str) -> dict[str, str]:
-    """A built-in set name, or a file: .txt (one prompt per line), .json ({id: text} or [{id, text}]), .csv (id,text)."""
+    """A built-in set name, or a file.
+
+    Files: .txt (one prompt per line), .json ({id: text} or [{id, text}]), .csv (id,text).
+    """
     if spec in SETS:
         return dict(SETS[spec])
     path = Path(spec)

@@ -14,11 +14,10 @@ import statistics
 import sys
 from pathlib import Path
 
-import teacache  # noqa: F401  (OpenBLAS preload before MLX)
-
 import pandas as pd
 from rich.progress import Progress
 
+import teacache  # noqa: F401  (OpenBLAS preload before MLX)
 from calib.generation import generate
 from calib.prompts import MODEL_DEFAULT_SET, load_prompts, parse_seeds, parse_size
 from teacache import apply_teacache, load_model
@@ -95,7 +94,12 @@ def measure_overhead(model, settings: dict, prompt: str, pairs: int) -> dict:
         with apply_teacache(model, calibrate=True):
             recorded = generate(model, prompt, 0, *args).loop_s
         ratios.append(recorded / vanilla)
-    return {"pairs": pairs, "median": statistics.median(ratios) - 1, "min": min(ratios) - 1, "max": max(ratios) - 1}
+    return {
+        "pairs": pairs,
+        "median": statistics.median(ratios) - 1,
+        "min": min(ratios) - 1,
+        "max": max(ratios) - 1,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,7 +165,9 @@ def _dtype() -> str:
 
 
 def _scheduler_name(model) -> str:
-    return getattr(model, "scheduler_name", None) or ("flow_match_euler_discrete" if "shapes" in str(type(model)).lower() else "linear")
+    return getattr(model, "scheduler_name", None) or (
+        "flow_match_euler_discrete" if "shapes" in str(type(model)).lower() else "linear"
+    )
 
 
 if __name__ == "__main__":

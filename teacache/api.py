@@ -54,8 +54,8 @@ def apply_teacache(
         max_consecutive_skips=max_consecutive_skips,
     )
     controller = StepController(gate_config, calibrate=calibrate)
-    if gate_config.enabled and not calibrate and not gate_config.rescale.is_time_aware:
-        if not warn_if_never_skips(gate_config, where=f" with the {variant} rescale function"):
-            controller.mark_warned("floor")  # said once here; not again at every generation
+    static_floor = gate_config.enabled and not calibrate and not gate_config.rescale.is_time_aware
+    if static_floor and not warn_if_never_skips(gate_config, where=f" with the {variant} rescale function"):
+        controller.mark_warned("floor")  # said once here; not again at every generation
     restore = adapter.install(model, controller)
     return TeaCacheHandle(model, adapter, controller, variant, restore)

@@ -21,6 +21,8 @@ MODEL_DEFAULTS = {
 
 def model_defaults(name: str) -> dict:
     return dict(MODEL_DEFAULTS.get(name, MODEL_DEFAULTS["dev"]))
+
+
 _FLUX1_NAMES = ("dev", "schnell", "krea-dev")
 
 
@@ -45,7 +47,9 @@ def load_model(name_or_path: str, *, base_model: str | None = None, quantize: in
 
     is_path = Path(name_or_path).expanduser().exists()
     if is_path and base_model is None:
-        raise ValueError(f"base_model: {name_or_path} is a local folder; name its architecture ({', '.join(_FLUX1_NAMES)})")
+        raise ValueError(
+            f"base_model: {name_or_path} is a local folder; name its architecture ({', '.join(_FLUX1_NAMES)})"
+        )
     try:
         config = ModelConfig.from_name(model_name=name_or_path, base_model=base_model)
     except Exception as exc:  # noqa: BLE001 - mflux raises several types for unknown names
@@ -56,5 +60,9 @@ def load_model(name_or_path: str, *, base_model: str | None = None, quantize: in
     if "FLUX.1" in (config.model_name or ""):
         from mflux.models.flux.variants.txt2img.flux import Flux1
 
-        return Flux1(model_config=config, quantize=quantize, model_path=str(Path(name_or_path).expanduser()) if is_path else None)
+        return Flux1(
+            model_config=config,
+            quantize=quantize,
+            model_path=str(Path(name_or_path).expanduser()) if is_path else None,
+        )
     raise ValueError(f"model: {name_or_path!r} ({config.model_name}) has no TeaCache integration yet")

@@ -31,7 +31,10 @@ def git_commit() -> dict:
         dirty = bool(
             subprocess.run(
                 ["git", "status", "--porcelain", "--untracked-files=no"],
-                cwd=_PROJECT_ROOT, capture_output=True, text=True, check=True,
+                cwd=_PROJECT_ROOT,
+                capture_output=True,
+                text=True,
+                check=True,
             ).stdout.strip()
         )
         return {"commit": head, "dirty": dirty}
@@ -94,7 +97,7 @@ def collect(argv: list[str] | None = None, **fields) -> dict:
 
     return {
         "format_version": FORMAT_VERSION,
-        "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "date_utc": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "command": shlex.join(sys.argv if argv is None else argv),
         "git": git_commit(),
         "versions": {

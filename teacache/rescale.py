@@ -37,7 +37,9 @@ class RescaleFunction:
     def __post_init__(self) -> None:
         coeffs = tuple(float(c) for c in self.coefficients)
         if not coeffs or not all(math.isfinite(c) for c in coeffs):
-            raise ValueError(f"coefficients: expected a non-empty sequence of finite numbers, got {self.coefficients!r}")
+            raise ValueError(
+                f"coefficients: expected a non-empty sequence of finite numbers, got {self.coefficients!r}"
+            )
         lo, hi = (float(v) for v in self.x_range)
         if not (lo >= 0 and hi > lo) or math.isnan(hi):
             raise ValueError(f"x_range: expected 0 <= low < high, got {self.x_range!r}")

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import teacache  # noqa: F401  (first: OpenBLAS preload before MLX)
-
 import pytest
 
+import teacache  # noqa: F401  (first: OpenBLAS preload before MLX)
 from tests.tolerances import load_tolerances
 
 

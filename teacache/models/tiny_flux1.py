@@ -35,11 +35,21 @@ class AdaLayerNormZeroAnyWidth(AdaLayerNormZero):
         emb = self.linear(nn.silu(text_embeddings))
         chunk = emb.shape[-1] // 6
         shift, scale, gate, shift_mlp, scale_mlp, gate_mlp = (emb[:, i * chunk : (i + 1) * chunk] for i in range(6))
-        return self.norm(hidden_states) * (1 + scale[:, None]) + shift[:, None], gate, shift_mlp, scale_mlp, gate_mlp
+        return (
+            self.norm(hidden_states) * (1 + scale[:, None]) + shift[:, None],
+            gate,
+            shift_mlp,
+            scale_mlp,
+            gate_mlp,
+        )
 
 
 def build_tiny_transformer(
-    seed: int = 0, heads: int = 2, joint_blocks: int = 2, single_blocks: int = 2, model_config: ModelConfig | None = None
+    seed: int = 0,
+    heads: int = 2,
+    joint_blocks: int = 2,
+    single_blocks: int = 2,
+    model_config: ModelConfig | None = None,
 ) -> Transformer:
     """mflux's FLUX.1 Transformer at width ``heads * 128``, every Linear drawn from ``seed``."""
     config = model_config or ModelConfig.dev()
@@ -52,7 +62,7 @@ def build_tiny_transformer(
         return width * (dim // FULL_WIDTH) if dim % FULL_WIDTH == 0 else dim
 
     key = mx.random.key(seed)
-    for name, module in sorted(transformer.named_modules(), key=lambda item: item[0]):
+    for _name, module in sorted(transformer.named_modules(), key=lambda item: item[0]):
         if isinstance(module, nn.Linear):
             out_dim, in_dim = module.weight.shape
             bound = (1.0 / shrink(in_dim)) ** 0.5
