@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from teacache._compat import check_mflux_version
 from teacache.adapters import adapter_for
 from teacache.coefficients import PACKAGED_MODULES, load_packaged
-from teacache.core import StepController, TeaCacheHandle
+from teacache.core import StepController, TeaCacheHandle, is_applied
 from teacache.gate import GateConfig, warn_if_never_skips
 from teacache.rescale import RescaleFunction, as_rescale
 
@@ -33,7 +33,7 @@ def apply_teacache(
     """
     check_mflux_version()
     adapter = adapter_for(model)
-    if adapter.is_applied(model):
+    if is_applied(model) or adapter.is_applied(model):
         raise RuntimeError("model: TeaCache is already applied to this pipeline; restore() the first handle")
     variant = adapter.variant(model)
     if rel_l1_thresh is None:

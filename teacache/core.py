@@ -63,6 +63,8 @@ class StepController:
 
     def call_in_loop(self, t, seed, prompt, latents, config, time_steps=None, **_) -> None:
         self._next_t = t + 1
+        if self.fast_path:  # threshold 0: nothing is swapped in; only count the step
+            self.stats.computed += 1
 
     def call_after_loop(self, seed, prompt, latents, config) -> None:
         self._finish()
@@ -209,11 +211,6 @@ class StepController:
             self._previous_residual[branch] = residual
         self._pending.append(row)
 
-    def count_fast_path_step(self) -> None:
-        """Threshold 0: the proxy delegates untouched; only count the step."""
-        self._require_generation()
-        self.stats.computed += 1
-
 
 class TeaCacheHandle:
     """Returned by :func:`teacache.apply_teacache`; restores the pipeline exactly on ``restore()``/exit."""
@@ -266,6 +263,12 @@ class TeaCacheHandle:
     def __repr__(self) -> str:
         state = "active" if self.active else "restored"
         return f"TeaCacheHandle(variant={self.variant!r}, rel_l1_thresh={self.rel_l1_thresh}, {state})"
+
+
+def is_applied(model) -> bool:
+    """True while a TeaCache controller sits in the pipeline's callbacks (every adapter registers one)."""
+    registry = getattr(model, "callbacks", None)
+    return registry is not None and any(isinstance(c, StepController) for c in registry.before_loop)
 
 
 def register_callback(model, controller: StepController):

@@ -13,7 +13,9 @@ from teacache.adapters.flux1 import TeaCacheFlux1Transformer
 
 def test_threshold_zero_is_a_bit_exact_no_op(tiny_flux1, flux1_generate):
     before = flux1_generate()
+    original = tiny_flux1.transformer
     with apply_teacache(tiny_flux1, rel_l1_thresh=0.0) as handle:
+        assert tiny_flux1.transformer is original  # the fast path swaps nothing in
         wrapped = flux1_generate()
     after = flux1_generate()
     assert mx.array_equal(before, wrapped).item()

@@ -59,18 +59,6 @@ class TeaCacheFlux1Transformer(nn.Module):
     ) -> mx.array:
         ctl = self._controller
         tr = self.transformer
-        if ctl.fast_path:
-            ctl.count_fast_path_step()
-            return tr(
-                t=t,
-                config=config,
-                hidden_states=hidden_states,
-                prompt_embeds=prompt_embeds,
-                pooled_prompt_embeds=pooled_prompt_embeds,
-                controlnet_block_samples=controlnet_block_samples,
-                controlnet_single_block_samples=controlnet_single_block_samples,
-                kontext_image_ids=kontext_image_ids,
-            )
         modulated, embedded, temb = flux1_signal(tr, t, config, hidden_states, pooled_prompt_embeds)
         if ctl.should_compute(modulated, branch=0):
             body_out = self._body(
@@ -155,10 +143,12 @@ def variant(model) -> str:
 
 
 def install(model, controller: StepController, proxy_class: type = TeaCacheFlux1Transformer):
-    """Swap the proxy in; return the exact undo."""
+    """Swap the proxy in (not on the fast path: threshold 0 only counts steps); return the exact undo."""
+    undo_callback = register_callback(model, controller)
+    if controller.fast_path:
+        return undo_callback
     original = model.transformer
     model.transformer = proxy_class(original, controller)
-    undo_callback = register_callback(model, controller)
 
     def restore() -> None:
         model.transformer = original

@@ -1,0 +1,224 @@
+"""FLUX.2 (Klein 4B/9B and base) on mflux's ``Flux2Klein``, and the embedded ``tiny-shapes`` model.
+
+mflux 0.24.0, ``flux2/model/flux2_transformer/transformer.py``: time embedding (l.82-88), embedders
+(l.104-105), double-stream modulation computed once for all blocks (l.118-119), double blocks (l.136),
+single-stream modulation (l.150), single blocks (l.159), slice + norm_out/proj_out (l.170-173).
+The pipeline's ``_predict`` closure runs CFG inside and is ``mx.compile``d; a skip decision reads a
+value back on the host, impossible inside a compiled function, so while TeaCache is applied the
+pipeline gets an uncompiled predict with the same semantics, and the original is put back on restore.
+Under CFG one decision is taken per step (on the conditional branch) and each branch keeps its residual.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+from mflux.models.common.config.model_config import ModelConfig
+from mflux.models.flux2.model.flux2_transformer.transformer import Flux2Transformer
+from mlx import nn
+
+from teacache.core import StepController, register_callback
+
+FAMILY = "flux2"
+VARIANTS = (
+    "flux2-klein-4b",
+    "flux2-klein-9b",
+    "flux2-klein-base-4b",
+    "flux2-klein-base-9b",
+    "tiny-shapes",
+)
+_MODEL_NAMES = {
+    "black-forest-labs/FLUX.2-klein-4B": "flux2-klein-4b",
+    "black-forest-labs/FLUX.2-klein-9B": "flux2-klein-9b",
+    "black-forest-labs/FLUX.2-klein-base-4B": "flux2-klein-base-4b",
+    "black-forest-labs/FLUX.2-klein-base-9B": "flux2-klein-base-9b",
+}
+DEFAULT_THRESHOLD = {"*": 0.3}
+
+
+def time_embedding(transformer: Flux2Transformer, timestep, like: mx.array) -> mx.array:
+    """Flux2Transformer.__call__ l.82-88 without guidance (Klein passes guidance=None)."""
+    if not isinstance(timestep, mx.array):
+        timestep = mx.array(timestep, dtype=like.dtype)
+    if timestep.ndim == 0:
+        timestep = mx.full((like.shape[0],), timestep, dtype=like.dtype)
+    timestep = timestep.astype(like.dtype)
+    timestep = timestep * mx.where(mx.max(timestep) <= 1.0, 1000.0, 1.0).astype(like.dtype)
+    return transformer.time_guidance_embed(timestep, None).astype(ModelConfig.precision)
+
+
+def flux2_signal(transformer: Flux2Transformer, hidden_states: mx.array, timestep):
+    """Block 0's modulated image input: ``(1 + scale_msa) * norm1(x_embedder(h)) + shift_msa``.
+
+    Returns (modulated, embedded hidden states, temb, image modulation params). The gate and
+    ``teacache-calib record`` both call this function.
+    """
+    temb = time_embedding(transformer, timestep, hidden_states)
+    embedded = transformer.x_embedder(hidden_states)
+    mod_img = transformer.double_stream_modulation_img(temb)
+    (shift_msa, scale_msa, _gate), _ = mod_img
+    modulated = (1 + scale_msa) * transformer.transformer_blocks[0].norm1(embedded) + shift_msa
+    return modulated, embedded, temb, mod_img
+
+
+class TeaCacheFlux2Transformer(nn.Module):
+    """Stands in for the pipeline's ``transformer`` while TeaCache is applied."""
+
+    def __init__(self, transformer: Flux2Transformer, controller: StepController) -> None:
+        super().__init__()
+        self.transformer = transformer
+        self._controller = controller
+
+    def __call__(
+        self,
+        hidden_states: mx.array,
+        encoder_hidden_states: mx.array,
+        timestep,
+        img_ids: mx.array,
+        txt_ids: mx.array,
+        guidance=None,
+        kv_cache=None,
+        branch: int = 0,
+    ) -> mx.array:
+        tr = self.transformer
+        if guidance is not None or kv_cache is not None:
+            raise NotImplementedError(
+                "TeaCache on FLUX.2 supports text-to-image without guidance embedding or KV cache"
+            )
+        ctl = self._controller
+        modulated, embedded, temb, mod_img = flux2_signal(tr, hidden_states, timestep)
+        if ctl.should_compute(modulated, branch=branch):
+            body_out = self._body(embedded, encoder_hidden_states, temb, mod_img, img_ids, txt_ids)
+            residual = self._residual(body_out, embedded)
+            ctl.store_residual(branch, residual)
+        else:
+            body_out = self._from_cache(embedded, ctl.residual(branch))
+            residual = None
+        output = self._tail(body_out, temb)
+        ctl.observe_output(branch, output, residual)
+        return output
+
+    def _body(self, hidden_states, encoder_hidden_states, temb, mod_img, img_ids, txt_ids) -> mx.array:
+        """Flux2Transformer.__call__ from the context embedder to the slice before norm_out."""
+        tr = self.transformer
+        encoder_hidden_states = tr.context_embedder(encoder_hidden_states)
+        if img_ids.ndim == 3:
+            img_ids = img_ids[0]
+        if txt_ids.ndim == 3:
+            txt_ids = txt_ids[0]
+        image_rotary_emb = tr.pos_embed(img_ids)
+        text_rotary_emb = tr.pos_embed(txt_ids)
+        rotary = (
+            mx.concatenate([text_rotary_emb[0], image_rotary_emb[0]], axis=0),
+            mx.concatenate([text_rotary_emb[1], image_rotary_emb[1]], axis=0),
+        )
+        mod_txt = tr.double_stream_modulation_txt(temb)
+        for idx, block in enumerate(tr.transformer_blocks):
+            encoder_hidden_states, hidden_states = block(
+                hidden_states=hidden_states,
+                encoder_hidden_states=encoder_hidden_states,
+                temb_mod_params_img=mod_img,
+                temb_mod_params_txt=mod_txt,
+                image_rotary_emb=rotary,
+                kv_cache=None,
+                kv_cache_layer_idx=idx,
+            )
+        hidden_states = mx.concatenate([encoder_hidden_states, hidden_states], axis=1)
+        mod_single = tr.single_stream_modulation(temb)[0]
+        for idx, block in enumerate(tr.single_transformer_blocks):
+            hidden_states = block(
+                hidden_states=hidden_states,
+                temb_mod_params=mod_single,
+                image_rotary_emb=rotary,
+                kv_cache=None,
+                kv_cache_layer_idx=idx,
+            )
+        return hidden_states[:, encoder_hidden_states.shape[1] :, ...]
+
+    def _residual(self, body_out: mx.array, embedded: mx.array) -> mx.array:
+        return body_out - embedded
+
+    def _from_cache(self, embedded: mx.array, residual: mx.array) -> mx.array:
+        return embedded + residual
+
+    def _tail(self, hidden_states: mx.array, temb: mx.array) -> mx.array:
+        tr = self.transformer
+        return tr.proj_out(tr.norm_out(hidden_states, temb))
+
+
+def uncompiled_predict(transformer):
+    """Flux2Klein._predict's closure, uncompiled, telling the proxy which CFG branch each call is."""
+
+    def predict(
+        latents, latent_ids, prompt_embeds, text_ids, negative_prompt_embeds, negative_text_ids, guidance, timestep
+    ):
+        noise = transformer(
+            hidden_states=latents,
+            encoder_hidden_states=prompt_embeds,
+            timestep=timestep,
+            img_ids=latent_ids,
+            txt_ids=text_ids,
+            guidance=None,
+            branch=0,
+        )
+        if negative_prompt_embeds is not None and negative_text_ids is not None:
+            negative_noise = transformer(
+                hidden_states=latents,
+                encoder_hidden_states=negative_prompt_embeds,
+                timestep=timestep,
+                img_ids=latent_ids,
+                txt_ids=negative_text_ids,
+                guidance=None,
+                branch=1,
+            )
+            noise = negative_noise + guidance * (noise - negative_noise)
+        return noise
+
+    return predict
+
+
+def _original_transformer(model):
+    tr = getattr(model, "transformer", None)
+    return tr.transformer if isinstance(tr, TeaCacheFlux2Transformer) else tr
+
+
+def matches(model) -> bool:
+    return isinstance(_original_transformer(model), Flux2Transformer) and callable(getattr(model, "_predict", None))
+
+
+def is_applied(model) -> bool:
+    return isinstance(getattr(model, "transformer", None), TeaCacheFlux2Transformer)
+
+
+def variant(model) -> str:
+    explicit = getattr(model, "teacache_variant", None)
+    if explicit:
+        return explicit
+    name = getattr(getattr(model, "model_config", None), "model_name", None)
+    if name in _MODEL_NAMES:
+        return _MODEL_NAMES[name]
+    raise ValueError(
+        f"model: a FLUX.2 pipeline for {name!r}, which has no TeaCache integration (edit and KV variants are not "
+        f"supported); supported FLUX.2 variants: {', '.join(VARIANTS)}"
+    )
+
+
+def install(model, controller: StepController, proxy_class: type = TeaCacheFlux2Transformer):
+    """Swap in the proxy and the uncompiled predict (not on the fast path); return the exact undo."""
+    undo_callback = register_callback(model, controller)
+    if controller.fast_path:
+        return undo_callback
+    original = model.transformer
+    had_own_predict = "_predict" in vars(model)
+    own_predict = vars(model).get("_predict")
+    model.transformer = proxy_class(original, controller)
+    object.__setattr__(model, "_predict", uncompiled_predict)
+
+    def restore() -> None:
+        model.transformer = original
+        if had_own_predict:
+            object.__setattr__(model, "_predict", own_predict)
+        else:
+            object.__delattr__(model, "_predict")
+        undo_callback()
+
+    return restore
