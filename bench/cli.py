@@ -13,6 +13,7 @@ import sys
 os.environ.setdefault("TQDM_DISABLE", "1")
 
 SUBCOMMANDS = {
+    "campaign": "bench.campaign",
     "sweep": "bench.sweep",
     "replay": "bench.replay",
     "report": "bench.report",

@@ -1,0 +1,27 @@
+"""``make demo``: the main job on the embedded trained model, start to finish, in minutes on a CPU.
+
+Records traces, fits and selects a rescale function, sweeps thresholds against paired vanilla runs
+and writes the report with its speed/quality curves, into ``results/demo/`` (not committed; the
+committed campaigns under ``results/<hardware>/`` are made with ``teacache-bench campaign``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.setdefault("TQDM_DISABLE", "1")
+
+from bench.campaign import PROJECT_ROOT  # noqa: E402
+from bench.campaign import main as campaign_main
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--out" not in argv:
+        argv += ["--out", str(PROJECT_ROOT / "results" / "demo" / "tiny-shapes")]
+    return campaign_main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
