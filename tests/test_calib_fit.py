@@ -1,0 +1,499 @@
+"""teacache-calib fit on synthetic traces: known polynomials plus noise, no model runs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from calib import fit as fitmod
+from calib.fit import (
+    CandidateSpec,
+    FittedModel,
+    candidate_specs,
+    fit_frame,
+    fit_monotone,
+    group_folds,
+    rescale_from_fit,
+)
+from calib.tables import load_traces, step_fraction
+from teacache.coefficients import load_packaged
+from teacache.rescale import FORM_POLY_SIGMA, FORM_POLY_STEP, RescaleFunction
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def quadratic(x, u, sigma):
+    return 0.03 + 0.5 * x + 3.0 * x**2
+
+
+def make_traces(
+    truth=quadratic,
+    n_prompts: int = 6,
+    n_steps: int = 12,
+    seeds=(0, 1),
+    noise: float = 0.002,
+    rng_seed: int = 0,
+    variant: str = "tiny-flux1",
+    branches=("cond", "uncond"),
+    x_range=(0.02, 0.4),
+) -> pd.DataFrame:
+    """Rows like the recorder's: one per run x step x branch, NaN x/y on the first step of each run."""
+    rng = np.random.default_rng(rng_seed)
+    rows = []
+    for p in range(n_prompts):
+        for seed in seeds:
+            for branch in branches:
+                for step in range(n_steps):
+                    u = step / (n_steps - 1)
+                    sigma = (1 - u) ** 1.5
+                    x = float(rng.uniform(*x_range))
+                    y = float(truth(x, u, sigma) + rng.normal(0, noise))
+                    if branch != "cond":
+                        y = 5.0 - y  # a different relation: must never leak into a cond fit
+                    if step == 0:
+                        x = y = float("nan")
+                    rows.append(
+                        {
+                            "run_id": f"p{p}-s{seed}",
+                            "variant": variant,
+                            "model": "synthetic",
+                            "prompt_id": f"p{p}",
+                            "prompt": f"prompt {p}",
+                            "seed": seed,
+                            "step": step,
+                            "num_steps": n_steps,
+                            "sigma": sigma,
+                            "branch": branch,
+                            "x_rel_l1": x,
+                            "y_rel_l1": y,
+                            "residual_rel_l1": 0.1,
+                            "x_norm": 1.0,
+                            "y_norm": 1.0,
+                            "residual_norm": 1.0,
+                        }
+                    )
+    return pd.DataFrame(rows)
+
+
+def cond_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[(frame["branch"] == "cond") & (frame["step"] > 0)]
+
+
+def write(frame: pd.DataFrame, path, provenance: dict | None = None):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".parquet":
+        frame.to_parquet(path, index=False)
+    elif path.suffix == ".csv":
+        frame.to_csv(path, index=False)
+    else:  # json.dumps keeps every digit (pandas' to_json rounds to 10)
+        records = [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()} for r in frame.to_dict("records")]
+        if path.suffix == ".jsonl":
+            path.write_text("".join(json.dumps(r) + "\n" for r in records))
+        else:
+            path.write_text(json.dumps(records))
+    if provenance is not None:
+        (path.parent / "provenance.json").write_text(json.dumps(provenance))
+    return path
+
+
+def run_fit(args, capsys) -> tuple[int, str, str]:
+    rc = fitmod.main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return rc, captured.out, captured.err
+
+
+@pytest.fixture(scope="module")
+def full_fit(tmp_path_factory):
+    """One complete fit (every candidate, plots) shared by the tests that only read its outputs."""
+    root = tmp_path_factory.mktemp("full")
+    prov = {"variant": "tiny-flux1", "steps": 12, "guidance": 3.5, "date_utc": "2026-01-02T03:04:05Z"}
+    traces = write(make_traces(), root / "rec" / "traces.parquet", prov)
+    out = root / "out"
+    rc = fitmod.main([str(traces), "--out", str(out)])
+    assert rc == 0
+    return {"traces": traces, "out": out, "fit": json.loads((out / "fit.json").read_text()), "prov": prov}
+
+
+# ------------------------------------------------------------------------------------- fitting math
+
+
+def test_free_mode_reproduces_polyfit(tmp_path, capsys):
+    frame = make_traces()
+    traces = write(frame, tmp_path / "t.parquet")
+    rc, out, err = run_fit([traces, "--out", tmp_path / "o", "--form", "poly", "--degree", 4, "--mode", "free",
+                            "--no-plots"], capsys)  # fmt: skip
+    assert rc == 0, err
+    fit = json.loads((tmp_path / "o" / "fit.json").read_text())
+    assert len(fit["candidates"]) == 1 and fit["candidates"][0]["selected"]
+    rows = cond_rows(frame)
+    expected = np.polyfit(rows["x_rel_l1"], rows["y_rel_l1"], 4)
+    np.testing.assert_allclose(fit["selected"]["coefficients"], expected, rtol=1e-10)
+    assert fit["selected"]["x_range"] == [rows["x_rel_l1"].min(), rows["x_rel_l1"].max()]
+    assert fit["selected"]["n_pairs"] == len(rows) and fit["selected"]["n_prompts"] == 6
+    assert str(tmp_path / "o" / "fit.json") in out.replace("\n", "")
+
+
+def test_origin_mode_has_no_constant_and_matches_lstsq():
+    rng = np.random.default_rng(3)
+    x = rng.uniform(0.01, 0.5, 200)
+    y = 0.4 * x + 2 * x**2 + rng.normal(0, 0.01, 200)
+    model = FittedModel.fit(CandidateSpec("poly", 3, "origin"), x, y)
+    assert model.coefficients[-1] == 0.0 and len(model.coefficients) == 4
+    expected = np.linalg.lstsq(np.stack([x**3, x**2, x], axis=1), y, rcond=None)[0]
+    np.testing.assert_allclose(model.coefficients[:-1], expected, rtol=1e-10)
+    np.testing.assert_allclose(np.polyval(model.coefficients, 0.0), 0.0, atol=0)
+
+
+def test_origin_mode_through_the_cli(tmp_path, capsys):
+    traces = write(make_traces(), tmp_path / "t.csv")
+    rc, _, err = run_fit([traces, "--out", tmp_path / "o", "--mode", "origin", "--degree", 2, "--no-plots"], capsys)
+    assert rc == 0, err
+    sel = json.loads((tmp_path / "o" / "fit.json").read_text())["selected"]
+    assert sel["mode"] == "origin" and sel["coefficients"][-1] == 0.0 and len(sel["coefficients"]) == 3
+
+
+@pytest.mark.parametrize("degree", [1, 2, 3, 4])
+def test_monotone_candidate_is_non_decreasing(degree):
+    rng = np.random.default_rng(degree)
+    x = rng.uniform(0.02, 0.5, 300)
+    y = 0.3 + x + 0.3 * np.sin(20 * x) + rng.normal(0, 0.01, 300)  # a wiggle the free fit follows
+    lo, hi = x.min(), x.max()
+    coef = fit_monotone(x, y, degree, (lo, hi))
+    xs = np.linspace(lo, hi, 20001)
+    assert np.min(np.diff(np.polyval(coef, xs))) >= -1e-12
+    # no worse than the best monotone straight line (feasible for every degree)
+    slope, icpt = np.polyfit(x, y, 1)
+    line_sse = np.sum((np.polyval([max(slope, 0.0), icpt if slope > 0 else y.mean()], x) - y) ** 2)
+    assert np.sum((np.polyval(coef, x) - y) ** 2) <= line_sse * (1 + 1e-9)
+
+
+def test_monotone_constraint_binds_only_when_needed():
+    rng = np.random.default_rng(5)
+    x = rng.uniform(0.02, 0.5, 300)
+    y = 0.1 + 2 * x**2 + rng.normal(0, 0.002, 300)  # already increasing: same as the free fit
+    np.testing.assert_allclose(fit_monotone(x, y, 2, (x.min(), x.max())), np.polyfit(x, y, 2), rtol=1e-12)
+    y_bad = np.cos(8 * x) + rng.normal(0, 0.01, 300)  # decreasing: the free cubic is not monotone
+    free = np.polyfit(x, y_bad, 3)
+    mono = fit_monotone(x, y_bad, 3, (x.min(), x.max()))
+    xs = np.linspace(x.min(), x.max(), 2001)
+    assert np.min(np.diff(np.polyval(free, xs))) < 0
+    assert np.min(np.diff(np.polyval(mono, xs))) >= -1e-12
+
+
+@pytest.mark.parametrize("form", [FORM_POLY_STEP, FORM_POLY_SIGMA])
+def test_time_aware_rescale_matches_fitted_model(form):
+    frame = cond_rows(make_traces(truth=lambda x, u, s: 0.05 + x + 0.2 * u - 0.1 * s**2, noise=0.001))
+    frame = frame.reset_index(drop=True)
+    u = step_fraction(frame) if form == FORM_POLY_STEP else frame["sigma"].to_numpy()
+    x = frame["x_rel_l1"].to_numpy()
+    model = FittedModel.fit(CandidateSpec(form, 2, "free", 2), x, frame["y_rel_l1"].to_numpy(), u)
+    rescale = model.to_rescale()
+    assert rescale.form == form and len(rescale.time_coefficients) == 2
+    # the gate's own time input, row by row, gives the same u
+    gate_u = [rescale.time_input(int(r.step), int(r.num_steps), float(r.sigma)) for r in frame.itertuples()]
+    np.testing.assert_array_equal(gate_u, u)
+    np.testing.assert_allclose(rescale(x, u), model.predict(x, u), rtol=1e-12, atol=1e-15)
+    for i in (0, 7, 31):
+        assert rescale(float(x[i]), float(u[i])) == pytest.approx(model.predict(x[i : i + 1], u[i : i + 1])[0])
+
+
+def test_group_folds_keep_prompts_together():
+    groups = np.repeat([f"p{i}" for i in range(7)], 5)
+    folds = group_folds(groups)
+    assert len(np.unique(folds)) == 7  # leave-one-prompt-out
+    for g in np.unique(groups):
+        assert len(np.unique(folds[groups == g])) == 1
+    many = np.repeat([f"p{i}" for i in range(23)], 3)
+    folds = group_folds(many)
+    assert len(np.unique(folds)) == 10
+    assert all(len(np.unique(folds[many == g])) == 1 for g in np.unique(many))
+    np.testing.assert_array_equal(folds, group_folds(many))  # deterministic
+
+
+def _selected(frame: pd.DataFrame, drop=()) -> dict:
+    rows = cond_rows(frame).drop(columns=list(drop)).reset_index(drop=True)
+    specs = candidate_specs("num_steps" in rows, "sigma" in rows)
+    return fit_frame(rows, specs)["selected"]
+
+
+def test_cv_prefers_degree_two_or_more_for_quadratic_truth():
+    winners = [_selected(make_traces(noise=0.004, rng_seed=s)) for s in range(4)]
+    assert all(w["degree"] >= 2 for w in winners), [w["label"] for w in winners]
+    winners = [_selected(make_traces(noise=0.004, rng_seed=s), drop=("num_steps", "sigma")) for s in range(4)]
+    assert all(w["degree"] >= 2 for w in winners), [w["label"] for w in winners]
+
+
+def test_cv_picks_poly_step_for_a_shift_in_step_fraction():
+    def truth(x, u, sigma):
+        return 0.05 + 0.9 * x + 0.15 * u
+
+    winners = [_selected(make_traces(truth=truth, noise=0.004, rng_seed=s), drop=("sigma",)) for s in range(3)]
+    assert all(w["form"] == FORM_POLY_STEP for w in winners), [w["label"] for w in winners]
+
+
+def test_cv_picks_poly_sigma_for_a_sigma_term():
+    def truth(x, u, sigma):
+        return 0.05 + 0.9 * x + 0.2 * sigma**2
+
+    winner = _selected(make_traces(truth=truth, noise=0.002), drop=("num_steps",))
+    assert winner["form"] == FORM_POLY_SIGMA
+
+
+def test_candidates_report_every_score(full_fit):
+    fit = full_fit["fit"]
+    labels = [c["label"] for c in fit["candidates"]]
+    assert len(labels) == len(set(labels)) == 4 * 3 + 2 * 4 * 2  # poly x modes, two time forms x degrees
+    assert sum(c["selected"] for c in fit["candidates"]) == 1
+    for c in fit["candidates"]:
+        for key in ("form", "degree", "mode", "coefficients", "time_coefficients", "r2", "cv_r2", "rmse",
+                    "x_range", "n_prompts", "n_pairs"):  # fmt: skip
+            assert key in c
+        assert c["r2"] >= c["cv_r2"] - 1e-3  # held-out scores are not better than in-sample ones
+    best = max(c["cv_r2"] for c in fit["candidates"])
+    assert 1 - fit["selected"]["cv_r2"] <= (1 - best) * (1 + fitmod.TIE_TOLERANCE) + 1e-12
+    assert fit["selected"]["degree"] >= 2  # quadratic truth
+    assert fit["selection"]["cv"] == "leave-one-prompt-out"
+    assert fit["format_version"] == 1 and "date_utc" in fit["provenance"]
+
+
+def test_ties_go_to_fewer_parameters():
+    cands = [
+        {"cv_r2": 0.9, "n_params": 5},
+        {"cv_r2": 0.9 - 0.1 * fitmod.TIE_TOLERANCE / 2, "n_params": 3},  # cv MSE 0.5% above the best
+        {"cv_r2": 0.8, "n_params": 1},
+    ]
+    assert fitmod.select(cands) == 1
+    cands[1]["cv_r2"] = 0.9 - 0.1 * fitmod.TIE_TOLERANCE * 2  # 2% above: no longer a tie
+    assert fitmod.select(cands) == 0
+
+
+# ------------------------------------------------------------------------------------ inputs, outputs
+
+
+def test_rescale_from_fit_round_trip(full_fit):
+    fit = full_fit["fit"]
+    sel = fit["selected"]
+    for source in (fit, full_fit["out"] / "fit.json", str(full_fit["out"])):
+        rescale = rescale_from_fit(source)
+        assert rescale == RescaleFunction(
+            coefficients=tuple(sel["coefficients"]),
+            x_range=tuple(sel["x_range"]),
+            form=sel["form"],
+            time_coefficients=tuple(sel["time_coefficients"]),
+        )
+        assert rescale.provenance["fitted_model"] == sel["label"]
+    assert RescaleFunction.from_dict(rescale.to_dict()) == rescale
+
+
+def test_input_provenance_and_hashes(full_fit):
+    files = full_fit["fit"]["input"]["files"]
+    assert len(files) == 1
+    assert files[0]["sha256"] == hashlib.sha256(full_fit["traces"].read_bytes()).hexdigest()
+    assert full_fit["fit"]["input"]["provenance"] == full_fit["prov"]
+    assert full_fit["fit"]["input"]["variants"] == ["tiny-flux1"]
+    assert full_fit["fit"]["data"]["branch"] == "cond"
+
+
+def test_plots_are_png(full_fit):
+    for name in fitmod.PLOT_FILES.values():
+        data = (full_fit["out"] / name).read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 5000
+    assert sorted(full_fit["fit"]["plots"]) == sorted(fitmod.PLOT_FILES.values())
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".json", ".jsonl"])
+def test_csv_json_inputs_match_parquet(tmp_path, capsys, suffix):
+    frame = make_traces()
+    args = ["--form", "poly", "--degree", 3, "--mode", "free", "--no-plots"]
+    write(frame, tmp_path / "t.parquet")
+    write(frame, tmp_path / f"t{suffix}")
+    assert run_fit([tmp_path / "t.parquet", "--out", tmp_path / "a", *args], capsys)[0] == 0
+    assert run_fit([tmp_path / f"t{suffix}", "--out", tmp_path / "b", *args], capsys)[0] == 0
+    a = json.loads((tmp_path / "a" / "fit.json").read_text())["selected"]
+    b = json.loads((tmp_path / "b" / "fit.json").read_text())["selected"]
+    np.testing.assert_allclose(a["coefficients"], b["coefficients"], rtol=1e-12)
+
+
+def test_several_files_are_concatenated(tmp_path, capsys):
+    frame = make_traces()
+    ids = sorted(frame["prompt_id"].unique())
+    write(frame[frame["prompt_id"].isin(ids[:3])], tmp_path / "a.parquet")
+    write(frame[~frame["prompt_id"].isin(ids[:3])], tmp_path / "b.csv")
+    args = ["--form", "poly", "--degree", 2, "--mode", "free", "--no-plots"]
+    rc, _, err = run_fit([tmp_path / "a.parquet", tmp_path / "b.csv", "--out", tmp_path / "o", *args], capsys)
+    assert rc == 0, err
+    fit = json.loads((tmp_path / "o" / "fit.json").read_text())
+    rows = cond_rows(frame)
+    np.testing.assert_allclose(fit["selected"]["coefficients"], np.polyfit(rows.x_rel_l1, rows.y_rel_l1, 2), rtol=1e-10)
+    assert [f["name"] for f in fit["input"]["files"]] == ["a.parquet", "b.csv"]
+
+
+def test_branch_choice_and_minimal_columns(tmp_path, capsys):
+    frame = make_traces()
+    write(frame, tmp_path / "t.parquet")
+    args = ["--form", "poly", "--degree", 1, "--mode", "free", "--no-plots"]
+    assert run_fit([tmp_path / "t.parquet", "--out", tmp_path / "u", "--branch", "uncond", *args], capsys)[0] == 0
+    rows = frame[(frame.branch == "uncond") & (frame.step > 0)]
+    got = json.loads((tmp_path / "u" / "fit.json").read_text())["selected"]["coefficients"]
+    np.testing.assert_allclose(got, np.polyfit(rows.x_rel_l1, rows.y_rel_l1, 1), rtol=1e-10)
+    minimal = cond_rows(frame[frame.seed == 0])[["prompt_id", "step", "x_rel_l1", "y_rel_l1"]]
+    write(minimal, tmp_path / "m.csv")
+    rc, _, err = run_fit([tmp_path / "m.csv", "--out", tmp_path / "m", "--no-plots"], capsys)
+    assert rc == 0, err
+    fit = json.loads((tmp_path / "m" / "fit.json").read_text())
+    assert {c["form"] for c in fit["candidates"]} == {"poly"}  # no num_steps/sigma: no time-aware forms
+
+
+def test_zero_x_is_a_warning(tmp_path, capsys):
+    frame = make_traces(branches=("cond",))
+    frame.loc[frame.index[3], "x_rel_l1"] = 0.0
+    write(frame, tmp_path / "t.parquet")
+    rc, _, err = run_fit([tmp_path / "t.parquet", "--out", tmp_path / "o", "--degree", 2, "--no-plots"], capsys)
+    assert rc == 0 and "warning" in err and "exactly 0" in err
+    assert json.loads((tmp_path / "o" / "fit.json").read_text())["data"]["warnings"]
+
+
+# ------------------------------------------------------------------------------------------ bad input
+
+
+def _bad_cases(tmp_path):
+    good = make_traces()
+    cases = {}
+    cases["missing column"] = (
+        [write(good.rename(columns={"y_rel_l1": "y"}), tmp_path / "renamed.csv")],
+        [],
+        ["y_rel_l1", "columns found", "x_rel_l1"],
+    )
+    nan = good.copy()
+    nan.loc[(nan.step == 5) & (nan.branch == "cond"), "y_rel_l1"] = np.nan
+    nan.loc[(nan.step == 6) & (nan.branch == "cond") & (nan.prompt_id == "p2"), "x_rel_l1"] = np.inf
+    cases["nan rows"] = ([write(nan, tmp_path / "nan.parquet")], [], ["NaN", "14 row", "prompt_id=p0 step=5"])
+    few = good[good.prompt_id.isin(["p0", "p1"])]
+    cases["too few prompts"] = ([write(few, tmp_path / "few.parquet")], [], ["prompt_id", "2 distinct", "at least 3"])
+    dup = write(good, tmp_path / "dup.parquet")
+    cases["duplicate keys"] = ([dup, dup], [], ["duplicate", "run_id", "prompt_id=p0 step=1"])
+    cases["unknown variant for packaged"] = (
+        [write(good.assign(variant="no-such-model"), tmp_path / "v.parquet")],
+        ["--compare", "packaged"],
+        ["--compare packaged", "no-such-model", "known:"],
+    )
+    cases["variant disagrees"] = ([write(good, tmp_path / "d.parquet")], ["--variant", "flux1-dev"],
+                                  ["--variant", "disagrees", "tiny-flux1"])  # fmt: skip
+    (tmp_path / "empty.csv").write_text("prompt_id,step,x_rel_l1,y_rel_l1\n")
+    cases["empty input"] = ([tmp_path / "empty.csv"], [], ["empty input", "empty.csv"])
+    (tmp_path / "junk.parquet").write_bytes(b"this is not parquet")
+    cases["unreadable"] = ([tmp_path / "junk.parquet"], [], ["cannot read", "junk.parquet"])
+    cases["not there"] = ([tmp_path / "missing.parquet"], [], ["missing.parquet", "does not exist"])
+    text = good.astype({"x_rel_l1": object})
+    text.loc[text.index[5], "x_rel_l1"] = "abc"
+    cases["non-numeric"] = ([write(text, tmp_path / "text.csv")], [], ["x_rel_l1", "expected numbers", "'abc'"])
+    cases["time form without column"] = (
+        [write(good.drop(columns=["num_steps"]), tmp_path / "ns.parquet")],
+        ["--form", "poly+step"],
+        ["poly+step", "num_steps", "columns found"],
+    )
+    cases["branch missing"] = ([write(cond_rows(good).drop(columns="branch"), tmp_path / "nb.parquet")],
+                               ["--branch", "cond"], ["--branch", "no 'branch' column"])  # fmt: skip
+    cases["bad compare"] = ([write(good, tmp_path / "c.parquet")], ["--compare", "1,x,3"], ["--compare", "'1,x,3'"])
+    return cases
+
+
+BAD_CASES = [
+    "missing column",
+    "nan rows",
+    "too few prompts",
+    "duplicate keys",
+    "unknown variant for packaged",
+    "variant disagrees",
+    "empty input",
+    "unreadable",
+    "not there",
+    "non-numeric",
+    "time form without column",
+    "branch missing",
+    "bad compare",
+]
+
+
+@pytest.mark.parametrize("case", BAD_CASES)
+def test_bad_input_exits_2_and_writes_nothing(tmp_path, capsys, case):
+    inputs, extra, words = _bad_cases(tmp_path / "in")[case]
+    out = tmp_path / "out"
+    rc, stdout, err = run_fit([*inputs, "--out", out, *extra], capsys)
+    assert rc == 2, (stdout, err)
+    assert err.count("error:") == 1
+    for word in words:
+        assert word in err, (word, err)
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_existing_out_dir_keeps_only_previous_files_on_error(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("x")
+    few = make_traces(n_prompts=2)
+    rc, _, _ = run_fit([write(few, tmp_path / "few.parquet"), "--out", out], capsys)
+    assert rc == 2 and sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+
+
+# ------------------------------------------------------------------------------------------- compare
+
+
+def _packaged_traces(scale: float) -> pd.DataFrame:
+    packaged = load_packaged("flux1-dev")
+    lo, hi = packaged.x_range
+    hi = hi if np.isfinite(hi) else 0.4
+
+    def truth(x, u, sigma):
+        t = packaged.time_input(int(round(u * 11)), 12, sigma)
+        return scale * packaged(x, t)
+
+    return make_traces(truth=truth, variant="flux1-dev", noise=0.001, x_range=(max(lo, 0.02), hi))
+
+
+@pytest.mark.parametrize(("scale", "verdict"), [(1.0, fitmod.VERDICT_OK), (1.5, fitmod.VERDICT_REFIT)])
+def test_compare_packaged_verdicts(tmp_path, capsys, scale, verdict):
+    traces = write(_packaged_traces(scale), tmp_path / "t.parquet")
+    rc, out, err = run_fit([traces, "--out", tmp_path / "o", "--compare", "packaged", "--no-plots"], capsys)
+    assert rc == 0, err
+    comp = json.loads((tmp_path / "o" / "fit.json").read_text())["comparison"]
+    assert comp["verdict"] == verdict
+    assert verdict in out.replace("\n", " ")
+    assert comp["margin"] == fitmod.DEFAULT_MARGIN and "flux1-dev" in comp["source"]
+    if scale == 1.0:
+        assert comp["r2"] > 0.99
+
+
+def test_compare_other_sources_and_margin(tmp_path, capsys, full_fit):
+    traces = full_fit["traces"]
+    base = ["--out", tmp_path / "o", "--no-plots", "--degree", 2, "--mode", "free", "--form", "poly"]
+    truth = "3.0,0.5,0.03"  # the generating polynomial: scores like the new fit
+    assert run_fit([traces, *base, "--compare", truth], capsys)[0] == 0
+    comp = json.loads((tmp_path / "o" / "fit.json").read_text())["comparison"]
+    assert comp["verdict"] == fitmod.VERDICT_OK and comp["r2"] > 0.99
+    off = "3.0,0.5,0.06"
+    assert run_fit([traces, *base, "--compare", off, "--margin", "0.2"], capsys)[0] == 0
+    comp = json.loads((tmp_path / "o" / "fit.json").read_text())["comparison"]
+    assert comp["verdict"] == fitmod.VERDICT_REFIT and comp["margin"] == 0.2
+    # a generous margin accepts the same coefficients
+    assert run_fit([traces, *base, "--compare", off, "--margin", "1000"], capsys)[0] == 0
+    assert json.loads((tmp_path / "o" / "fit.json").read_text())["comparison"]["verdict"] == fitmod.VERDICT_OK
+    # an earlier fit.json and a coefficient module are accepted too
+    assert run_fit([traces, *base, "--compare", full_fit["out"] / "fit.json"], capsys)[0] == 0
+    assert json.loads((tmp_path / "o" / "fit.json").read_text())["comparison"]["verdict"] == fitmod.VERDICT_OK
+    module = tmp_path / "coeffs.py"
+    shutil.copy(fitmod.__file__.replace("calib/fit.py", "teacache/coefficients/flux1.py"), module)
+    assert run_fit([traces, *base, "--compare", module], capsys)[0] == 0
+    assert json.loads((tmp_path / "o" / "fit.json").read_text())["comparison"]["verdict"] == fitmod.VERDICT_REFIT
+
+
+def test_load_traces_drops_only_first_steps(tmp_path):
+    frame = make_traces(branches=("cond",))
+    traces = load_traces([write(frame, tmp_path / "t.parquet")])
+    assert traces.dropped_first_steps == 6 * 2
+    assert len(traces.frame) == len(frame) - 12 and traces.branch == "cond"
