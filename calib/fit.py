@@ -671,6 +671,9 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, dict[str, byte
     fit = {
         "format_version": FORMAT_VERSION,
         "kind": FIT_KIND,
+        "variant": traces.variants[0] if len(traces.variants) == 1 else None,
+        "form": result["selected"]["form"],
+        "fitted_model": result["selected"]["label"],
         **result,
         "data": describe_data(traces),
         "options": {

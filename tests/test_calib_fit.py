@@ -295,7 +295,7 @@ def test_input_provenance_and_hashes(full_fit):
     assert len(files) == 1
     assert files[0]["sha256"] == hashlib.sha256(full_fit["traces"].read_bytes()).hexdigest()
     assert full_fit["fit"]["input"]["provenance"] == full_fit["prov"]
-    assert full_fit["fit"]["input"]["variants"] == ["tiny-flux1"]
+    assert full_fit["fit"]["input"]["variants"] == ["tiny-flux1"] and full_fit["fit"]["variant"] == "tiny-flux1"
     assert full_fit["fit"]["data"]["branch"] == "cond"
 
 
