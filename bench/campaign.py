@@ -19,6 +19,7 @@ from bench import report as report_cmd
 from bench import sweep as sweep_cmd
 from calib import fit as fit_cmd
 from calib import record as record_cmd
+from teacache.adapters import variant_setting
 from teacache.provenance import hardware_slug
 
 # Settings per embedded model: sized so the whole campaign fits in minutes on 2 CPU cores.
@@ -80,7 +81,10 @@ def run_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swee
         "--model", model, "--prompts", cfg["record_prompts"], "--seeds", record_seeds or cfg["record_seeds"],
         "--out", str(out / "traces"),
     ])  # fmt: skip
-    stage("fit", fit_cmd.main, [str(traces), "--out", str(out / "fit"), "--compare", "packaged"])
+    min_step = str(variant_setting(cfg["variant"], "SKIP_FIRST_N_STEPS"))
+    stage(
+        "fit", fit_cmd.main, [str(traces), "--out", str(out / "fit"), "--compare", "packaged", "--min-step", min_step]
+    )
     stage("sweep", sweep_cmd.main, [
         "--model", model, "--prompts", cfg["sweep_prompts"], "--seeds", sweep_seeds or cfg["sweep_seeds"],
         "--thresholds", thresholds or cfg["thresholds"], "--repeats", str(repeats or cfg["repeats"]),

@@ -34,6 +34,7 @@ from bench.replay import predict_schedules
 from calib.generation import generate
 from calib.prompts import MODEL_DEFAULT_SET, load_prompts, parse_seeds, parse_size
 from teacache import apply_teacache, load_model
+from teacache.api import variant_default
 from teacache.gate import GateConfig
 from teacache.io import FORMAT_VERSION, write_json, write_parquet
 from teacache.loading import model_defaults
@@ -115,7 +116,14 @@ def run_pair(model, settings, pair, thresholds, configs, repeats, adherence, ima
                 continue
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                with apply_teacache(model, rel_l1_thresh=t, coefficients=configs[t].rescale) as handle:
+                cfg = configs[t]
+                with apply_teacache(
+                    model,
+                    t,
+                    cfg.rescale,
+                    skip_first_n_steps=cfg.skip_first_n_steps,
+                    skip_last_n_steps=cfg.skip_last_n_steps,
+                ) as handle:
                     gen = generate(model, *args)
             times[t].append(gen.loop_s)
             stats = handle.stats
@@ -209,10 +217,11 @@ def run_sweep(args) -> Path:
     model = load_model(args.model, base_model=args.base_model, quantize=args.quantize)
     probe = apply_teacache(model, rel_l1_thresh=0.0)
     settings["variant"] = variant = probe.variant
-    default_threshold = probe.adapter.DEFAULT_THRESHOLD.get(variant, probe.adapter.DEFAULT_THRESHOLD["*"])
+    default_threshold = variant_default(probe.adapter, "DEFAULT_THRESHOLD", variant)
+    skip_first = variant_default(probe.adapter, "SKIP_FIRST_N_STEPS", variant)
     probe.restore()
     rescale = resolve_rescale(args.coefficients, variant)
-    configs = {t: GateConfig(t, rescale) for t in thresholds}
+    configs = {t: GateConfig(t, rescale, skip_first_n_steps=skip_first) for t in thresholds}
     adherence = _adherence_fn(variant)
     images_dir = args.out / "images" if args.save_images else None
     if todo:  # warm-up: compile and JIT once before anything is timed
@@ -248,14 +257,25 @@ def run_sweep(args) -> Path:
         keys = list(zip(runs["pair_id"], runs["threshold"], strict=True))
         runs["predicted_skipped"] = [float(lookup.get(k, float("nan"))) for k in keys]
     provenance = collect(
-        model=settings["model"], variant=variant, steps=settings["steps"], guidance=settings["guidance"],
-        resolution=f"{settings['width']}x{settings['height']}", thresholds=thresholds,
-        prompts=[{"id": k, "text": v} for k, v in settings["prompts"].items()], seeds=settings["seeds"],
-        repeats=args.repeats, max_rel_eps=MAX_REL_EPS, ssim=SSIM_SETTINGS, rescale=rescale.to_dict(),
-        rescale_floor=rescale.floor()[0], default_threshold=default_threshold, quantization=args.quantize,
+        model=settings["model"],
+        variant=variant,
+        steps=settings["steps"],
+        guidance=settings["guidance"],
+        resolution=f"{settings['width']}x{settings['height']}",
+        thresholds=thresholds,
+        prompts=[{"id": k, "text": v} for k, v in settings["prompts"].items()],
+        seeds=settings["seeds"],
+        repeats=args.repeats,
+        max_rel_eps=MAX_REL_EPS,
+        ssim=SSIM_SETTINGS,
+        rescale=rescale.to_dict(),
+        rescale_floor=configs[thresholds[-1]].rescale_floor(settings["steps"]),
+        default_threshold=default_threshold,
+        skip_first_n_steps=skip_first,
+        quantization=args.quantize,
         timing="denoising loop, before_loop to after_loop callbacks, after a warm-up",
         traces=str(args.traces) if args.traces else None,
-    )  # fmt: skip
+    )
     write_parquet(args.out / "decisions.parquet", decisions)
     write_parquet(args.out / "runs.parquet", runs)
     write_json(args.out / "provenance.json", provenance)

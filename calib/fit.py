@@ -10,6 +10,7 @@ Writes ``fit.json`` plus plots into ``--out``, all at the end, so a failed fit l
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import io
 import json
@@ -637,6 +638,12 @@ def setup_arg_parser() -> argparse.ArgumentParser:
         help="refit when the old RMSE exceeds the new cv RMSE by more than this (default 0.10)",
     )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.add_argument(
+        "--min-step",
+        type=int,
+        default=1,
+        help="fit on steps >= this (the gate's skip_first_n_steps: earlier steps are always computed)",
+    )
     return parser
 
 
@@ -648,6 +655,10 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, dict[str, byte
     if out.exists() and not out.is_dir():
         raise FitError(f"--out: {out} exists and is not a folder")
     traces = load_traces(args.traces, branch=args.branch, variant=args.variant)
+    if args.min_step < 1:
+        raise FitError(f"--min-step: expected an integer >= 1 (step 0 has no previous step), got {args.min_step}")
+    if args.min_step > 1:  # steps the gate always computes say nothing about when it may skip
+        traces = dataclasses.replace(traces, frame=traces.frame[traces.frame["step"] >= args.min_step])
     frame = traces.frame
     if args.form in _TIME_COLUMN and _TIME_COLUMN[args.form] not in frame.columns:
         raise FitError(
@@ -677,7 +688,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, dict[str, byte
         **result,
         "data": describe_data(traces),
         "options": {
-            k: getattr(args, k) for k in ("form", "degree", "mode", "time_degree", "branch", "variant", "folds")
+            k: getattr(args, k)
+            for k in ("form", "degree", "mode", "time_degree", "branch", "variant", "folds", "min_step")
         },
         "input": {
             "files": traces.files,

@@ -18,13 +18,14 @@ def apply_teacache(
     rel_l1_thresh: float | None = None,
     coefficients: RescaleFunction | Sequence[float] | None = None,
     *,
-    skip_first_n_steps: int = 1,
+    skip_first_n_steps: int | None = None,
     skip_last_n_steps: int = 1,
     max_consecutive_skips: int = 8,
     calibrate: bool = False,
 ) -> TeaCacheHandle:
     """Apply TeaCache to an mflux pipeline; use the handle as a context manager or call ``restore()``.
 
+    ``rel_l1_thresh`` and ``skip_first_n_steps`` default to the variant's settings (``None``).
     ``rel_l1_thresh``: skip while the accumulated rescaled signal stays below it; ``None`` takes the
     variant's default, ``0`` disables skipping (a fast path that creates no cache tensors).
     ``coefficients``: a :class:`RescaleFunction`, a published tuple (highest power first) or ``None``
@@ -37,7 +38,7 @@ def apply_teacache(
         raise RuntimeError("model: TeaCache is already applied to this pipeline; restore() the first handle")
     variant = adapter.variant(model)
     if rel_l1_thresh is None:
-        rel_l1_thresh = 0.0 if calibrate else adapter.DEFAULT_THRESHOLD.get(variant, adapter.DEFAULT_THRESHOLD["*"])
+        rel_l1_thresh = 0.0 if calibrate else variant_default(adapter, "DEFAULT_THRESHOLD", variant)
     elif isinstance(rel_l1_thresh, bool) or not isinstance(rel_l1_thresh, int | float) or math.isnan(rel_l1_thresh):
         raise ValueError(f"rel_l1_thresh: expected a number >= 0 or None, got {rel_l1_thresh!r}")
     default = load_packaged(variant) if variant in PACKAGED_MODULES else None
@@ -49,7 +50,11 @@ def apply_teacache(
     gate_config = GateConfig(
         rel_l1_thresh=float(rel_l1_thresh),
         rescale=as_rescale(coefficients, default),
-        skip_first_n_steps=skip_first_n_steps,
+        skip_first_n_steps=(
+            variant_default(adapter, "SKIP_FIRST_N_STEPS", variant)
+            if skip_first_n_steps is None
+            else skip_first_n_steps
+        ),
         skip_last_n_steps=skip_last_n_steps,
         max_consecutive_skips=max_consecutive_skips,
     )
@@ -59,3 +64,9 @@ def apply_teacache(
         controller.mark_warned("floor")  # said once here; not again at every generation
     restore = adapter.install(model, controller)
     return TeaCacheHandle(model, adapter, controller, variant, restore)
+
+
+def variant_default(adapter, table: str, variant: str):
+    """A per-variant setting of an adapter (``DEFAULT_THRESHOLD``, ``SKIP_FIRST_N_STEPS``), "*" as fallback."""
+    values = getattr(adapter, table)
+    return values.get(variant, values["*"])

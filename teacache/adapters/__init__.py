@@ -35,3 +35,12 @@ def adapter_for(model) -> ModuleType:
         f"model: TeaCache does not support {type(model).__name__}; supported variants: "
         f"{', '.join(supported_variants())}"
     )
+
+
+def variant_setting(variant: str, table: str):
+    """A per-variant gate setting (``DEFAULT_THRESHOLD``, ``SKIP_FIRST_N_STEPS``) without a loaded model."""
+    for module in adapters():
+        if variant in module.VARIANTS:
+            values = getattr(module, table)
+            return values.get(variant, values["*"])
+    raise ValueError(f"variant: unknown variant {variant!r}; supported: {', '.join(supported_variants())}")

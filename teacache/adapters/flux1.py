@@ -24,6 +24,7 @@ _MODEL_NAMES = {
 }
 # Upstream TeaCache's FLUX.1-dev setting for ~1.5x at 28 steps (README of ali-vilab/TeaCache).
 DEFAULT_THRESHOLD = {"*": 0.25}
+SKIP_FIRST_N_STEPS = {"*": 1}
 
 
 def flux1_signal(transformer: Transformer, t: int, config, hidden_states: mx.array, pooled_prompt_embeds: mx.array):
