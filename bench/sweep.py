@@ -2,7 +2,7 @@
 
 Per (prompt, seed) pair, in one process after a warm-up, interleaved: each repeat runs vanilla and
 every threshold once, the order rotated from repeat to repeat. Raw records only
-(runs.parquet, decisions.parquet, provenance.json);
+(runs.parquet, decisions.parquet, noop.parquet, provenance.json);
 ``teacache-bench report`` derives everything else. Resumable per pair: finished pairs live in
 ``DIR/pairs/<pair_id>.*.parquet`` and are never redone.
 
@@ -22,6 +22,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import mlx.core as mx
 import numpy as np
 import pandas as pd
 from PIL import Image
@@ -105,6 +106,7 @@ def run_pair(model, settings, pair, thresholds, configs, repeats, adherence, ima
     times: dict = {"vanilla": []} | {t: [] for t in thresholds}
     first: dict = {}
     logs: dict = {}
+    vanilla_equal: list[bool] = []
     order: list = ["vanilla", *thresholds]
     for repeat in range(repeats):
         # rotate the order each repeat so no setting always runs first (cache and allocator effects)
@@ -113,6 +115,7 @@ def run_pair(model, settings, pair, thresholds, configs, repeats, adherence, ima
                 vanilla = generate(model, *args)
                 times["vanilla"].append(vanilla.loop_s)
                 first.setdefault("vanilla", vanilla)
+                vanilla_equal.append(bool(mx.array_equal(vanilla.latents, first["vanilla"].latents).item()))
                 continue
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -164,7 +167,32 @@ def run_pair(model, settings, pair, thresholds, configs, repeats, adherence, ima
             "image_path": _save(images_dir, run_id, gen.image),
         })  # fmt: skip
         decisions += [{"run_id": run_id, **d.as_dict()} for d in stats.log]
-    return rows, decisions
+    noop = proxy_noop(model, args, configs[thresholds[-1]], ref, base)  # args: this pair's generation arguments
+    noop["vanilla_repeats_equal"] = all(vanilla_equal)  # every vanilla repeat, before and after TeaCache runs
+    return rows, decisions, noop
+
+
+def proxy_noop(model, args, config: GateConfig, ref, base: dict) -> dict:
+    """The proxy fully active (signal, decision, residual) with every step forced to compute.
+
+    Where the integration re-walks the forward or swaps a compiled predict for an uncompiled one,
+    this measures how far that execution path alone moves the result (oracle 3 of the test pyramid).
+    """
+    steps = base["num_steps"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with apply_teacache(model, config.rel_l1_thresh, config.rescale, skip_first_n_steps=steps) as handle:
+            gen = generate(model, *args)
+    assert handle.stats.skipped == 0
+    return {
+        **base,
+        "run_id": f"{base['pair_id']}-proxy-noop",
+        "kind": "proxy-noop",
+        "bit_exact": bool(mx.array_equal(gen.latents, ref.latents).item()),
+        "wall_s_median": gen.loop_s,
+        **latent_metrics(np.array(gen.latents), np.array(ref.latents)),
+        **image_metrics(gen.image, ref.image),
+    }
 
 
 def _save(images_dir: Path | None, name: str, image: np.ndarray) -> str | None:
@@ -241,14 +269,18 @@ def run_sweep(args) -> Path:
     with Progress() as progress:
         task = progress.add_task("sweep", total=len(todo))
         for pair in todo:
-            rows, decisions = run_pair(model, settings, pair, thresholds, configs, args.repeats, adherence, images_dir)
+            rows, decisions, noop = run_pair(
+                model, settings, pair, thresholds, configs, args.repeats, adherence, images_dir
+            )
             pair_id = f"{pair[0]}-s{pair[2]}"
             write_parquet(parts / f"{pair_id}.decisions.parquet", pd.DataFrame(decisions, columns=_DECISION_COLUMNS))
+            write_parquet(parts / f"{pair_id}.noop.parquet", pd.DataFrame([noop]))
             write_parquet(parts / f"{pair_id}.runs.parquet", pd.DataFrame(rows))  # last: marks the pair done
             progress.advance(task)
     order = [f"{p[0]}-s{p[2]}" for p in pairs]
     runs = pd.concat([pd.read_parquet(parts / f"{pid}.runs.parquet") for pid in order], ignore_index=True)
     decisions = pd.concat([pd.read_parquet(parts / f"{pid}.decisions.parquet") for pid in order], ignore_index=True)
+    noop = pd.concat([pd.read_parquet(parts / f"{pid}.noop.parquet") for pid in order], ignore_index=True)
     runs["predicted_skipped"] = float("nan")
     if args.traces is not None:
         predicted = predict_schedules(pd.read_parquet(args.traces), configs)
@@ -277,6 +309,7 @@ def run_sweep(args) -> Path:
         traces=str(args.traces) if args.traces else None,
     )
     write_parquet(args.out / "decisions.parquet", decisions)
+    write_parquet(args.out / "noop.parquet", noop)
     write_parquet(args.out / "runs.parquet", runs)
     write_json(args.out / "provenance.json", provenance)
     return args.out / "runs.parquet"
