@@ -91,6 +91,11 @@ def hardware_slug(info: dict | None = None) -> str:
     return f"{info['backend']}-{name[:40]}{suffix}"
 
 
+def tolerance_module_name(slug: str) -> str:
+    """The Python module name of a hardware's generated tolerances (tests/tolerances/<name>.py)."""
+    return slug.replace("-", "_").replace(".", "_")
+
+
 def collect(argv: list[str] | None = None, **fields) -> dict:
     """The provenance block of DESIGN.md, plus whatever the caller adds (model, steps, prompts...)."""
     import mlx.core as mx

@@ -11,16 +11,12 @@ import warnings
 from types import ModuleType
 
 
-def module_name_for(slug: str) -> str:
-    return slug.replace("-", "_").replace(".", "_")
-
-
 def load_tolerances(slug: str | None = None) -> ModuleType:
-    from teacache.provenance import hardware_slug
+    from teacache.provenance import hardware_slug, tolerance_module_name
 
     slug = slug or hardware_slug()
     try:
-        return importlib.import_module(f"tests.tolerances.{module_name_for(slug)}")
+        return importlib.import_module(f"tests.tolerances.{tolerance_module_name(slug)}")
     except ModuleNotFoundError:
         warnings.warn(
             f"no tolerance module for hardware {slug!r}: using tests/tolerances/provisional.py "
