@@ -236,3 +236,39 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def check_run(tol, variant: str, run: dict) -> dict[str, bool]:
+    """Which tolerances one measured run satisfies. ``run`` may hold: skipped, ssim, psnr (at the
+    tolerance threshold), proxy_noop_bit_exact / proxy_noop_cosine / proxy_noop_max_abs, restore_ok."""
+    p = prefix(variant)
+    verdict: dict[str, bool] = {}
+    if "skipped" in run:
+        lo, hi = getattr(tol, f"{p}_SKIP_BAND")
+        verdict["skip_band"] = lo <= run["skipped"] <= hi
+    if "ssim" in run and hasattr(tol, f"{p}_SSIM_FLOOR"):
+        verdict["ssim_floor"] = run["ssim"] >= getattr(tol, f"{p}_SSIM_FLOOR")
+    if "psnr" in run and hasattr(tol, f"{p}_PSNR_FLOOR"):
+        verdict["psnr_floor"] = run["psnr"] >= getattr(tol, f"{p}_PSNR_FLOOR")
+    if "proxy_noop_bit_exact" in run:
+        if getattr(tol, f"{p}_PROXY_NOOP", None) == "bit-exact":
+            verdict["proxy_noop"] = bool(run["proxy_noop_bit_exact"])
+        else:
+            verdict["proxy_noop"] = run["proxy_noop_cosine"] >= getattr(tol, f"{p}_PROXY_NOOP_MIN_COSINE") and run[
+                "proxy_noop_max_abs"
+            ] <= getattr(tol, f"{p}_PROXY_NOOP_MAX_ABS")
+    if "restore_ok" in run:
+        verdict["restore"] = bool(run["restore_ok"])
+    return verdict
+
+
+def load_module(path: Path):
+    """Import a generated tolerance module from a path."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"_tolerances_{Path(path).stem}", path)
+    if spec is None or spec.loader is None or not Path(path).exists():
+        raise ValueError(f"--tolerances: cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -1,0 +1,228 @@
+"""``teacache-bench gapcheck``: do the tolerances separate measured noise from real bugs?
+
+Runs the correct wrapper and each deliberately broken one (``bench.mutants``) on the same prompts
+and seeds, at the settings a generated tolerance module was measured with, and reports for every
+tolerance the correct wrapper's values (the noise), each mutant's value and whether the tolerance
+separates them. A tolerance that catches none of the mutants it exists for is flagged, and so is a
+mutant no tolerance catches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+import pandas as pd
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from bench.mutants import MUTANTS, Mutant, apply_mutant, leftovers
+from bench.sweep import image_metrics, latent_metrics
+from bench.tolerances import PROJECT_ROOT, check_run, load_module, prefix
+from calib.generation import generate
+from calib.prompts import MODEL_DEFAULT_SET, load_prompts, parse_seeds
+from teacache import apply_teacache, load_model
+from teacache.gate import GateConfig
+from teacache.io import write_json, write_text
+from teacache.provenance import collect, hardware_slug, tolerance_module_name
+from teacache.rescale import RescaleFunction
+
+TOLERANCES = ("proxy_noop", "ssim_floor", "psnr_floor", "skip_band", "restore")
+CORRECT = "correct"
+
+
+def setup_arg_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="teacache-bench gapcheck", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="tiny-shapes")
+    parser.add_argument("--tolerances", type=Path, default=None, help="default: tests/tolerances/<hardware>.py")
+    parser.add_argument("--prompts", default=None)
+    parser.add_argument("--seeds", default="0")
+    parser.add_argument("--max-prompts", type=int, default=4)
+    parser.add_argument("--out", type=Path, required=True)
+    return parser
+
+
+def _force_restore(model, original) -> None:
+    """Undo whatever a broken restore left behind, so the next mutant starts clean."""
+    model.transformer = original
+    if "_predict" in vars(model):
+        object.__delattr__(model, "_predict")
+    registry = model.callbacks
+    from teacache.core import StepController
+
+    for lst in (registry.before_loop, registry.in_loop, registry.after_loop, registry.interrupt):
+        lst[:] = [c for c in lst if not isinstance(c, StepController)]
+
+
+def measure(model, mutant: Mutant | None, settings: dict, args: tuple, vanilla) -> dict:
+    """One wrapper (correct when mutant is None) on one pair: quality, skips, proxy no-op, restore."""
+    rescale = RescaleFunction.from_dict(settings["rescale"])
+    steps = settings["steps"]
+    original = model.transformer
+    row: dict = {}
+    for noop in (False, True):
+        config = GateConfig(
+            settings["threshold"], rescale, skip_first_n_steps=steps if noop else settings["skip_first_n_steps"]
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if mutant is None:
+                handle = apply_teacache(
+                    model, config.rel_l1_thresh, rescale, skip_first_n_steps=config.skip_first_n_steps
+                )
+            else:
+                handle = apply_mutant(model, mutant, config)
+            try:
+                gen = generate(model, *args)
+            finally:
+                handle.restore()
+        left = leftovers(model, original)
+        after = generate(model, *args)
+        bit_exact_after = bool(mx.array_equal(after.latents, vanilla.latents).item())
+        if left:
+            _force_restore(model, original)
+        lat = latent_metrics(np.array(gen.latents), np.array(vanilla.latents))
+        if noop:
+            row.update(proxy_noop_bit_exact=bool(mx.array_equal(gen.latents, vanilla.latents).item()),
+                       proxy_noop_cosine=lat["cosine"], proxy_noop_max_abs=lat["max_abs"])  # fmt: skip
+        else:
+            row.update(skipped=handle.stats.skipped, **image_metrics(gen.image, vanilla.image))
+            row.update(restore_ok=bit_exact_after and not left, leftovers=", ".join(left))
+    return row
+
+
+def run_gapcheck(args) -> dict:
+    tol_path = args.tolerances or PROJECT_ROOT / "tests" / "tolerances" / f"{tolerance_module_name(hardware_slug())}.py"
+    tol = load_module(tol_path)
+    model = load_model(args.model)
+    probe = apply_teacache(model, rel_l1_thresh=0.0)
+    variant = probe.variant
+    probe.restore()
+    p = prefix(variant)
+    if not hasattr(tol, f"{p}_SETTINGS"):
+        raise ValueError(f"--tolerances: {tol_path} has no constants for {variant} (variants: {tol.VARIANTS})")
+    settings = getattr(tol, f"{p}_SETTINGS")
+    width, height = (int(v) for v in settings["resolution"].split("x"))
+    prompts = load_prompts(args.prompts or MODEL_DEFAULT_SET.get(args.model, "default"))
+    pairs = [(pid, text, s) for pid, text in list(prompts.items())[: args.max_prompts] for s in parse_seeds(args.seeds)]
+    rows = []
+    with Progress() as progress:
+        task = progress.add_task("gapcheck", total=len(pairs) * (len(MUTANTS) + 1))
+        for pid, text, seed in pairs:
+            gen_args = (text, seed, settings["steps"], width, height, settings["guidance"])
+            generate(model, *gen_args)  # warm-up: the first run after an eager one can differ (see README)
+            vanilla = generate(model, *gen_args)
+            for mutant in (None, *MUTANTS):
+                row = measure(model, mutant, settings, gen_args, vanilla)
+                row.update(wrapper=mutant.name if mutant else CORRECT, pair=f"{pid}-s{seed}")
+                row.update({f"ok_{k}": v for k, v in check_run(tol, variant, row).items()})
+                rows.append(row)
+                progress.advance(task)
+    frame = pd.DataFrame(rows)
+    return {"variant": variant, "tolerances": str(tol_path), "frame": frame, "tol": tol, "settings": settings}
+
+
+def summarize(result: dict) -> dict:
+    """Per tolerance: noise, each mutant's worst value, and whether it separates them."""
+    frame, variant = result["frame"], result["variant"]
+    value_of = {"proxy_noop": "proxy_noop_max_abs", "ssim_floor": "ssim", "psnr_floor": "psnr",
+                "skip_band": "skipped", "restore": "restore_ok"}  # fmt: skip
+    correct = frame[frame["wrapper"] == CORRECT]
+    table = {}
+    for name in TOLERANCES:
+        col = f"ok_{name}"
+        if col not in frame:
+            continue
+        entry = {"noise_passes": bool(correct[col].all()), "noise": _describe(correct[value_of[name]]), "mutants": {}}
+        for mutant in MUTANTS:
+            sub = frame[frame["wrapper"] == mutant.name]
+            caught = not bool(sub[col].all())
+            entry["mutants"][mutant.name] = {"value": _describe(sub[value_of[name]]), "caught": caught,
+                                             "exists_for": name in mutant.caught_by}  # fmt: skip
+        meant = [m for m, v in entry["mutants"].items() if v["exists_for"]]
+        entry["separates"] = entry["noise_passes"] and any(entry["mutants"][m]["caught"] for m in meant)
+        entry["flag"] = bool(meant) and not any(entry["mutants"][m]["caught"] for m in meant)
+        table[name] = entry
+    uncaught = [m.name for m in MUTANTS if not any(t["mutants"][m.name]["caught"] for t in table.values())]
+    return {"variant": variant, "tolerances": result["tolerances"], "table": table, "uncaught_mutants": uncaught,
+            "pairs": sorted(frame["pair"].unique())}  # fmt: skip
+
+
+def _describe(values: pd.Series) -> str:
+    v = values.dropna()
+    if v.empty:
+        return "-"
+    if v.dtype == bool:
+        return f"{int(v.sum())}/{len(v)} ok"
+    v = v.astype(float)
+    return f"{v.min():.6g}..{v.max():.6g}" if v.min() != v.max() else f"{v.min():.6g}"
+
+
+def render_markdown(summary: dict, provenance: dict) -> str:
+    lines = [
+        f"# Gap check: {summary['variant']}",
+        "",
+        f"Tolerances: `{Path(summary['tolerances']).name}`; pairs: {', '.join(summary['pairs'])}; "
+        f"{provenance['date_utc']} on {provenance['backend']} {provenance['device_name']}, mlx "
+        f"{provenance['versions']['mlx']}, mflux {provenance['versions']['mflux']}.",
+        "",
+        "For each tolerance: the correct wrapper's values (the noise), each mutant's values, and whether the",
+        "tolerance catches it (**caught**). *for* marks the mutants the tolerance exists to catch.",
+        "",
+        "| tolerance | noise (correct) | " + " | ".join(m.name for m in MUTANTS) + " | verdict |",
+        "|---|---|" + "---|" * len(MUTANTS) + "---|",
+    ]
+    for name, entry in summary["table"].items():
+        cells = []
+        for m in MUTANTS:
+            v = entry["mutants"][m.name]
+            mark = "**caught**" if v["caught"] else "passes"
+            cells.append(f"{v['value']} {mark}{' *for*' if v['exists_for'] else ''}")
+        noise = f"{entry['noise']} ({'passes' if entry['noise_passes'] else 'FAILS'})"
+        verdict = "FLAG: catches none of its mutants" if entry["flag"] else ("separates" if entry["separates"] else "-")
+        lines.append(f"| {name} | {noise} | " + " | ".join(cells) + f" | {verdict} |")
+    lines.append("")
+    if summary["uncaught_mutants"]:
+        lines.append(f"**Mutants no tolerance catches: {', '.join(summary['uncaught_mutants'])}.**")
+    else:
+        lines.append("Every mutant is caught by at least one tolerance.")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = setup_arg_parser().parse_args(argv)
+    try:
+        result = run_gapcheck(args)
+    except ValueError as exc:
+        print(f"teacache-bench gapcheck: {exc}", file=sys.stderr)
+        return 2
+    summary = summarize(result)
+    provenance = collect(model=args.model, variant=result["variant"], settings=result["settings"])
+    write_text(args.out / "gapcheck.md", render_markdown(summary, provenance))
+    write_json(args.out / "gapcheck.json", {"summary": summary, "provenance": provenance,
+                                            "runs": json.loads(result["frame"].to_json(orient="records"))})  # fmt: skip
+    table = Table(title=f"gap check: {result['variant']}")
+    table.add_column("tolerance")
+    table.add_column("noise passes")
+    table.add_column("catches")
+    table.add_column("verdict")
+    for name, entry in summary["table"].items():
+        caught = [m for m, v in entry["mutants"].items() if v["caught"]]
+        verdict = "FLAG" if entry["flag"] else ("separates" if entry["separates"] else "-")
+        table.add_row(name, str(entry["noise_passes"]), ", ".join(caught) or "-", verdict)
+    Console().print(table)
+    if summary["uncaught_mutants"]:
+        print(f"mutants no tolerance catches: {', '.join(summary['uncaught_mutants'])}")
+    print(f"wrote {args.out / 'gapcheck.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
