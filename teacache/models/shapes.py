@@ -1,0 +1,713 @@
+"""``tiny-shapes``: a small trained text-to-image model on mflux's own ``Flux2Transformer``.
+
+Real FLUX weights are gigabytes; random weights give noise-like trajectories that say nothing about
+how a trained model's steps relate. This model is trained (``python -m teacache.models.train_shapes``)
+with flow matching on procedurally drawn 32x32 images ("a red circle on a blue background at the
+left"), so it has real denoising dynamics, follows its prompts, and runs a 28-step generation on a CPU
+in about a second. Its pipeline is driven exactly like mflux's ``Flux2Klein``: the same scheduler, the
+same ``_predict`` closure (compiled, with CFG inside), the same callbacks, one ``mx.eval`` per step.
+
+Pixels go straight into the transformer as 2x2 patches (12 channels, 256 tokens); there is no VAE.
+The text encoder is a learned token embedding over a fixed vocabulary.
+"""
+
+from __future__ import annotations
+
+import teacache  # noqa: F401  (first: it loads OpenBLAS before mlx on Linux CPUs)
+
+# isort: split
+import dataclasses
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+import PIL.Image
+from mflux.callbacks.callback_registry import CallbackRegistry
+from mflux.models.common.config.config import Config
+from mflux.models.common.config.model_config import ModelConfig
+from mflux.models.flux2.latent_creator.flux2_latent_creator import Flux2LatentCreator
+from mflux.models.flux2.model.flux2_text_encoder.prompt_encoder import Flux2PromptEncoder
+from mflux.models.flux2.model.flux2_transformer.transformer import Flux2Transformer
+from mflux.utils.apple_silicon import AppleSiliconUtil
+from mflux.utils.exceptions import StopImageGenerationException
+from mflux.utils.image_util import ImageUtil
+from mlx import nn
+from mlx.utils import tree_flatten
+
+from teacache._platform import use_float32_on_cpu
+
+MODEL_NAME = "tiny-shapes"
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
+DEFAULT_WEIGHTS = WEIGHTS_DIR / "tiny-shapes.safetensors"
+DEFAULT_MANIFEST = WEIGHTS_DIR / "tiny-shapes.json"
+
+# ---------------------------------------------------------------------------------------------------
+# Data recipe. Bump RECIPE_VERSION whenever anything below changes what an image or a token id means:
+# the manifest records it and the loader refuses weights trained on another recipe.
+# ---------------------------------------------------------------------------------------------------
+RECIPE_VERSION = 1
+IMAGE_SIZE = 32
+PATCH = 2
+LATENT_SIDE = IMAGE_SIZE // PATCH  # 16 x 16 = 256 image tokens
+LATENT_CHANNELS = 3 * PATCH * PATCH  # 12
+TEXT_LEN = 12
+
+PALETTE: dict[str, tuple[int, int, int]] = {
+    "red": (220, 40, 40),
+    "green": (40, 180, 60),
+    "blue": (40, 70, 220),
+    "yellow": (235, 210, 40),
+    "purple": (140, 50, 180),
+    "orange": (240, 140, 30),
+    "white": (245, 245, 245),
+    "black": (20, 20, 20),
+}
+SHAPES: tuple[str, ...] = ("circle", "square", "triangle", "ring")
+# Anchor of each position as (x, y) in pixels; pixel (row i, column j) has its centre at (j + .5, i + .5).
+POSITIONS: dict[str, tuple[float, float]] = {
+    "left": (9.0, 16.0),
+    "right": (23.0, 16.0),
+    "top": (16.0, 9.0),
+    "bottom": (16.0, 23.0),
+    "center": (16.0, 16.0),
+}
+JITTER = 1.5  # the shape's centre moves uniformly within +-JITTER pixels of its anchor
+SIZE_RANGE = (4.5, 7.0)  # "radius" r, uniform: circle radius, square half-side 0.85 r, triangle height 1.7 r
+PROMPT_TEMPLATE = "a {color} {shape} on a {background} background at the {position}"
+PAD = "<pad>"
+FILLER_WORDS: tuple[str, ...] = ("a", "on", "background", "at", "the")
+VOCAB: tuple[str, ...] = (PAD, *FILLER_WORDS, *PALETTE, *SHAPES, *POSITIONS)
+TOKEN_IDS: dict[str, int] = {word: i for i, word in enumerate(VOCAB)}
+HELD_OUT_MODULUS = 10  # about 1 combination in 10 is never drawn for training
+
+
+@dataclasses.dataclass(frozen=True)
+class ShapeSpec:
+    """What one image shows; every field is a word of the vocabulary."""
+
+    color: str
+    shape: str
+    background: str
+    position: str
+
+    def __post_init__(self) -> None:
+        for field, allowed in (
+            ("color", PALETTE),
+            ("shape", SHAPES),
+            ("background", PALETTE),
+            ("position", POSITIONS),
+        ):
+            value = getattr(self, field)
+            if value not in allowed:
+                raise ValueError(f"{field}: unknown {value!r}; expected one of {', '.join(allowed)}")
+        if self.color == self.background:
+            raise ValueError(f"color and background are both {self.color!r}: the shape would be invisible")
+
+    @property
+    def prompt(self) -> str:
+        return PROMPT_TEMPLATE.format(**dataclasses.asdict(self))
+
+    @property
+    def held_out(self) -> bool:
+        return is_held_out(self)
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z<>]+", text.lower())
+
+
+def _unknown_word_error(word: str) -> ValueError:
+    return ValueError(f"prompt: unknown word {word!r}; the tiny-shapes vocabulary is: {', '.join(VOCAB[1:])}")
+
+
+def tokenize(text: str) -> np.ndarray:
+    """Prompt -> ``TEXT_LEN`` int32 ids, right-padded with 0 (``<pad>``); the empty prompt is all padding."""
+    ids = []
+    for word in _words(text):
+        if word not in TOKEN_IDS or word == PAD:
+            raise _unknown_word_error(word)
+        ids.append(TOKEN_IDS[word])
+    if len(ids) > TEXT_LEN:
+        raise ValueError(f"prompt: {len(ids)} words, at most {TEXT_LEN} fit: {text!r}")
+    return np.array(ids + [0] * (TEXT_LEN - len(ids)), dtype=np.int32)
+
+
+def parse_prompt(text: str) -> ShapeSpec:
+    """Read a prompt back into a spec: the colour before the shape, the colour before "background"."""
+    words = _words(text)
+    for word in words:
+        if word not in TOKEN_IDS or word == PAD:
+            raise _unknown_word_error(word)
+    shapes = [w for w in words if w in SHAPES]
+    positions = [w for w in words if w in POSITIONS]
+    if len(shapes) != 1 or len(positions) != 1:
+        raise ValueError(
+            f"prompt: needs exactly one shape ({', '.join(SHAPES)}) and one position "
+            f"({', '.join(POSITIONS)}): {text!r}; e.g. {ShapeSpec('red', 'circle', 'blue', 'left').prompt!r}"
+        )
+    i_shape = words.index(shapes[0])
+    color = next((w for w in reversed(words[:i_shape]) if w in PALETTE), None)
+    background = None
+    if "background" in words:
+        i_bg = words.index("background")
+        background = next((w for w in reversed(words[:i_bg]) if w in PALETTE), None)
+    if color is None or background is None:
+        raise ValueError(
+            f"prompt: needs a colour before the shape and a colour before 'background': {text!r}; "
+            f"e.g. {ShapeSpec('red', 'circle', 'blue', 'left').prompt!r}"
+        )
+    return ShapeSpec(color=color, shape=shapes[0], background=background, position=positions[0])
+
+
+def is_held_out(spec: ShapeSpec) -> bool:
+    """A fixed ~10% of all combinations, by hash: never drawn for training, used for evaluation."""
+    key = f"{spec.color}|{spec.shape}|{spec.background}|{spec.position}".encode()
+    return int.from_bytes(hashlib.sha256(key).digest()[:8], "big") % HELD_OUT_MODULUS == 0
+
+
+def all_specs() -> list[ShapeSpec]:
+    """Every combination (8 colours x 7 backgrounds x 4 shapes x 5 positions = 1120), in a fixed order."""
+    return [ShapeSpec(c, s, b, p) for c in PALETTE for b in PALETTE if b != c for s in SHAPES for p in POSITIONS]
+
+
+def split_specs(split: str) -> list[ShapeSpec]:
+    """``"train"``, ``"held_out"`` or ``"all"``."""
+    if split == "all":
+        return all_specs()
+    if split not in ("train", "held_out"):
+        raise ValueError(f"split: unknown {split!r}; expected train, held_out or all")
+    want = split == "held_out"
+    return [s for s in all_specs() if is_held_out(s) == want]
+
+
+def sample_spec(rng: np.random.Generator, split: str = "train") -> ShapeSpec:
+    """One combination drawn uniformly from a split."""
+    specs = split_specs(split)
+    return specs[int(rng.integers(len(specs)))]
+
+
+def sample_specs(rng: np.random.Generator, n: int, split: str = "train") -> list[ShapeSpec]:
+    specs = split_specs(split)
+    return [specs[i] for i in rng.integers(len(specs), size=n)]
+
+
+def evaluation_specs(n: int = 64, seed: int = 0) -> list[ShapeSpec]:
+    """``n`` distinct held-out combinations in a fixed order: the model card's and the tests' prompts."""
+    specs = split_specs("held_out")
+    if n > len(specs):
+        raise ValueError(f"n: only {len(specs)} held-out combinations exist, asked for {n}")
+    order = np.random.default_rng(seed).permutation(len(specs))[:n]
+    return [specs[i] for i in order]
+
+
+def _shape_masks(shape_ids: np.ndarray, cx: np.ndarray, cy: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """(B,) shape indices, centres and sizes -> (B, H, W) boolean masks (each shape's centroid at cx, cy)."""
+    coords = np.arange(IMAGE_SIZE, dtype=np.float32) + 0.5
+    dx = coords[None, None, :] - cx[:, None, None]
+    dy = coords[None, :, None] - cy[:, None, None]
+    r = r[:, None, None]
+    dist = np.sqrt(dx**2 + dy**2)
+    circle = dist <= r
+    ring = circle & (dist >= r - np.maximum(2.2, 0.4 * r))
+    square = (np.abs(dx) <= 0.85 * r) & (np.abs(dy) <= 0.85 * r)
+    height = 1.7 * r
+    from_apex = dy + 2.0 * height / 3.0  # apex up; the centroid of a triangle sits 2/3 of the way down
+    triangle = (from_apex >= 0) & (from_apex <= height) & (np.abs(dx) <= from_apex * 0.577)
+    stacked = np.stack([circle, square, triangle, ring])  # order of SHAPES
+    return stacked[shape_ids, np.arange(len(shape_ids))]
+
+
+def render_batch(specs: Sequence[ShapeSpec], rng: np.random.Generator) -> np.ndarray:
+    """Specs -> (B, H, W, 3) float32 in [-1, 1]; position and size jitter drawn from ``rng``."""
+    n = len(specs)
+    offsets = rng.uniform(-JITTER, JITTER, size=(n, 2))
+    sizes = rng.uniform(*SIZE_RANGE, size=n)
+    anchors = np.array([POSITIONS[s.position] for s in specs], dtype=np.float64).reshape(n, 2)
+    shape_ids = np.array([SHAPES.index(s.shape) for s in specs], dtype=np.int64)
+    masks = _shape_masks(shape_ids, anchors[:, 0] + offsets[:, 0], anchors[:, 1] + offsets[:, 1], sizes)
+    fg = np.array([PALETTE[s.color] for s in specs], dtype=np.float32).reshape(n, 1, 1, 3)
+    bg = np.array([PALETTE[s.background] for s in specs], dtype=np.float32).reshape(n, 1, 1, 3)
+    images = np.where(masks[..., None], fg, bg) / 255.0
+    return (images * 2.0 - 1.0).astype(np.float32)
+
+
+def render(spec: ShapeSpec, rng: np.random.Generator) -> np.ndarray:
+    """One spec -> (H, W, 3) float32 image in [-1, 1]."""
+    return render_batch([spec], rng)[0]
+
+
+def patchify(images):
+    """(B, H, W, 3) -> (B, 256, 12) tokens, channel order as mflux's FLUX.2 patchify + pack (c, dy, dx)."""
+    b = images.shape[0]
+    x = images.transpose(0, 3, 1, 2).reshape(b, 3, LATENT_SIDE, PATCH, LATENT_SIDE, PATCH)
+    x = x.transpose(0, 1, 3, 5, 2, 4).reshape(b, LATENT_CHANNELS, LATENT_SIDE * LATENT_SIDE)
+    return x.transpose(0, 2, 1)
+
+
+def unpatchify(latents):
+    """(B, 256, 12) tokens -> (B, H, W, 3); the inverse of :func:`patchify`."""
+    b = latents.shape[0]
+    x = latents.reshape(b, LATENT_SIDE, LATENT_SIDE, LATENT_CHANNELS).transpose(0, 3, 1, 2)
+    x = x.reshape(b, 3, PATCH, PATCH, LATENT_SIDE, LATENT_SIDE).transpose(0, 1, 4, 2, 5, 3)
+    return x.reshape(b, 3, IMAGE_SIZE, IMAGE_SIZE).transpose(0, 2, 3, 1)
+
+
+def to_uint8(images) -> np.ndarray:
+    """[-1, 1] images (any leading shape, channels last) -> uint8, rounded like mflux's ImageUtil."""
+    array = np.asarray(images, dtype=np.float32)
+    return (np.clip(array / 2.0 + 0.5, 0.0, 1.0) * 255.0).round().astype(np.uint8)
+
+
+def recipe() -> dict:
+    """The data recipe as data: stored in the manifest, compared on load."""
+    return {
+        "version": RECIPE_VERSION,
+        "image_size": IMAGE_SIZE,
+        "patch": PATCH,
+        "text_len": TEXT_LEN,
+        "vocab": list(VOCAB),
+        "palette": {k: list(v) for k, v in PALETTE.items()},
+        "shapes": list(SHAPES),
+        "positions": {k: list(v) for k, v in POSITIONS.items()},
+        "jitter_px": JITTER,
+        "size_range": list(SIZE_RANGE),
+        "prompt_template": PROMPT_TEMPLATE,
+        "held_out": f"sha256('color|shape|background|position')[:8] % {HELD_OUT_MODULUS} == 0",
+        "n_combinations": len(all_specs()),
+        "n_held_out": len(split_specs("held_out")),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------
+# Model
+# ---------------------------------------------------------------------------------------------------
+ARCHITECTURE: dict = {
+    "text_encoder": {"vocab_size": len(VOCAB), "dim": 64, "text_len": TEXT_LEN},
+    "transformer": {
+        "patch_size": 1,
+        "in_channels": LATENT_CHANNELS,
+        "num_layers": 2,
+        "num_single_layers": 4,
+        "attention_head_dim": 32,
+        "num_attention_heads": 4,
+        "joint_attention_dim": 64,
+        "timestep_guidance_channels": 256,
+        "mlp_ratio": 3.0,
+        "axes_dims_rope": [8, 8, 8, 8],
+        "rope_theta": 2000,
+        "guidance_embeds": False,
+    },
+}
+
+
+class TinyTextEncoder(nn.Module):
+    """Stands in for FLUX.2's Qwen3 encoder: one learned vector per vocabulary word."""
+
+    def __init__(self, vocab_size: int, dim: int, text_len: int = TEXT_LEN) -> None:
+        super().__init__()
+        self.text_len = text_len
+        self.embedding = nn.Embedding(vocab_size, dim)
+
+    def __call__(self, token_ids: mx.array) -> mx.array:
+        return self.embedding(token_ids)
+
+
+class TinyShapesModel(nn.Module):
+    """Token embedding + mflux's ``Flux2Transformer``; ``__call__`` is the training forward (velocity)."""
+
+    def __init__(self, architecture: dict | None = None) -> None:
+        super().__init__()
+        arch = architecture or ARCHITECTURE
+        use_float32_on_cpu()  # before building: some mflux modules take their dtype from ModelConfig
+        enc = arch["text_encoder"]
+        self.text_encoder = TinyTextEncoder(enc["vocab_size"], enc["dim"], enc["text_len"])
+        tr = dict(arch["transformer"])
+        tr["axes_dims_rope"] = tuple(tr["axes_dims_rope"])
+        self.transformer = Flux2Transformer(**tr)
+
+    def __call__(
+        self, latents: mx.array, token_ids: mx.array, timestep: mx.array, img_ids: mx.array, txt_ids: mx.array
+    ) -> mx.array:
+        """``timestep`` is sigma * 1000, exactly what the pipeline passes (``scheduler.timesteps[t]``)."""
+        return self.transformer(
+            hidden_states=latents,
+            encoder_hidden_states=self.text_encoder(token_ids),
+            timestep=timestep,
+            img_ids=img_ids,
+            txt_ids=txt_ids,
+            guidance=None,
+        )
+
+
+def image_ids(batch_size: int = 1) -> mx.array:
+    """(B, 256, 4) position ids (t, h, w, layer) of the 16x16 token grid, as Flux2LatentCreator makes them."""
+    grid = mx.zeros((batch_size, LATENT_CHANNELS, LATENT_SIDE, LATENT_SIDE))
+    return Flux2LatentCreator.prepare_grid_ids(grid, t_coord=0)
+
+
+def text_ids(batch_size: int = 1) -> mx.array:
+    """(B, TEXT_LEN, 4) position ids (0, 0, 0, token index), as Flux2PromptEncoder makes them."""
+    return Flux2PromptEncoder.prepare_text_ids(mx.zeros((batch_size, TEXT_LEN, 1)))
+
+
+def tiny_shapes_model_config() -> ModelConfig:
+    """An mflux ModelConfig with FLUX.2 Klein's scheduling settings (sigma shift on, 1000 train steps)."""
+    return ModelConfig(
+        priority=1000,
+        aliases=[MODEL_NAME],
+        model_name=MODEL_NAME,
+        base_model=None,
+        controlnet_model=None,
+        custom_transformer_model=None,
+        num_train_steps=1000,
+        max_sequence_length=TEXT_LEN,
+        supports_guidance=True,
+        requires_sigma_shift=True,
+    )
+
+
+def schedule(num_inference_steps: int = 28) -> tuple[np.ndarray, np.ndarray]:
+    """The (sigmas, timesteps) the pipeline uses at 32x32, straight from mflux's scheduler."""
+    config = Config(
+        model_config=tiny_shapes_model_config(),
+        num_inference_steps=num_inference_steps,
+        height=IMAGE_SIZE,
+        width=IMAGE_SIZE,
+        scheduler="flow_match_euler_discrete",
+    )
+    return np.array(config.scheduler.sigmas), np.array(config.scheduler.timesteps)
+
+
+@dataclasses.dataclass
+class ShapesImage:
+    """What ``generate_image`` returns: the 32x32 image, the final latents and how they were made."""
+
+    image: PIL.Image.Image
+    latents: mx.array
+    seed: int
+    prompt: str
+    steps: int
+    guidance: float
+    negative_prompt: str = ""
+    generation_time: float | None = None
+
+    def upscaled(self, scale: int = 8) -> PIL.Image.Image:
+        """Nearest-neighbour enlargement for viewing (32 px is too small to see)."""
+        return upscale(self.image, scale)
+
+    def save(self, path: str | Path, scale: int = 1) -> None:
+        from teacache.io import atomic_path
+
+        with atomic_path(path) as tmp:
+            (self.upscaled(scale) if scale > 1 else self.image).save(tmp, format="PNG")
+
+
+def upscale(image: PIL.Image.Image, scale: int = 8) -> PIL.Image.Image:
+    return image.resize((image.width * scale, image.height * scale), PIL.Image.NEAREST)
+
+
+class TinyShapesPipeline:
+    """Driven like mflux's ``Flux2Klein``: ``transformer``, ``callbacks``, ``model_config``, ``_predict``.
+
+    TeaCache adapters swap ``transformer`` for a proxy and ``_predict`` for an uncompiled version, as
+    for Flux2Klein; ``generate_image`` keeps Klein's call pattern so both swaps take effect.
+    """
+
+    teacache_variant = MODEL_NAME
+
+    def __init__(self, model: TinyShapesModel, manifest: dict | None = None) -> None:
+        self.model = model
+        self.text_encoder = model.text_encoder
+        self.transformer = model.transformer
+        self.model_config = tiny_shapes_model_config()
+        self.callbacks = CallbackRegistry()
+        self.prompt_cache: dict[str, tuple[mx.array, mx.array]] = {}
+        self.manifest = manifest or {}
+        self.bits = None
+        self.lora_paths: list[str] = []
+        self.lora_scales: list[float] = []
+
+    def encode_prompt(self, prompt: str) -> tuple[mx.array, mx.array]:
+        """Prompt -> (embeddings (1, TEXT_LEN, 64), text ids (1, TEXT_LEN, 4)), cached per prompt."""
+        if prompt not in self.prompt_cache:
+            ids = mx.array(tokenize(prompt))[None]
+            embeds = self.text_encoder(ids).astype(ModelConfig.precision)
+            txt_ids = Flux2PromptEncoder.prepare_text_ids(embeds)
+            mx.eval(embeds, txt_ids)
+            self.prompt_cache[prompt] = (embeds, txt_ids)
+        return self.prompt_cache[prompt]
+
+    def _encode_prompt_pair(
+        self, *, prompt: str, negative_prompt: str | None, guidance: float
+    ) -> tuple[mx.array, mx.array, mx.array | None, mx.array | None]:
+        prompt_embeds, txt_ids = self.encode_prompt(prompt)
+        negative_prompt_embeds = negative_text_ids = None
+        if guidance is not None and guidance > 1.0 and negative_prompt is not None:
+            negative_prompt_embeds, negative_text_ids = self.encode_prompt(negative_prompt)
+        return prompt_embeds, txt_ids, negative_prompt_embeds, negative_text_ids
+
+    @staticmethod
+    def _check_size(height: int, width: int) -> None:
+        if (height, width) != (IMAGE_SIZE, IMAGE_SIZE):
+            raise ValueError(
+                f"height/width: tiny-shapes only makes {IMAGE_SIZE}x{IMAGE_SIZE} images, got {height}x{width}"
+            )
+
+    @staticmethod
+    def _initial_latents(seeds: Sequence[int]) -> mx.array:
+        noise = [mx.random.normal((1, LATENT_SIDE * LATENT_SIDE, LATENT_CHANNELS), key=mx.random.key(s)) for s in seeds]
+        return mx.concatenate(noise, axis=0).astype(ModelConfig.precision)
+
+    def generate_image(
+        self,
+        seed: int,
+        prompt: str,
+        num_inference_steps: int = 28,
+        guidance: float = 1.0,
+        height: int = IMAGE_SIZE,
+        width: int = IMAGE_SIZE,
+        negative_prompt: str = "",
+        scheduler: str = "flow_match_euler_discrete",
+    ) -> ShapesImage:
+        """One image, the way ``Flux2Klein.generate_image`` makes one (CFG if guidance > 1)."""
+        self._check_size(height, width)
+        # 0. Config (and with it mflux's scheduler) as Klein makes it
+        config = Config(
+            model_config=self.model_config,
+            num_inference_steps=num_inference_steps,
+            height=height,
+            width=width,
+            guidance=guidance,
+            scheduler=scheduler,
+        )
+        # 1. Encode prompt(s)
+        prompt_embeds, txt_ids, negative_prompt_embeds, negative_text_ids = self._encode_prompt_pair(
+            prompt=prompt, negative_prompt=negative_prompt, guidance=guidance
+        )
+        # 2. Latents: noise from the seed, 256 tokens of 2x2 RGB patches
+        latents = self._initial_latents([seed])
+        latent_ids = image_ids(1)
+
+        # 3. Denoising loop
+        ctx = self.callbacks.start(seed=seed, prompt=prompt, config=config)
+        ctx.before_loop(latents)
+        predict = self._predict(self.transformer)
+        for t in config.time_steps:
+            try:
+                noise = predict(
+                    latents=latents,
+                    latent_ids=latent_ids,
+                    prompt_embeds=prompt_embeds,
+                    text_ids=txt_ids,
+                    negative_prompt_embeds=negative_prompt_embeds,
+                    negative_text_ids=negative_text_ids,
+                    guidance=guidance,
+                    timestep=config.scheduler.timesteps[t],
+                )
+                latents = config.scheduler.step(
+                    noise=noise, timestep=t, latents=latents, sigmas=config.scheduler.sigmas
+                )
+                ctx.in_loop(t, latents)
+                mx.eval(latents)
+            except KeyboardInterrupt:  # noqa: PERF203
+                ctx.interruption(t, latents)
+                raise StopImageGenerationException(
+                    f"Stopping image generation at step {t + 1}/{config.num_inference_steps}"
+                ) from None
+        del predict
+        ctx.after_loop(latents)
+
+        # 4. Decode: the latents are the image's patches
+        pixels = unpatchify(latents).transpose(0, 3, 1, 2)  # (1, 3, H, W) as a VAE decoder returns it
+        return ShapesImage(
+            image=ImageUtil.to_pil(pixels),
+            latents=latents,
+            seed=seed,
+            prompt=prompt,
+            steps=num_inference_steps,
+            guidance=guidance,
+            negative_prompt=negative_prompt,
+            generation_time=config.time_steps.format_dict.get("elapsed"),
+        )
+
+    def generate_batch(
+        self,
+        seeds: Sequence[int],
+        prompts: Sequence[str],
+        num_inference_steps: int = 28,
+        guidance: float = 1.0,
+        negative_prompt: str = "",
+    ) -> list[ShapesImage]:
+        """Many images in one batched loop, for evaluation; no callbacks. Same noise per seed as
+        ``generate_image``; results agree with it up to float rounding of the batched matmuls."""
+        if len(seeds) != len(prompts):
+            raise ValueError(f"seeds/prompts: {len(seeds)} seeds for {len(prompts)} prompts")
+        config = Config(
+            model_config=self.model_config,
+            num_inference_steps=num_inference_steps,
+            height=IMAGE_SIZE,
+            width=IMAGE_SIZE,
+            guidance=guidance,
+            scheduler="flow_match_euler_discrete",
+        )
+        n = len(seeds)
+        encoded = [self.encode_prompt(p) for p in prompts]
+        prompt_embeds = mx.concatenate([e for e, _ in encoded], axis=0)
+        txt_ids = text_ids(n)
+        negative_prompt_embeds = negative_text_ids = None
+        if guidance is not None and guidance > 1.0:
+            negative = self.encode_prompt(negative_prompt)[0]
+            negative_prompt_embeds = mx.broadcast_to(negative, (n, *negative.shape[1:]))
+            negative_text_ids = txt_ids
+        latents = self._initial_latents(seeds)
+        latent_ids = image_ids(n)
+        predict = self._predict(self.transformer)
+        for t in range(config.num_inference_steps):
+            noise = predict(
+                latents=latents,
+                latent_ids=latent_ids,
+                prompt_embeds=prompt_embeds,
+                text_ids=txt_ids,
+                negative_prompt_embeds=negative_prompt_embeds,
+                negative_text_ids=negative_text_ids,
+                guidance=guidance,
+                timestep=config.scheduler.timesteps[t],
+            )
+            latents = config.scheduler.step(noise=noise, timestep=t, latents=latents, sigmas=config.scheduler.sigmas)
+            mx.eval(latents)
+        pixels = unpatchify(latents).transpose(0, 3, 1, 2)
+        return [
+            ShapesImage(
+                image=ImageUtil.to_pil(pixels[i : i + 1]),
+                latents=latents[i : i + 1],
+                seed=int(seeds[i]),
+                prompt=prompts[i],
+                steps=num_inference_steps,
+                guidance=guidance,
+                negative_prompt=negative_prompt,
+            )
+            for i in range(n)
+        ]
+
+    @staticmethod
+    def _predict(transformer):
+        """Flux2Klein._predict, same signature and semantics: CFG inside, compiled except on M1/M2."""
+
+        def predict(
+            latents: mx.array,
+            latent_ids: mx.array,
+            prompt_embeds: mx.array,
+            text_ids: mx.array,
+            negative_prompt_embeds: mx.array | None,
+            negative_text_ids: mx.array | None,
+            guidance: float,
+            timestep: mx.array,
+        ):
+            noise = transformer(
+                hidden_states=latents,
+                encoder_hidden_states=prompt_embeds,
+                timestep=timestep,
+                img_ids=latent_ids,
+                txt_ids=text_ids,
+                guidance=None,
+            )
+            if negative_prompt_embeds is not None and negative_text_ids is not None:
+                negative_noise = transformer(
+                    hidden_states=latents,
+                    encoder_hidden_states=negative_prompt_embeds,
+                    timestep=timestep,
+                    img_ids=latent_ids,
+                    txt_ids=negative_text_ids,
+                    guidance=None,
+                )
+                noise = negative_noise + guidance * (noise - negative_noise)
+            return noise
+
+        if AppleSiliconUtil.is_m1_or_m2():
+            return predict
+        return mx.compile(predict)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Weights
+# ---------------------------------------------------------------------------------------------------
+class WeightsError(ValueError):
+    """The weights file is not the one its manifest describes, or does not fit the architecture."""
+
+
+def sha256_file(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def parameter_count(model: nn.Module) -> int:
+    return sum(v.size for _, v in tree_flatten(model.parameters()))
+
+
+def _check_tensors(model: TinyShapesModel, weights: dict[str, mx.array], path: Path) -> None:
+    expected = dict(tree_flatten(model.parameters()))
+    for name in sorted(set(expected) | set(weights)):
+        if name not in weights:
+            problem = f"tensor {name!r} is missing (expected shape {tuple(expected[name].shape)})"
+        elif name not in expected:
+            problem = f"unexpected tensor {name!r} with shape {tuple(weights[name].shape)}"
+        elif tuple(weights[name].shape) != tuple(expected[name].shape):
+            got, want = tuple(weights[name].shape), tuple(expected[name].shape)
+            problem = f"tensor {name!r} has shape {got}, expected {want}"
+        else:
+            continue
+        raise WeightsError(f"weights file {path} does not fit the tiny-shapes architecture: first mismatch: {problem}")
+
+
+def load_tiny_shapes(
+    weights_path: str | Path | None = None, manifest_path: str | Path | None = None
+) -> TinyShapesPipeline:
+    """The committed ``tiny-shapes`` model as a pipeline, after checking the file against its manifest.
+
+    The manifest is ``manifest_path``, else the ``.json`` beside the weights, else the packaged one.
+    Float32 on the CPU backend.
+    """
+    use_float32_on_cpu()
+    path = Path(weights_path) if weights_path is not None else DEFAULT_WEIGHTS
+    if manifest_path is None:
+        beside = path.with_suffix(".json")
+        manifest_path = beside if beside.exists() else DEFAULT_MANIFEST
+    manifest_path = Path(manifest_path)
+    if not path.exists():
+        raise FileNotFoundError(
+            f"weights file {path} does not exist (train it: python -m teacache.models.train_shapes)"
+        )
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    expected = manifest["weights"]["sha256"]
+    actual = sha256_file(path)
+    if actual != expected:
+        raise WeightsError(
+            f"weights file {path} does not match its manifest (sha256 {actual}, manifest {manifest_path} "
+            f"says {expected}): the file is corrupted, truncated or from another training run"
+        )
+    trained_recipe = manifest.get("data_recipe", {})
+    if trained_recipe.get("version") != RECIPE_VERSION or trained_recipe.get("vocab") != list(VOCAB):
+        raise WeightsError(
+            f"weights file {path} was trained on data recipe {trained_recipe.get('version')!r}, this code "
+            f"reads recipe {RECIPE_VERSION} (vocabulary or rendering changed): retrain the model"
+        )
+    model = TinyShapesModel(manifest.get("architecture", ARCHITECTURE))
+    try:
+        weights = mx.load(str(path))
+    except Exception as exc:  # noqa: BLE001 - mlx raises RuntimeError/ValueError for unreadable files
+        raise WeightsError(f"weights file {path} is not a readable safetensors file: {exc}") from exc
+    _check_tensors(model, weights, path)
+    try:
+        model.load_weights(list(weights.items()), strict=True)
+    except ValueError as exc:
+        raise WeightsError(f"weights file {path} does not fit the tiny-shapes architecture: {exc}") from exc
+    mx.eval(model.parameters())
+    model.eval()
+    return TinyShapesPipeline(model, manifest=manifest)

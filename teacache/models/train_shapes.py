@@ -1,0 +1,420 @@
+"""Train ``tiny-shapes``: flow matching on procedurally drawn shapes, with mflux's Flux2Transformer.
+
+    python -m teacache.models.train_shapes --steps 4000 --batch 128 --seed 0 --out DIR
+    python -m bench.adherence --model-dir DIR     # adds held-out prompt adherence to the card
+
+Writes DIR/tiny-shapes.safetensors (float32), tiny-shapes.json (architecture, data recipe, SHA-256,
+training record), loss.png, samples.png and MODEL_CARD.md, each atomically. Reproducible from
+``--seed``: a numpy Generator draws the data, ``mx.random.seed`` the initial weights and the noise
+(bit-for-bit on one machine and backend). A GPU is recommended; it also runs, slowly, on a CPU.
+
+Objective: x_t = (1 - s) x_0 + s eps, predict v = eps - x_0 (the direction mflux's Euler step follows
+from sigma to the next, smaller sigma). s is logit-normal; the transformer gets ``1000 * s`` as its
+timestep, exactly what the pipeline passes from ``scheduler.timesteps``.
+"""
+
+from __future__ import annotations
+
+import teacache  # noqa: F401  (first: it loads OpenBLAS before mlx on Linux CPUs)
+
+# isort: split
+import argparse
+import json
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.optimizers as optim
+import numpy as np
+from mflux.models.common.config.model_config import ModelConfig
+from mlx import nn
+from mlx.utils import tree_flatten
+
+from teacache.io import FORMAT_VERSION, atomic_path, write_json, write_text
+from teacache.models import shapes
+from teacache.provenance import collect
+
+WEIGHTS_NAME = "tiny-shapes.safetensors"
+MANIFEST_NAME = "tiny-shapes.json"
+CARD_NAME = "MODEL_CARD.md"
+SIGMA_MIN = 0.002  # keeps 1000 * sigma above 1, where Flux2Transformer would rescale it again
+FINAL_LOSS_WINDOW = 200
+
+
+def setup_arg_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m teacache.models.train_shapes", description=__doc__.split("\n")[0])
+    p.add_argument("--steps", type=int, default=4000)
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (AdamW, warmup + cosine decay)")
+    p.add_argument("--warmup", type=int, default=100, help="linear warmup steps")
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--prompt-dropout", type=float, default=0.1, help="share of empty prompts, for CFG")
+    p.add_argument("--sigma-loc", type=float, default=0.5, help="logit-normal location of the sigmas")
+    p.add_argument("--sigma-scale", type=float, default=1.2, help="logit-normal scale of the sigmas")
+    p.add_argument("--samples", type=int, default=16, help="held-out prompts in samples.png")
+    p.add_argument("--no-compile", action="store_true", help="run the training step uncompiled")
+    p.add_argument("--out", type=Path, required=True, help="output folder")
+    return p
+
+
+class BatchMaker:
+    """Training batches from the train split only: images as patch tokens, prompt ids with dropout."""
+
+    def __init__(self, rng: np.random.Generator, prompt_dropout: float) -> None:
+        self.rng = rng
+        self.prompt_dropout = prompt_dropout
+        self.specs = shapes.split_specs("train")
+        self.tokens = np.stack([shapes.tokenize(s.prompt) for s in self.specs])
+
+    def __call__(self, batch: int) -> tuple[np.ndarray, np.ndarray]:
+        idx = self.rng.integers(len(self.specs), size=batch)
+        images = shapes.render_batch([self.specs[i] for i in idx], self.rng)
+        tokens = self.tokens[idx].copy()
+        tokens[self.rng.random(batch) < self.prompt_dropout] = 0  # all padding = the empty prompt
+        return shapes.patchify(images), tokens
+
+
+def make_train_step(model: shapes.TinyShapesModel, optimizer: optim.Optimizer, args: argparse.Namespace):
+    """One optimizer step on a batch; sigma and noise are drawn inside from mx.random (seeded)."""
+    img_ids, txt_ids = shapes.image_ids(1), shapes.text_ids(1)
+
+    def loss_fn(model, x0, tokens, sigma, eps):
+        s = sigma[:, None, None]
+        xt = (1.0 - s) * x0 + s * eps
+        velocity = model(xt, tokens, sigma * 1000.0, img_ids, txt_ids)
+        return mx.mean((velocity - (eps - x0)) ** 2)
+
+    loss_and_grad = nn.value_and_grad(model, loss_fn)
+
+    def step(x0: mx.array, tokens: mx.array) -> mx.array:
+        z = mx.random.normal((x0.shape[0],)) * args.sigma_scale + args.sigma_loc
+        sigma = mx.clip(mx.sigmoid(z), SIGMA_MIN, 1.0)
+        eps = mx.random.normal(x0.shape)
+        loss, grads = loss_and_grad(model, x0, tokens, sigma, eps)
+        optimizer.update(model, grads)
+        return loss
+
+    state = [model.state, optimizer.state, mx.random.state]
+    if args.no_compile:
+        return step, state
+    return partial(mx.compile, inputs=state, outputs=state)(step), state
+
+
+def effective_warmup(args: argparse.Namespace) -> int:
+    return max(0, min(args.warmup, args.steps // 2))
+
+
+def learning_rate(args: argparse.Namespace) -> Callable[[mx.array], mx.array]:
+    warmup = effective_warmup(args)
+    decay = optim.cosine_decay(args.lr, max(1, args.steps - warmup), args.lr * 0.01)
+    if warmup == 0:
+        return decay
+    return optim.join_schedules([optim.linear_schedule(args.lr * 0.01, args.lr, warmup), decay], [warmup])
+
+
+def train(args: argparse.Namespace) -> tuple[shapes.TinyShapesModel, list[float], dict]:
+    """Returns the model, the loss of every step, and timings: the loop's wall time and its first step's
+    (which includes compiling the step and, on a GPU, JIT-compiling its kernels)."""
+    from tqdm import tqdm
+
+    mx.random.seed(args.seed)
+    model = shapes.TinyShapesModel()
+    mx.eval(model.parameters())
+    optimizer = optim.AdamW(learning_rate=learning_rate(args), weight_decay=args.weight_decay)
+    optimizer.init(model.trainable_parameters())
+    step, state = make_train_step(model, optimizer, args)
+    batches = BatchMaker(np.random.default_rng(args.seed), args.prompt_dropout)
+    print(
+        f"tiny-shapes: {shapes.parameter_count(model) / 1e6:.2f} M parameters on {mx.default_device()}, "
+        f"{len(batches.specs)} train combinations, {args.steps} steps x {args.batch}",
+        flush=True,
+    )
+    losses: list[float] = []
+    pending = None
+    first_step = None
+    start = time.perf_counter()
+    bar = tqdm(range(args.steps), desc="train", mininterval=5.0, file=sys.stdout, disable=False)
+    for i in bar:
+        x0, tokens = batches(args.batch)  # drawn while the previous step still runs
+        loss = step(mx.array(x0), mx.array(tokens))
+        mx.async_eval(state, loss)
+        if pending is not None:
+            losses.append(pending.item())
+            first_step = first_step or time.perf_counter() - start
+        pending = loss
+        if i % 50 == 49:
+            bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}", refresh=False)
+    losses.append(pending.item())
+    mx.eval(state)
+    wall = time.perf_counter() - start
+    bar.close()
+    model.eval()
+    return model, losses, {"wall_time_s": wall, "first_step_s": first_step or wall}
+
+
+def save_weights(model: shapes.TinyShapesModel, path: Path) -> tuple[str, int]:
+    """Float32 safetensors, written atomically; returns (sha256, bytes)."""
+    import hashlib
+
+    from safetensors.numpy import save
+
+    arrays = {k: np.array(v.astype(mx.float32)) for k, v in tree_flatten(model.parameters())}
+    blob = save(arrays, metadata={"model": shapes.MODEL_NAME, "recipe_version": str(shapes.RECIPE_VERSION)})
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(blob)
+    return hashlib.sha256(blob).hexdigest(), len(blob)
+
+
+def plot_loss(losses: list[float], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = np.arange(1, len(losses) + 1)
+    window = max(1, min(50, len(losses) // 10))
+    smooth = np.convolve(losses, np.ones(window) / window, mode="valid")
+    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=120)
+    ax.plot(steps, losses, lw=0.5, alpha=0.35, label="per step")
+    ax.plot(steps[window - 1 :], smooth, lw=1.5, label=f"mean of {window}")
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("flow-matching MSE")
+    ax.set_title("tiny-shapes training loss")
+    ax.legend()
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
+    plt.close(fig)
+
+
+def plot_samples(images: list, specs: list[shapes.ShapeSpec], path: Path) -> None:
+    """A grid of generated images, each titled with its prompt's attributes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = 4
+    rows = (len(images) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(2.0 * cols, 2.25 * rows), dpi=110, squeeze=False)
+    for ax in axes.ravel():
+        ax.axis("off")
+    for ax, image, spec in zip(axes.ravel(), images, specs, strict=False):
+        ax.imshow(np.asarray(shapes.upscale(image, 4)), interpolation="nearest")
+        ax.set_title(f"{spec.color} {spec.shape}\non {spec.background}, {spec.position}", fontsize=8)
+    fig.suptitle("held-out prompts, seed = index, 28 steps, guidance 1.0", fontsize=9)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
+    plt.close(fig)
+
+
+def sampling_record(steps: int = 28) -> dict:
+    sigmas, timesteps = shapes.schedule(steps)
+    return {
+        "scheduler": "flow_match_euler_discrete",
+        "model_config": "requires_sigma_shift=True, as FLUX.2 Klein",
+        "default_steps": steps,
+        "sigmas": [round(float(s), 6) for s in sigmas],
+        "timesteps": [round(float(t), 4) for t in timesteps],
+        "note": (
+            "mflux's Config counts 16 px per token, so at 32x32 it sets the shift from image_seq_len 4 "
+            "(mu 1.76; 256 tokens would give 1.78). Sigma runs from 1.0 to 0.177, then jumps to 0."
+        ),
+    }
+
+
+def write_model_card(out_dir: str | Path) -> Path:
+    """MODEL_CARD.md from tiny-shapes.json: rebuilt whole, so training and evaluation can each update it."""
+    out_dir = Path(out_dir)
+    m = json.loads((out_dir / MANIFEST_NAME).read_text(encoding="utf-8"))
+    tr, prov, arch = m["training"], m["training"]["provenance"], m["architecture"]
+    rec, w, smp = m["data_recipe"], m["weights"], m["sampling"]
+    tf = arch["transformer"]
+    versions = ", ".join(f"{k} {v}" for k, v in prov["versions"].items() if v)
+    palette = ", ".join(f"{k} {tuple(v)}" for k, v in rec["palette"].items())
+    anchors = ", ".join(f"{k} {tuple(v)}" for k, v in rec["positions"].items())
+    lines = [
+        "# tiny-shapes",
+        "",
+        "A small text-to-image model embedded in this package as the default model for calibrating and",
+        "benchmarking TeaCache without downloading gigabytes of FLUX weights. It is mflux's own",
+        f"`Flux2Transformer` ({tf['num_layers']} double + {tf['num_single_layers']} single blocks, "
+        f"{tf['num_attention_heads']} heads x {tf['attention_head_dim']}) trained with flow matching on",
+        "procedurally drawn 32x32 images, conditioned on a learned token embedding. Its pipeline",
+        "(`teacache.models.shapes.TinyShapesPipeline`) runs like mflux's `Flux2Klein`: same scheduler,",
+        "same compiled `_predict` closure with classifier-free guidance inside, same callbacks.",
+        "",
+        "It is a test instrument, not an image generator: its trajectories are those of a real trained",
+        "flow model, but of a tiny one on a toy distribution. Figures measured on it say how the",
+        "toolkit behaves, not how much TeaCache speeds up FLUX.",
+        "",
+        "## Use",
+        "",
+        "```python",
+        "from teacache.models.shapes import load_tiny_shapes",
+        "pipe = load_tiny_shapes()  # checks the SHA-256 below",
+        'out = pipe.generate_image(seed=0, prompt="a red circle on a blue background at the left")',
+        "out.upscaled(8).save('circle.png')",
+        "```",
+        "",
+        "## Architecture",
+        "",
+        "| part | setting |",
+        "| --- | --- |",
+        f"| parameters | {w['parameters']:,} (float32) |",
+        f"| text encoder | embedding, {arch['text_encoder']['vocab_size']} words x "
+        f"{arch['text_encoder']['dim']}, {arch['text_encoder']['text_len']} tokens (pad = empty prompt) |",
+        "| transformer | mflux `Flux2Transformer(" + ", ".join(f"{k}={v}" for k, v in tf.items()) + ")` |",
+        f"| image tokens | {rec['image_size']} px square RGB in {rec['patch']}x{rec['patch']} patches: "
+        "256 tokens x 12 channels, no VAE |",
+        "",
+        f"## Data recipe (version {rec['version']})",
+        "",
+        f"- Prompt: `{rec['prompt_template']}`",
+        f"- Colours (shape and background differ): {palette}",
+        f"- Shapes: {', '.join(rec['shapes'])}; positions (x, y anchors in pixels): {anchors}",
+        f"- Jitter: centre +-{rec['jitter_px']} px, size r uniform in {rec['size_range']} "
+        "(circle radius r, square half-side 0.85 r, triangle height 1.7 r, ring width max(2.2, 0.4 r))",
+        f"- {rec['n_combinations']} combinations; {rec['n_held_out']} held out, never drawn for training: "
+        f"`{rec['held_out']}`",
+        "",
+        "## Sampling",
+        "",
+        f"mflux's `{smp['scheduler']}` scheduler ({smp['model_config']}), {smp['default_steps']} steps by "
+        f"default. {smp['note']}",
+        "",
+        "## Training",
+        "",
+        f"- Command: `{prov['command']}`",
+        f"- {tr['steps']} steps x batch {tr['batch']}, seed {tr['seed']}; AdamW, lr {tr['lr']} "
+        f"({tr['warmup']} warmup steps, cosine decay to 1%), weight decay {tr['weight_decay']}",
+        f"- Prompt dropout {tr['prompt_dropout']}; sigma = sigmoid(N({tr['sigma_loc']}, "
+        f"{tr['sigma_scale']}^2)), clipped to [{SIGMA_MIN}, 1]; timestep = 1000 sigma (as the pipeline)",
+        f"- Final loss {tr['final_loss']:.4f} (mean of the last {tr['final_loss_window']} steps); "
+        f"wall time {tr['wall_time_s']:.0f} s ({tr['steps'] / tr['wall_time_s']:.1f} steps/s, "
+        f"{'compiled' if tr['compiled'] else 'uncompiled'} step"
+        + (f"; the first step, with compilation, took {tr['first_step_s']:.0f} s" if "first_step_s" in tr else "")
+        + ")",
+        f"- Hardware: {prov['device_name']} ({prov['backend']}), {prov['os']}; {versions}",
+        f"- Date {prov['date_utc']}; "
+        + (
+            f"commit {prov['git']['commit']}" + (" (uncommitted changes)" if prov["git"]["dirty"] else "")
+            if prov["git"]["commit"]
+            else "git commit not recorded (trained from a copy of the tree without .git)"
+        ),
+        "",
+        "![training loss](loss.png)",
+        "",
+        "## Prompt adherence",
+        "",
+    ]
+    ev = m.get("evaluation")
+    if ev:
+        s = ev["summary"]
+        lines += [
+            f"{ev['n_prompts']} held-out prompts (combinations never seen in training), one seed each, "
+            f"{ev['num_inference_steps']} steps, guidance {ev['guidance']}, no TeaCache, float32 on "
+            f"{ev.get('device', {}).get('device_name', 'an unrecorded device')}, read back by `bench.adherence` "
+            "from pixel statistics:",
+            "",
+            "| shape colour | background | position | all three | shape type |",
+            "| --- | --- | --- | --- | --- |",
+            f"| {s['color']:.1%} | {s['background']:.1%} | {s['position']:.1%} | {s['all_three']:.1%} "
+            f"| {s['shape']:.1%} |",
+            "",
+        ]
+        if ev.get("misses"):
+            lines += ["Misses (what was read back):", ""]
+            for miss in ev["misses"]:
+                f = miss["found"]
+                lines.append(
+                    f"- seed {miss['seed']}, `{miss['prompt']}`: {f['color']} {f['shape']} "
+                    f"on {f['background']} at {f['position']}"
+                )
+            lines.append("")
+    else:
+        lines += [f"Not evaluated yet: `python -m bench.adherence --model-dir {out_dir}`.", ""]
+    lines += [
+        "![samples](samples.png)",
+        "",
+        "## Weights",
+        "",
+        f"`{w['file']}`: {w['bytes']:,} bytes, SHA-256 `{w['sha256']}`. The loader refuses a file",
+        "whose hash differs from `tiny-shapes.json`, or whose tensors do not fit the architecture.",
+        "",
+    ]
+    path = out_dir / CARD_NAME
+    write_text(path, "\n".join(lines))
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = setup_arg_parser().parse_args(argv)
+    ModelConfig.precision = mx.float32  # trained in float32 on every backend
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+
+    model, losses, timing = train(args)
+    wall = timing["wall_time_s"]
+    final_loss = float(np.mean(losses[-FINAL_LOSS_WINDOW:]))
+    print(f"final loss {final_loss:.4f} (last {min(FINAL_LOSS_WINDOW, len(losses))} steps), {wall:.1f} s")
+    sha, size = save_weights(model, out / WEIGHTS_NAME)
+    tenth = [float(np.mean(losses[i : i + 10])) for i in range(0, len(losses), 10)]
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "name": shapes.MODEL_NAME,
+        "weights": {
+            "file": WEIGHTS_NAME,
+            "sha256": sha,
+            "bytes": size,
+            "dtype": "float32",
+            "parameters": shapes.parameter_count(model),
+        },
+        "architecture": shapes.ARCHITECTURE,
+        "data_recipe": shapes.recipe(),
+        "sampling": sampling_record(),
+        "training": {
+            "steps": args.steps,
+            "batch": args.batch,
+            "seed": args.seed,
+            "lr": args.lr,
+            "warmup": effective_warmup(args),
+            "weight_decay": args.weight_decay,
+            "prompt_dropout": args.prompt_dropout,
+            "sigma_loc": args.sigma_loc,
+            "sigma_scale": args.sigma_scale,
+            "compiled": not args.no_compile,
+            "final_loss": final_loss,
+            "final_loss_window": min(FINAL_LOSS_WINDOW, len(losses)),
+            **timing,
+            "loss_per_10_steps": tenth,
+            "provenance": collect(argv=["python", "-m", "teacache.models.train_shapes", *argv]),
+        },
+        "evaluation": None,
+    }
+    write_json(out / MANIFEST_NAME, manifest)
+    plot_loss(losses, out / "loss.png")
+
+    pipeline = shapes.TinyShapesPipeline(model, manifest=manifest)
+    specs = shapes.evaluation_specs(max(args.samples, 1))[: args.samples]
+    images = [pipeline.generate_image(seed=i, prompt=spec.prompt).image for i, spec in enumerate(specs)]
+    plot_samples(images, specs, out / "samples.png")
+    card = write_model_card(out)
+    print(
+        f"wrote {out / WEIGHTS_NAME} ({size:,} bytes, sha256 {sha}), {MANIFEST_NAME}, loss.png, "
+        f"samples.png, {card.name}"
+    )
+    print(f"held-out adherence: python -m bench.adherence --model-dir {shlex.quote(str(out))}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
