@@ -6,7 +6,7 @@
 Writes DIR/tiny-shapes.safetensors (float32), tiny-shapes.json (architecture, data recipe, SHA-256,
 training record), loss.png, samples.png and MODEL_CARD.md, each atomically. Reproducible from
 ``--seed``: a numpy Generator draws the data, ``mx.random.seed`` the initial weights and the noise
-(bit-for-bit on one machine and backend). A GPU is recommended; it also runs, slowly, on a CPU.
+(compiled and uncompiled steps round differently). A GPU is recommended; it also runs, slowly, on a CPU.
 
 Objective: x_t = (1 - s) x_0 + s eps, predict v = eps - x_0 (the direction mflux's Euler step follows
 from sigma to the next, smaller sigma). s is logit-normal; the transformer gets ``1000 * s`` as its
@@ -403,10 +403,11 @@ def main(argv: list[str] | None = None) -> int:
     write_json(out / MANIFEST_NAME, manifest)
     plot_loss(losses, out / "loss.png")
 
-    pipeline = shapes.TinyShapesPipeline(model, manifest=manifest)
-    specs = shapes.evaluation_specs(max(args.samples, 1))[: args.samples]
-    images = [pipeline.generate_image(seed=i, prompt=spec.prompt).image for i, spec in enumerate(specs)]
-    plot_samples(images, specs, out / "samples.png")
+    if args.samples > 0:
+        pipeline = shapes.TinyShapesPipeline(model, manifest=manifest)
+        specs = shapes.evaluation_specs(args.samples)
+        images = [pipeline.generate_image(seed=i, prompt=spec.prompt).image for i, spec in enumerate(specs)]
+        plot_samples(images, specs, out / "samples.png")
     card = write_model_card(out)
     print(
         f"wrote {out / WEIGHTS_NAME} ({size:,} bytes, sha256 {sha}), {MANIFEST_NAME}, loss.png, "
