@@ -1,9 +1,9 @@
-"""``teacache-bench campaign``: record, fit, sweep and report one model into one folder.
+"""``teacache-bench campaign``: record, fit, sweep, report and derive tolerances for one model into one folder.
 
 Layout: ``OUT/traces`` (teacache-calib record), ``OUT/fit`` (teacache-calib fit, compared with the
 packaged coefficients), ``OUT/sweep`` (teacache-bench sweep with the new fit, predicted skips from
-the traces), ``OUT/report`` (teacache-bench report). Each stage resumes where it stopped; the
-derived stages (fit, report) are rebuilt from the raw ones every time.
+the traces), ``OUT/report`` (teacache-bench report), ``OUT/tolerances.py`` (teacache-bench
+tolerances). Each stage resumes where it stopped; the derived stages are rebuilt every time.
 The default OUT is ``results/<hardware>/<variant>/<mflux-version>/``.
 """
 
@@ -17,6 +17,7 @@ from pathlib import Path
 
 from bench import report as report_cmd
 from bench import sweep as sweep_cmd
+from bench import tolerances as tolerances_cmd
 from calib import fit as fit_cmd
 from calib import record as record_cmd
 from teacache.adapters import variant_setting
@@ -27,9 +28,9 @@ CAMPAIGN_DEFAULTS = {
     "tiny-shapes": {
         "record_prompts": "tiny-shapes",
         "record_seeds": "0,1",
-        "sweep_prompts": "tiny-shapes",
+        "sweep_prompts": "tiny-shapes-sweep",
         "sweep_seeds": "0",
-        "thresholds": "0,0.1,0.2,0.3,0.5,0.8",
+        "thresholds": "0,0.005,0.01,0.02,0.03,0.05,0.1",
         "repeats": 2,
         "variant": "tiny-shapes",
     },
@@ -37,8 +38,8 @@ CAMPAIGN_DEFAULTS = {
         "record_prompts": "fast",
         "record_seeds": "0,1",
         "sweep_prompts": "fast",
-        "sweep_seeds": "0,1",
-        "thresholds": "0,0.2,0.3,0.5",
+        "sweep_seeds": "0,1,2",
+        "thresholds": "0,0.2,0.25,0.3,0.5",
         "repeats": 2,
         "variant": "tiny-flux1",
     },
@@ -57,13 +58,14 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--thresholds", default=None)
     parser.add_argument("--record-seeds", default=None)
     parser.add_argument("--sweep-seeds", default=None)
+    parser.add_argument("--sweep-prompts", default=None)
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--ssim-floor", type=float, default=0.95)
     return parser
 
 
 def run_campaign(model: str, out: Path, thresholds=None, record_seeds=None, sweep_seeds=None, repeats=None,
-                 ssim_floor: float = 0.95) -> dict:  # fmt: skip
+                 ssim_floor: float = 0.95, sweep_prompts=None) -> dict:  # fmt: skip
     """Run every stage; return the report summary (with the stage timings)."""
     cfg = CAMPAIGN_DEFAULTS[model]
     timings = {}
@@ -86,7 +88,8 @@ def run_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swee
         "fit", fit_cmd.main, [str(traces), "--out", str(out / "fit"), "--compare", "packaged", "--min-step", min_step]
     )
     stage("sweep", sweep_cmd.main, [
-        "--model", model, "--prompts", cfg["sweep_prompts"], "--seeds", sweep_seeds or cfg["sweep_seeds"],
+        "--model", model, "--prompts", sweep_prompts or cfg["sweep_prompts"],
+        "--seeds", sweep_seeds or cfg["sweep_seeds"],
         "--thresholds", thresholds or cfg["thresholds"], "--repeats", str(repeats or cfg["repeats"]),
         "--coefficients", str(out / "fit" / "fit.json"), "--traces", str(traces), "--save-images",
         "--out", str(out / "sweep"),
@@ -94,6 +97,7 @@ def run_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swee
     start = time.perf_counter()
     summary = report_cmd.build_report(out / "sweep", out / "report", ssim_floor=ssim_floor)
     timings["report"] = time.perf_counter() - start
+    stage("tolerances", tolerances_cmd.main, [str(out / "sweep"), "--out", str(out / "tolerances.py")])
     summary["timings_s"] = timings
     summary["report_path"] = str(out / "report" / "report.md")
     return summary
@@ -104,8 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or default_out(CAMPAIGN_DEFAULTS[args.model]["variant"])
     start = time.perf_counter()
     summary = run_campaign(
-        args.model, out, args.thresholds, args.record_seeds, args.sweep_seeds, args.repeats, args.ssim_floor
-    )
+        args.model, out, args.thresholds, args.record_seeds, args.sweep_seeds, args.repeats, args.ssim_floor,
+        args.sweep_prompts,
+    )  # fmt: skip
     report_cmd.print_summary(summary)
     print(f"\ncampaign done in {time.perf_counter() - start:.0f} s -> {summary['report_path']}")
     return 0

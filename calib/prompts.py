@@ -61,12 +61,14 @@ TINY_SHAPES = {
     "shapes-15": "a orange ring on a blue background at the left",
 }
 TINY_SHAPES_FAST = {k: TINY_SHAPES[k] for k in ("shapes-00", "shapes-01", "shapes-02")}
+TINY_SHAPES_SWEEP = {k: TINY_SHAPES[k] for k in sorted(TINY_SHAPES)[:8]}
 
 SETS = {
     "default": DEFAULT,
     "fast": FAST,
     "tiny-shapes": TINY_SHAPES,
     "tiny-shapes-fast": TINY_SHAPES_FAST,
+    "tiny-shapes-sweep": TINY_SHAPES_SWEEP,
 }
 # the set a model uses when none is named
 MODEL_DEFAULT_SET = {"tiny-shapes": "tiny-shapes", "tiny-flux1": "fast"}
