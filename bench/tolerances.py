@@ -49,7 +49,7 @@ def upper_bound(values) -> tuple[float, dict]:
     return s["max"] + (s["max"] - s["median"]), s
 
 
-def derive(sweep_dir: Path, threshold: float | None = None) -> dict:
+def derive(sweep_dir: Path, threshold: float | None = None, provisional: bool = False) -> dict:
     """Tolerances of one variant from one sweep folder: a dict of constant name -> (value, comment lines)."""
     sweep_dir = Path(sweep_dir)
     for name in ("runs.parquet", "noop.parquet", "provenance.json"):
@@ -75,7 +75,7 @@ def derive(sweep_dir: Path, threshold: float | None = None) -> dict:
     variant = prov["variant"]
     p = prefix(variant)
     n_pairs = int(at["pair_id"].nunique())
-    status = "calibrated" if n_pairs >= CALIBRATED_MIN_PAIRS else "provisional"
+    status = "calibrated" if n_pairs >= CALIBRATED_MIN_PAIRS and not provisional else "provisional"
     origin = (
         f"measured {prov['date_utc'][:10]} on {prov['backend']} {prov['device_name']} ({prov.get('os', '')}); "
         f"mlx {prov['versions']['mlx']}, mflux {prov['versions']['mflux']}; {variant}, {prov['steps']} steps, "
@@ -168,7 +168,7 @@ def render_module(derived: list[dict]) -> str:
     hardware = sorted({d["hardware"] for d in derived})
     statuses = sorted({d["status"] for d in derived})
     lines = [
-        f'"""Test tolerances for {", ".join(hardware)}: {GENERATED}.',
+        f'"""Test tolerances measured on {", ".join(hardware)}: {GENERATED}.',
         "",
         "Each constant: what was measured, where and with what, the measured distribution, the margin,",
         "and calibrated (>= 8 prompt x seed pairs on this hardware) or provisional.",
@@ -208,13 +208,18 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("runs", nargs="+", type=Path, metavar="RUNS", help="sweep folders (one per variant)")
     parser.add_argument("--out", type=Path, default=None, help="default: tests/tolerances/<hardware>.py")
     parser.add_argument("--threshold", type=float, default=None, help="default: each sweep's default threshold")
+    parser.add_argument(
+        "--provisional",
+        action="store_true",
+        help="label every constant provisional (for tests/tolerances/provisional.py: hardware without its own)",
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
     try:
-        derived = [derive(path, args.threshold) for path in args.runs]
+        derived = [derive(path, args.threshold, args.provisional) for path in args.runs]
         hardware = {d["hardware"] for d in derived}
         if len(hardware) > 1:
             raise ValueError(f"RUNS: sweeps from different hardware ({', '.join(sorted(hardware))}); one module each")
