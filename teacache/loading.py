@@ -7,7 +7,14 @@ from pathlib import Path
 from teacache._compat import check_mflux_version
 from teacache._platform import use_float32_on_cpu
 
-EMBEDDED = ("tiny-shapes", "tiny-flux1")
+EMBEDDED = ("tiny-shapes", "tiny-flux1", "tiny-flux2", "tiny-qwen-image", "tiny-z-image")
+# embedded model name -> (module under teacache.models, builder function)
+_EMBEDDED_BUILDERS = {
+    "tiny-flux1": ("teacache.models.tiny_flux1", "build_tiny_flux1"),
+    "tiny-flux2": ("teacache.models.tiny_flux2", "build_tiny_flux2"),
+    "tiny-qwen-image": ("teacache.models.tiny_qwen", "build_tiny_qwen_image"),
+    "tiny-z-image": ("teacache.models.tiny_zimage", "build_tiny_z_image"),
+}
 
 # Generation settings each model is calibrated and benchmarked with unless told otherwise.
 MODEL_DEFAULTS = {
@@ -23,7 +30,7 @@ def model_defaults(name: str) -> dict:
     return dict(MODEL_DEFAULTS.get(name, MODEL_DEFAULTS["dev"]))
 
 
-_FLUX1_NAMES = ("dev", "schnell", "krea-dev")
+_FLUX1_NAMES = ("dev", "schnell", "krea-dev", "flux2-klein-4b", "flux2-klein-9b", "qwen-image", "z-image")
 
 
 def load_model(name_or_path: str, *, base_model: str | None = None, quantize: int | None = None, seed: int = 0):
@@ -35,10 +42,11 @@ def load_model(name_or_path: str, *, base_model: str | None = None, quantize: in
     """
     check_mflux_version()
     use_float32_on_cpu()
-    if name_or_path == "tiny-flux1":
-        from teacache.models.tiny_flux1 import build_tiny_flux1
+    if name_or_path in _EMBEDDED_BUILDERS:
+        import importlib
 
-        return build_tiny_flux1(seed=seed)
+        module, builder = _EMBEDDED_BUILDERS[name_or_path]
+        return getattr(importlib.import_module(module), builder)(seed=seed)
     if name_or_path == "tiny-shapes":
         from teacache.models.shapes import load_tiny_shapes
 
@@ -57,12 +65,32 @@ def load_model(name_or_path: str, *, base_model: str | None = None, quantize: in
             f"model: unknown model {name_or_path!r}; expected one of {', '.join(EMBEDDED + _FLUX1_NAMES)} "
             f"or a local folder with base_model ({exc})"
         ) from None
-    if "FLUX.1" in (config.model_name or ""):
+    pipeline = _pipeline_class(config.model_name or "")
+    if pipeline is None:
+        raise ValueError(f"model: {name_or_path!r} ({config.model_name}) has no TeaCache integration")
+    return pipeline(
+        model_config=config,
+        quantize=quantize,
+        model_path=str(Path(name_or_path).expanduser()) if is_path else None,
+    )
+
+
+def _pipeline_class(model_name: str):
+    """The mflux text-to-image pipeline class for a model repo name (None: no integration)."""
+    if "FLUX.1" in model_name:
         from mflux.models.flux.variants.txt2img.flux import Flux1
 
-        return Flux1(
-            model_config=config,
-            quantize=quantize,
-            model_path=str(Path(name_or_path).expanduser()) if is_path else None,
-        )
-    raise ValueError(f"model: {name_or_path!r} ({config.model_name}) has no TeaCache integration yet")
+        return Flux1
+    if "FLUX.2-klein" in model_name and "kv" not in model_name.lower():
+        from mflux.models.flux2.variants.txt2img.flux2_klein import Flux2Klein
+
+        return Flux2Klein
+    if model_name.startswith("Qwen/Qwen-Image") and "Edit" not in model_name:
+        from mflux.models.qwen.variants.txt2img.qwen_image import QwenImage
+
+        return QwenImage
+    if "Z-Image" in model_name and "Turbo" not in model_name:
+        from mflux.models.z_image.variants.z_image import ZImage
+
+        return ZImage
+    return None

@@ -9,7 +9,12 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-ADAPTER_MODULES = ("teacache.adapters.flux1", "teacache.adapters.flux2")
+ADAPTER_MODULES = (
+    "teacache.adapters.flux1",
+    "teacache.adapters.flux2",
+    "teacache.adapters.qwen",
+    "teacache.adapters.zimage",
+)
 
 
 def adapters() -> list[ModuleType]:

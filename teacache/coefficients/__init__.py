@@ -18,6 +18,16 @@ PACKAGED_MODULES = {
     "flux1-krea-dev": "flux1",
     "tiny-flux1": "tiny_flux1",
     "tiny-shapes": "tiny_shapes",
+    "tiny-flux2": "tiny_flux2",
+    "flux2-klein-4b": "flux2_klein",
+    "flux2-klein-9b": "flux2_klein",
+    "flux2-klein-base-4b": "flux2_klein_base",
+    "flux2-klein-base-9b": "flux2_klein_base",
+    "qwen-image": "qwen_image",
+    "qwen-image-2512": "qwen_image_2512",
+    "tiny-qwen-image": "tiny_qwen_image",
+    "z-image": "z_image",
+    "tiny-z-image": "tiny_z_image",
 }
 
 
