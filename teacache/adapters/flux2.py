@@ -25,6 +25,7 @@ VARIANTS = (
     "flux2-klein-base-4b",
     "flux2-klein-base-9b",
     "tiny-shapes",
+    "tiny-flux2",
 )
 _MODEL_NAMES = {
     "black-forest-labs/FLUX.2-klein-4B": "flux2-klein-4b",
