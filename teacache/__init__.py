@@ -8,7 +8,7 @@ from teacache._platform import preload_openblas
 preload_openblas()
 
 from teacache.api import apply_teacache  # noqa: E402
-from teacache.core import TeaCacheHandle, TeaCacheStats  # noqa: E402
+from teacache.core import RecipeMismatchWarning, TeaCacheHandle, TeaCacheStats  # noqa: E402
 from teacache.gate import GateConfig, NeverSkipsWarning  # noqa: E402
 from teacache.loading import load_model  # noqa: E402
 from teacache.rescale import RescaleFunction  # noqa: E402
@@ -16,6 +16,7 @@ from teacache.rescale import RescaleFunction  # noqa: E402
 __all__ = [
     "GateConfig",
     "NeverSkipsWarning",
+    "RecipeMismatchWarning",
     "RescaleFunction",
     "TeaCacheHandle",
     "TeaCacheStats",

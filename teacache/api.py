@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 
 from teacache._compat import check_mflux_version
 from teacache.adapters import adapter_for
-from teacache.coefficients import PACKAGED_MODULES, load_packaged
-from teacache.core import StepController, TeaCacheHandle, is_applied
+from teacache.coefficients import PACKAGED_MODULES, load_packaged, load_recipe
+from teacache.core import RecipeMismatchWarning, StepController, TeaCacheHandle, is_applied
 from teacache.gate import GateConfig, warn_if_never_skips
 from teacache.rescale import RescaleFunction, as_rescale
 
@@ -58,7 +59,16 @@ def apply_teacache(
         skip_last_n_steps=skip_last_n_steps,
         max_consecutive_skips=max_consecutive_skips,
     )
-    controller = StepController(gate_config, calibrate=calibrate)
+    recipe = load_recipe(variant) if coefficients is None and default is not None else None
+    if recipe is not None and getattr(model, "lora_paths", None):
+        recipe = {**recipe, "lora": "none"}
+        warnings.warn(
+            f"the packaged {variant} coefficients were fitted without LoRA and this pipeline has "
+            f"{len(model.lora_paths)}: LoRAs shift the signal; measure with teacache-bench sweep or refit",
+            RecipeMismatchWarning,
+            stacklevel=2,
+        )
+    controller = StepController(gate_config, calibrate=calibrate, recipe=recipe)
     static_floor = gate_config.enabled and not calibrate and not gate_config.rescale.is_time_aware
     if static_floor and not warn_if_never_skips(gate_config, where=f" with the {variant} rescale function"):
         controller.mark_warned("floor")  # said once here; not again at every generation

@@ -18,6 +18,26 @@ from teacache.gate import Gate, GateConfig, NeverSkipsWarning, StepDecision, war
 from teacache.signal import mean_abs, rel_l1
 
 
+class RecipeMismatchWarning(UserWarning):
+    """Packaged coefficients are used with generation settings other than those they were fitted on."""
+
+
+def recipe_differences(recipe: dict, config) -> list[str]:
+    """What differs between a packaged RECIPE and an mflux Config (steps, guidance, resolution)."""
+    found = []
+    steps = recipe.get("num_steps")
+    if isinstance(steps, int) and steps != config.num_inference_steps:
+        found.append(f"{steps} steps, this generation {config.num_inference_steps}")
+    guidance = recipe.get("guidance")
+    if isinstance(guidance, int | float) and not math.isclose(float(guidance), float(config.guidance or 0.0)):
+        found.append(f"guidance {guidance:g}, this generation {config.guidance:g}")
+    resolution = recipe.get("resolution")
+    here = f"{config.width}x{config.height}"
+    if isinstance(resolution, str) and resolution != here:
+        found.append(f"{resolution}, this generation {here}")
+    return found
+
+
 @dataclass
 class TeaCacheStats:
     """What happened in one generation: counts and the per-step decision log."""
@@ -46,9 +66,10 @@ class StepController:
     ``teacache-calib record`` writes: the same code path as the gate, minus the skip.
     """
 
-    def __init__(self, gate_config: GateConfig, calibrate: bool = False) -> None:
+    def __init__(self, gate_config: GateConfig, calibrate: bool = False, recipe: dict | None = None) -> None:
         self.gate_config = gate_config
         self.calibrate = calibrate
+        self.recipe = recipe  # the settings packaged coefficients were fitted on (None: user coefficients)
         self.fast_path = not gate_config.enabled and not calibrate
         self.gate = Gate(gate_config)
         self.history: list[TeaCacheStats] = []
@@ -95,6 +116,7 @@ class StepController:
         self.history.append(TeaCacheStats())
         if self.gate_config.enabled and not self.calibrate:
             self._check_schedule()
+            self._check_recipe(config)
 
     def _check_schedule(self) -> None:
         cfg = self.gate_config
@@ -116,13 +138,25 @@ class StepController:
             if not can_skip and caught:
                 self._warn_once("floor", str(caught[0].message))
 
+    def _check_recipe(self, config) -> None:
+        """Coefficients reused outside the recipe they were fitted on are the first suspect of bad quality."""
+        differences = recipe_differences(self.recipe or {}, config)
+        if differences:
+            self._warn_once(
+                "recipe",
+                "the packaged rescale coefficients were fitted on a different recipe ("
+                + "; ".join(differences)
+                + "): check quality with teacache-bench sweep, or refit (teacache-calib record / fit / emit)",
+                RecipeMismatchWarning,
+            )
+
     def mark_warned(self, key: str) -> None:
         self._warned.add(key)
 
-    def _warn_once(self, key: str, message: str) -> None:
+    def _warn_once(self, key: str, message: str, category: type[Warning] = NeverSkipsWarning) -> None:
         if key not in self._warned:
             self._warned.add(key)
-            warnings.warn(message, NeverSkipsWarning, stacklevel=4)
+            warnings.warn(message, category, stacklevel=4)
 
     def _finish(self) -> None:
         if self.calibrate and self._pending:

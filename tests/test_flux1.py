@@ -7,6 +7,7 @@ import warnings
 import mlx.core as mx
 import pytest
 
+import teacache
 from teacache import NeverSkipsWarning, apply_teacache
 from teacache.adapters.flux1 import TeaCacheFlux1Transformer
 
@@ -137,3 +138,16 @@ def test_calibration_mode_records_every_step_and_never_skips(tiny_flux1, flux1_g
     assert [r["step"] for r in rows] == list(range(10))
     assert all(r["x_rel_l1"] > 0 and r["y_rel_l1"] > 0 for r in rows[1:])
     assert all(r["residual_norm"] > 0 for r in rows)
+
+
+def test_packaged_coefficients_outside_their_recipe_warn_once(tiny_flux1, flux1_generate):
+    # tiny-flux1's packaged module reuses the FLUX.1-dev recipe: 28 steps, 1024x1024, guidance 3.5
+    expect = pytest.warns(teacache.RecipeMismatchWarning, match="28 steps, this generation 10")
+    with expect as caught, apply_teacache(tiny_flux1, rel_l1_thresh=0.3):
+        flux1_generate(seed=7)
+        flux1_generate(seed=8)
+    assert sum(issubclass(w.category, teacache.RecipeMismatchWarning) for w in caught) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", teacache.RecipeMismatchWarning)
+        with apply_teacache(tiny_flux1, rel_l1_thresh=0.3, coefficients=(1.0, 0.0)):
+            flux1_generate(seed=7)  # the user's own coefficients carry no recipe
