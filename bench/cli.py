@@ -21,6 +21,7 @@ SUBCOMMANDS = {
     "gapcheck": "bench.gapcheck",
     "overhead": "bench.overhead",
     "blas": "bench.blas",
+    "adherence": "bench.adherence",
 }
 
 
