@@ -41,4 +41,23 @@ def flux1_generate(tiny_flux1):
 
 @pytest.fixture(scope="session")
 def tolerances():
-    return load_tolerances()
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # said once, in the report header
+        return load_tolerances()
+
+
+def pytest_report_header(config):
+    """Say once, at the top of the run, which tolerance module the tests use and its status."""
+    import warnings
+
+    from teacache.provenance import hardware_slug
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module = load_tolerances()
+    line = f"tolerances: {module.__name__.replace('.', '/')}.py ({module.STATUS}) for hardware {hardware_slug()}"
+    if caught:
+        line += f"\nPROVISIONAL: {caught[0].message}"
+    return line
