@@ -8,8 +8,12 @@ import mlx.core as mx
 import pytest
 
 import teacache
+from bench.sweep import image_metrics
+from bench.tolerances import check_run
+from calib.generation import generate
 from teacache import NeverSkipsWarning, apply_teacache
 from teacache.adapters.flux1 import TeaCacheFlux1Transformer
+from teacache.rescale import RescaleFunction
 
 
 def test_threshold_zero_is_a_bit_exact_no_op(tiny_flux1, flux1_generate):
@@ -47,19 +51,25 @@ def test_active_proxy_that_skips_nothing_is_bit_exact(tiny_flux1, flux1_generate
     assert mx.array_equal(vanilla, flux1_generate(seed=1)).item()
 
 
-def test_positive_threshold_skips_within_the_band_and_changes_the_output(tiny_flux1, flux1_generate, tolerances):
-    low, high = tolerances.TINY_FLUX1_SKIP_BAND_T03
-    vanilla = flux1_generate(seed=2)
-    with apply_teacache(tiny_flux1, rel_l1_thresh=0.3) as handle:
-        cached = flux1_generate(seed=2)
+def test_positive_threshold_skips_within_the_measured_bounds(tiny_flux1, tolerances):
+    settings = tolerances.TINY_FLUX1_SETTINGS
+    width, height = (int(v) for v in settings["resolution"].split("x"))
+    args = ("a lighthouse at dusk", 2, settings["steps"], width, height, settings["guidance"])
+    vanilla = generate(tiny_flux1, *args)
+    gate = {
+        "coefficients": RescaleFunction.from_dict(settings["rescale"]),
+        "skip_first_n_steps": settings["skip_first_n_steps"],
+    }
+    with apply_teacache(tiny_flux1, settings["threshold"], **gate) as handle:
+        cached = generate(tiny_flux1, *args)
     stats = handle.stats
-    assert low <= stats.skipped <= high
-    assert stats.computed + stats.skipped == 10
-    assert 0 not in stats.skipped_steps and 9 not in stats.skipped_steps
-    assert not mx.array_equal(vanilla, cached).item()
-    log = stats.log
-    assert [d.step for d in log] == list(range(10))
-    assert all(d.sigma is not None for d in log)
+    run = {"skipped": stats.skipped, **image_metrics(cached.image, vanilla.image)}
+    assert check_run(tolerances, "tiny-flux1", run) == {"skip_band": True, "ssim_floor": True, "psnr_floor": True}
+    assert stats.computed + stats.skipped == settings["steps"]
+    assert 0 not in stats.skipped_steps and settings["steps"] - 1 not in stats.skipped_steps
+    assert not mx.array_equal(vanilla.latents, cached.latents).item()
+    assert [d.step for d in stats.log] == list(range(settings["steps"]))
+    assert all(d.sigma is not None for d in stats.log)
 
 
 def test_restore_is_exact_after_an_exception_inside_the_loop(tiny_flux1, flux1_generate):
