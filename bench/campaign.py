@@ -34,6 +34,15 @@ CAMPAIGN_DEFAULTS = {
         "repeats": 2,
         "variant": "tiny-shapes",
     },
+    "tiny-flux2": {
+        "record_prompts": "fast",
+        "record_seeds": "0,1",
+        "sweep_prompts": "fast",
+        "sweep_seeds": "0,1,2",
+        "thresholds": "0,0.1,0.2,0.3",
+        "repeats": 2,
+        "variant": "tiny-flux2",
+    },
     "tiny-flux1": {
         "record_prompts": "fast",
         "record_seeds": "0,1",

@@ -71,7 +71,13 @@ SETS = {
     "tiny-shapes-sweep": TINY_SHAPES_SWEEP,
 }
 # the set a model uses when none is named
-MODEL_DEFAULT_SET = {"tiny-shapes": "tiny-shapes", "tiny-flux1": "fast"}
+MODEL_DEFAULT_SET = {
+    "tiny-shapes": "tiny-shapes",
+    "tiny-flux1": "fast",
+    "tiny-flux2": "fast",
+    "tiny-qwen-image": "fast",
+    "tiny-z-image": "fast",
+}
 
 
 def _file_id(text: str) -> str:

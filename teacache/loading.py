@@ -20,6 +20,7 @@ _EMBEDDED_BUILDERS = {
 MODEL_DEFAULTS = {
     "tiny-shapes": {"steps": 28, "width": 32, "height": 32, "guidance": 1.0},
     "tiny-flux1": {"steps": 20, "width": 128, "height": 128, "guidance": 3.5},
+    "tiny-flux2": {"steps": 20, "width": 128, "height": 128, "guidance": 1.0},
     "dev": {"steps": 28, "width": 1024, "height": 1024, "guidance": 3.5},
     "krea-dev": {"steps": 28, "width": 1024, "height": 1024, "guidance": 4.5},
     "schnell": {"steps": 4, "width": 1024, "height": 1024, "guidance": 0.0},
