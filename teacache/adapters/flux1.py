@@ -11,9 +11,9 @@ from __future__ import annotations
 import mlx.core as mx
 from mflux.models.flux.model.flux_transformer.transformer import Transformer
 from mflux.models.flux.variants.txt2img.flux import Flux1
-from mlx import nn
 
-from teacache.core import StepController, register_callback
+from teacache.adapters._proxy import CachingProxy, install_proxy, variant_from_model_name
+from teacache.core import StepController
 
 FAMILY = "flux1"
 VARIANTS = ("flux1-dev", "flux1-schnell", "flux1-krea-dev", "tiny-flux1")
@@ -39,13 +39,8 @@ def flux1_signal(transformer: Transformer, t: int, config, hidden_states: mx.arr
     return modulated, embedded, temb
 
 
-class TeaCacheFlux1Transformer(nn.Module):
+class TeaCacheFlux1Transformer(CachingProxy):
     """Stands in for ``Flux1.transformer`` while TeaCache is applied; holds the original unchanged."""
-
-    def __init__(self, transformer: Transformer, controller: StepController) -> None:
-        super().__init__()
-        self.transformer = transformer
-        self._controller = controller
 
     def __call__(
         self,
@@ -58,22 +53,15 @@ class TeaCacheFlux1Transformer(nn.Module):
         controlnet_single_block_samples: list[mx.array] | None = None,
         kontext_image_ids: mx.array | None = None,
     ) -> mx.array:
-        ctl = self._controller
-        tr = self.transformer
-        modulated, embedded, temb = flux1_signal(tr, t, config, hidden_states, pooled_prompt_embeds)
-        if ctl.should_compute(modulated, branch=0):
-            body_out = self._body(
+        modulated, embedded, temb = flux1_signal(self.transformer, t, config, hidden_states, pooled_prompt_embeds)
+
+        def body() -> mx.array:
+            return self._body(
                 embedded, temb, t, config, prompt_embeds,
                 controlnet_block_samples, controlnet_single_block_samples, kontext_image_ids,
             )  # fmt: skip
-            residual = self._residual(body_out, embedded)
-            ctl.store_residual(0, residual)
-        else:
-            body_out = self._from_cache(embedded, ctl.residual(0))
-            residual = None
-        output = self._tail(body_out, temb)
-        ctl.observe_output(0, output, residual)
-        return output
+
+        return self.cached_step(modulated, embedded, temb, branch=0, body=body)
 
     def _body(
         self, hidden_states, temb, t, config, prompt_embeds, controlnet_block_samples,
@@ -106,16 +94,6 @@ class TeaCacheFlux1Transformer(nn.Module):
             )
         return hidden_states[:, encoder_hidden_states.shape[1] :, ...]
 
-    def _residual(self, body_out: mx.array, embedded: mx.array) -> mx.array:
-        return body_out - embedded
-
-    def _from_cache(self, embedded: mx.array, residual: mx.array) -> mx.array:
-        return embedded + residual
-
-    def _tail(self, hidden_states: mx.array, temb: mx.array) -> mx.array:
-        tr = self.transformer
-        return tr.proj_out(tr.norm_out(hidden_states, temb))
-
 
 def matches(model) -> bool:
     return isinstance(model, Flux1) and isinstance(_original_transformer(model), Transformer)
@@ -131,28 +109,9 @@ def is_applied(model) -> bool:
 
 
 def variant(model) -> str:
-    explicit = getattr(model, "teacache_variant", None)
-    if explicit:
-        return explicit
-    name = getattr(getattr(model, "model_config", None), "model_name", None)
-    if name in _MODEL_NAMES:
-        return _MODEL_NAMES[name]
-    raise ValueError(
-        f"model: a Flux1 pipeline for {name!r}, which has no TeaCache calibration; supported FLUX.1 "
-        f"variants: {', '.join(VARIANTS)}"
-    )
+    return variant_from_model_name(model, _MODEL_NAMES, "FLUX.1", VARIANTS)
 
 
 def install(model, controller: StepController, proxy_class: type = TeaCacheFlux1Transformer):
     """Swap the proxy in (not on the fast path: threshold 0 only counts steps); return the exact undo."""
-    undo_callback = register_callback(model, controller)
-    if controller.fast_path:
-        return undo_callback
-    original = model.transformer
-    model.transformer = proxy_class(original, controller)
-
-    def restore() -> None:
-        model.transformer = original
-        undo_callback()
-
-    return restore
+    return install_proxy(model, controller, proxy_class)

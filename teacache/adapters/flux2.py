@@ -14,9 +14,9 @@ from __future__ import annotations
 import mlx.core as mx
 from mflux.models.common.config.model_config import ModelConfig
 from mflux.models.flux2.model.flux2_transformer.transformer import Flux2Transformer
-from mlx import nn
 
-from teacache.core import StepController, register_callback
+from teacache.adapters._proxy import CachingProxy, install_proxy, variant_from_model_name
+from teacache.core import StepController
 
 FAMILY = "flux2"
 VARIANTS = (
@@ -69,13 +69,8 @@ def flux2_signal(transformer: Flux2Transformer, hidden_states: mx.array, timeste
     return modulated, embedded, temb, mod_img
 
 
-class TeaCacheFlux2Transformer(nn.Module):
+class TeaCacheFlux2Transformer(CachingProxy):
     """Stands in for the pipeline's ``transformer`` while TeaCache is applied."""
-
-    def __init__(self, transformer: Flux2Transformer, controller: StepController) -> None:
-        super().__init__()
-        self.transformer = transformer
-        self._controller = controller
 
     def __call__(
         self,
@@ -93,18 +88,12 @@ class TeaCacheFlux2Transformer(nn.Module):
             raise NotImplementedError(
                 "TeaCache on FLUX.2 supports text-to-image without guidance embedding or KV cache"
             )
-        ctl = self._controller
         modulated, embedded, temb, mod_img = flux2_signal(tr, hidden_states, timestep)
-        if ctl.should_compute(modulated, branch=branch):
-            body_out = self._body(embedded, encoder_hidden_states, temb, mod_img, img_ids, txt_ids)
-            residual = self._residual(body_out, embedded)
-            ctl.store_residual(branch, residual)
-        else:
-            body_out = self._from_cache(embedded, ctl.residual(branch))
-            residual = None
-        output = self._tail(body_out, temb)
-        ctl.observe_output(branch, output, residual)
-        return output
+
+        def body() -> mx.array:
+            return self._body(embedded, encoder_hidden_states, temb, mod_img, img_ids, txt_ids)
+
+        return self.cached_step(modulated, embedded, temb, branch=branch, body=body)
 
     def _body(self, hidden_states, encoder_hidden_states, temb, mod_img, img_ids, txt_ids) -> mx.array:
         """Flux2Transformer.__call__ from the context embedder to the slice before norm_out."""
@@ -142,16 +131,6 @@ class TeaCacheFlux2Transformer(nn.Module):
                 kv_cache_layer_idx=idx,
             )
         return hidden_states[:, encoder_hidden_states.shape[1] :, ...]
-
-    def _residual(self, body_out: mx.array, embedded: mx.array) -> mx.array:
-        return body_out - embedded
-
-    def _from_cache(self, embedded: mx.array, residual: mx.array) -> mx.array:
-        return embedded + residual
-
-    def _tail(self, hidden_states: mx.array, temb: mx.array) -> mx.array:
-        tr = self.transformer
-        return tr.proj_out(tr.norm_out(hidden_states, temb))
 
 
 def uncompiled_predict(transformer):
@@ -199,35 +178,9 @@ def is_applied(model) -> bool:
 
 
 def variant(model) -> str:
-    explicit = getattr(model, "teacache_variant", None)
-    if explicit:
-        return explicit
-    name = getattr(getattr(model, "model_config", None), "model_name", None)
-    if name in _MODEL_NAMES:
-        return _MODEL_NAMES[name]
-    raise ValueError(
-        f"model: a FLUX.2 pipeline for {name!r}, which has no TeaCache integration (edit and KV variants are not "
-        f"supported); supported FLUX.2 variants: {', '.join(VARIANTS)}"
-    )
+    return variant_from_model_name(model, _MODEL_NAMES, "FLUX.2", VARIANTS)
 
 
 def install(model, controller: StepController, proxy_class: type = TeaCacheFlux2Transformer):
     """Swap in the proxy and the uncompiled predict (not on the fast path); return the exact undo."""
-    undo_callback = register_callback(model, controller)
-    if controller.fast_path:
-        return undo_callback
-    original = model.transformer
-    had_own_predict = "_predict" in vars(model)
-    own_predict = vars(model).get("_predict")
-    model.transformer = proxy_class(original, controller)
-    object.__setattr__(model, "_predict", uncompiled_predict)
-
-    def restore() -> None:
-        model.transformer = original
-        if had_own_predict:
-            object.__setattr__(model, "_predict", own_predict)
-        else:
-            object.__delattr__(model, "_predict")
-        undo_callback()
-
-    return restore
+    return install_proxy(model, controller, proxy_class, predict_factory=uncompiled_predict)
