@@ -1,0 +1,27 @@
+"""Qwen-Image (the original Qwen/Qwen-Image checkpoint): rescale polynomial published by mlx-teacache 0.14.1.
+
+Its gate signal is this adapter's: the rel-L1 change of block 0's modulated image input. Its target is the
+larger of the two CFG branches' rel-L1 change of the transformer body output (before norm_out/proj_out),
+where upstream TeaCache fits the model output. Our gate clamps x to the fitted range like mlx-teacache does.
+"""
+
+from teacache.rescale import RescaleFunction
+
+# Source: IonDen/mlx-teacache 0.14.1 (PyPI sdist), scripts/_calibration_qwen.json, signals.A
+# (src/mlx_teacache/variants/qwen_image/config.py reads it); highest power first, fitted through the origin.
+# Recipe: Qwen/Qwen-Image (revision not stated), 10 prompts (7 fitted, 3 held out), seed 42, 50 steps,
+# guidance 4.0 (true CFG), 768x768, 4-bit quantization, mflux version not stated, M1 Max 32 GB, 2026-06-17;
+# 343 step pairs. R^2 0.849, held-out R^2 0.845. x range: the fitted x_min..x_max.
+RESCALE = RescaleFunction(
+    coefficients=(-12.954226906135869, 8.883805167578382, -0.9363839862290331, 1.4538816050570036, 0.0),
+    x_range=(0.04675976472922664, 0.587799896108221),
+    provenance={
+        "source": "IonDen/mlx-teacache 0.14.1 scripts/_calibration_qwen.json signals.A",
+        "status": "published",
+        "r2": 0.8489899729766744,
+        "heldout_r2": 0.8451455989514055,
+        "n_pairs": 343,
+    },
+)
+
+RECIPE = {"num_steps": 50, "guidance": 4.0, "resolution": "768x768", "quantization": 4}
