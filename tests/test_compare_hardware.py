@@ -1,0 +1,176 @@
+"""`teacache-bench compare-hardware` on two synthetic hardware folders: tables, differing constants, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bench import compare_hardware
+from teacache.io import FORMAT_VERSION, write_json, write_parquet, write_text
+
+STEPS = 10
+PROMPTS = ({"id": "p0", "text": "a red fox"}, {"id": "p1", "text": "a lighthouse"})
+SEEDS = (0, 1)
+# hardware -> backend, device, seconds per vanilla loop, thresholds with their skipped steps and SSIM
+HARDWARE = {
+    "cpu-test-2c": ("cpu", "Test CPU", 0.5, {0.0: ([], 1.0), 0.1: ([2, 4], 0.99), 0.2: ([2, 4, 6], 0.97)}),
+    "cuda-test-gpu": ("cuda", "Test GPU", 0.05, {0.0: ([], 1.0), 0.1: ([2, 4], 0.98), 0.3: ([2, 4, 6, 8], 0.9)}),
+}
+ODD_PAIR = ("p1", 1)  # on the GPU this pair skips [2, 5] at 0.1: 3 of 4 schedules match the CPU's
+TOLERANCES = {
+    "cpu-test-2c": {
+        "SETTINGS": {"steps": 10, "threshold": 0.1, "rescale": {"coefficients": [1.0, 0.0]}},
+        "PROXY_NOOP": "bit-exact",
+        "SSIM_FLOOR": 0.9,
+        "SKIP_BAND": (2, 2),
+    },
+    "cuda-test-gpu": {
+        "SETTINGS": {"steps": 10, "threshold": 0.1, "rescale": {"coefficients": [2.0, 0.5]}},
+        "PROXY_NOOP_MIN_COSINE": 0.999,
+        "SSIM_FLOOR": 0.85,
+        "SKIP_BAND": (2, 3),
+    },
+}
+FIT_CV_R2 = {"cpu-test-2c": 0.9, "cuda-test-gpu": 0.8}
+
+
+def _row(prompt: dict, seed: int, kind: str, threshold, steps: list[int], ssim: float, wall: float) -> dict:
+    k = len(steps)
+    speedup = 1.0 if kind == "vanilla" else STEPS / (STEPS - k) * 0.9
+    return {
+        "format_version": FORMAT_VERSION, "run_id": f"{prompt['id']}-s{seed}-{kind}-{threshold}",
+        "pair_id": f"{prompt['id']}-s{seed}", "kind": kind, "variant": "tiny-shapes", "model": "tiny-shapes",
+        "prompt_id": prompt["id"], "prompt": prompt["text"], "seed": seed, "threshold": threshold,
+        "num_steps": STEPS, "computed": STEPS - k, "skipped": k, "skipped_steps": steps, "longest_skip_streak": 1,
+        "predicted_skipped": float(k), "wall_s": [wall, wall], "wall_s_median": wall / speedup,
+        "speedup": speedup, "ideal_speedup": STEPS / (STEPS - k), "max_abs": 1.0 - ssim, "mean_abs": 1.0 - ssim,
+        "max_rel": 1.0 - ssim, "cosine": 1.0 - (1.0 - ssim) / 10, "ssim": ssim,
+        "psnr": float("inf") if ssim == 1.0 else 40.0 * ssim, "adherence": float("nan"), "image_path": None,
+    }  # fmt: skip
+
+
+def make_campaign(root: Path, hardware: str, variant: str = "tiny-shapes") -> Path:
+    backend, device, wall, plan = HARDWARE[hardware]
+    folder = root / hardware / variant / "0.24.0"
+    rows = []
+    for prompt in PROMPTS:
+        for seed in SEEDS:
+            rows.append(_row(prompt, seed, "vanilla", float("nan"), [], 1.0, wall))
+            for t, (steps, ssim) in plan.items():
+                odd = hardware.startswith("cuda") and t == 0.1 and (prompt["id"], seed) == ODD_PAIR
+                rows.append(_row(prompt, seed, "teacache", t, [2, 5] if odd else steps, ssim, wall))
+    runs = pd.DataFrame(rows)
+    runs["variant"] = runs["model"] = variant
+    write_parquet(folder / "sweep" / "runs.parquet", runs)
+    write_json(folder / "sweep" / "provenance.json", {
+        "format_version": FORMAT_VERSION, "variant": variant, "model": variant, "backend": backend,
+        "device_name": device, "os": "Linux test", "date_utc": "2026-01-01T00:00:00Z",
+        "git": {"commit": "abc", "dirty": False}, "versions": {"mlx": "0.32.2", "mflux": "0.24.0"},
+        "steps": STEPS, "resolution": "32x32", "guidance": 1.0, "prompts": list(PROMPTS), "seeds": list(SEEDS),
+        "repeats": 2, "default_threshold": 0.1,
+    })  # fmt: skip
+    selected = {
+        "label": "poly1-free", "form": "poly", "coefficients": [1.0, 0.1], "time_coefficients": [],
+        "x_range": [0.01, 0.3], "r2": FIT_CV_R2[hardware] + 0.01, "cv_r2": FIT_CV_R2[hardware], "rmse": 0.003,
+        "n_pairs": 32, "n_prompts": 2, "selected": True,
+    }  # fmt: skip
+    write_json(folder / "fit" / "fit.json", {
+        "format_version": FORMAT_VERSION, "kind": "teacache-calib fit", "variant": variant, "selected": selected,
+        "candidates": [selected], "options": {"min_step": 1},
+    })  # fmt: skip
+    prefix = variant.upper().replace("-", "_")
+    lines = [f"HARDWARE = {hardware!r}", "STATUS = 'calibrated'"]
+    lines += [f"{prefix}_{name} = {value!r}" for name, value in TOLERANCES[hardware].items()]
+    write_text(folder / "tolerances.py", "\n".join(lines) + "\n")
+    return folder
+
+
+@pytest.fixture()
+def two_hardware(tmp_path):
+    a, b = make_campaign(tmp_path, "cpu-test-2c"), make_campaign(tmp_path, "cuda-test-gpu")
+    make_campaign(tmp_path, "cpu-test-2c", variant="tiny-flux1")  # only on A: listed, not compared
+    return tmp_path / "cpu-test-2c", tmp_path / "cuda-test-gpu", a, b
+
+
+def run(a: Path, b: Path, out: Path, *extra: str) -> tuple[dict, str]:
+    assert compare_hardware.main([str(a), str(b), "--out", str(out), *extra]) == 0
+    return json.loads((out / "compare.json").read_text()), (out / "compare.md").read_text()
+
+
+def test_tables_side_by_side(two_hardware, tmp_path):
+    hw_a, hw_b, _, _ = two_hardware
+    data, md = run(hw_a, hw_b, tmp_path / "out", "--no-plot")
+    assert data["a"]["label"] == "cpu-test-2c" and data["b"]["label"] == "cuda-test-gpu"
+    assert data["only_in_a"] == ["tiny-flux1"] and list(data["variants"]) == ["tiny-shapes"]
+    v = data["variants"]["tiny-shapes"]
+    assert v["thresholds"]["common"] == [0.0, 0.1]
+    sched = {r["threshold"]: r for r in v["schedules"]}
+    assert sched[0.1]["runs_compared"] == 4 and sched[0.1]["identical_schedules"] == 3
+    assert sched[0.1]["identical_fraction"] == pytest.approx(0.75)
+    assert sched[0.1]["skipped_median_a"] == 2 and sched[0.0]["identical_fraction"] == 1.0
+    quality = {r["threshold"]: r for r in v["quality"]}
+    assert quality[0.1]["ssim_median_a"] == pytest.approx(0.99) and quality[0.1]["ssim_p5_b"] == pytest.approx(0.98)
+    assert quality[0.0]["psnr_median_a"] == "inf"  # identical images: infinite PSNR, kept as such
+    assert v["speed"]["per_step_ms_a"] == pytest.approx(50.0) and v["speed"]["per_step_ms_b"] == pytest.approx(5.0)
+    # speedups: each side at its own thresholds, against N/(N-k)
+    speed_b = {r["threshold"]: r for r in v["speedups"]["b"]}
+    assert speed_b[0.3]["ideal_median"] == pytest.approx(10 / 6) and speed_b[0.3]["ratio_median"] == pytest.approx(0.9)
+    rec_a, rec_b = v["speed"]["recommended_a"], v["speed"]["recommended_b"]
+    assert rec_a["threshold"] == 0.2 and rec_b["threshold"] == 0.1  # B's 0.3 has SSIM 0.9 < 0.95
+    assert v["fit"]["a"]["cv_r2"] == 0.9 and v["fit"]["b"]["cv_r2"] == 0.8
+    assert v["provenance"]["a"]["device_name"] == "Test CPU" and v["provenance"]["b"]["backend"] == "cuda"
+    headings = ("Provenance", "Speed", "Fitted rescale function", "Skip schedules", "Quality against vanilla",
+                "Speedup and the ideal bound", "Tolerance constants")  # fmt: skip
+    for heading in headings:
+        assert f"### {heading}" in md
+    assert "| 0.1 | 2 | 2 | 4 | 3 (75%) |" in md
+    assert "| per-step time, vanilla loop (median over pairs, ms) | 50 | 5 | 10 |" in md
+    assert "Test CPU" in md and "Test GPU" in md and "Only in A: tiny-flux1" in md
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["compare.json", "compare.md"]
+
+
+def test_tolerance_constants_that_differ(two_hardware, tmp_path):
+    hw_a, hw_b, _, _ = two_hardware
+    data, md = run(hw_a, hw_b, tmp_path / "out", "--no-plot")
+    rows = {r["constant"]: r for r in data["variants"]["tiny-shapes"]["tolerances"]["constants"]}
+    floor = rows["TINY_SHAPES_SSIM_FLOOR"]
+    assert not floor["same"] and floor["difference"] == pytest.approx(-0.05)
+    assert floor["relative"] == pytest.approx(-0.05 / 0.9)
+    band = rows["TINY_SHAPES_SKIP_BAND"]
+    assert not band["same"] and band["difference"] == [0.0, 1.0]
+    assert rows["TINY_SHAPES_PROXY_NOOP"]["note"] == "only in A"
+    assert rows["TINY_SHAPES_PROXY_NOOP_MIN_COSINE"]["note"] == "only in B"
+    assert rows["TINY_SHAPES_SETTINGS.steps"]["same"] and rows["TINY_SHAPES_SETTINGS.threshold"]["same"]
+    assert not any(name.endswith(".rescale") for name in rows)  # the fit table compares the rescale function
+    assert "| `TINY_SHAPES_SSIM_FLOOR` | 0.9 | 0.85 | -0.05 | differs (-5.56%) |" in md
+    assert "4 of 6 constants differ." in md
+
+
+def test_campaign_folders_and_plot(two_hardware, tmp_path):
+    _, _, camp_a, camp_b = two_hardware
+    data, _ = run(camp_a, camp_b, tmp_path / "out")
+    assert (data["a"]["label"], data["b"]["label"]) == ("cpu-test-2c", "cuda-test-gpu")
+    assert data["only_in_a"] == [] and "speedup_vs_threshold.png" in data["files"]
+    assert (tmp_path / "out" / "speedup_vs_threshold.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("case", ["no-campaign", "no-common-variant", "missing"])
+def test_bad_input_exits_2_and_writes_nothing(two_hardware, tmp_path, capsys, case):
+    hw_a, _, _, _ = two_hardware
+    if case == "no-campaign":
+        other = tmp_path / "empty"
+        (other / "something").mkdir(parents=True)
+    elif case == "no-common-variant":
+        other = make_campaign(tmp_path / "x", "cuda-test-gpu", variant="tiny-flux2").parents[1]
+    else:
+        other = tmp_path / "nowhere"
+    out = tmp_path / "out"
+    assert compare_hardware.main([str(hw_a), str(other), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("teacache-bench compare-hardware: ") and "\n" not in err
+    assert {"no-campaign": "holds no campaign", "no-common-variant": "no variant in both",
+            "missing": "is not a folder"}[case] in err  # fmt: skip
+    assert not out.exists()
