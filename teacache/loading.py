@@ -21,6 +21,10 @@ MODEL_DEFAULTS = {
     "tiny-shapes": {"steps": 28, "width": 32, "height": 32, "guidance": 1.0},
     "tiny-flux1": {"steps": 20, "width": 128, "height": 128, "guidance": 3.5},
     "tiny-flux2": {"steps": 20, "width": 128, "height": 128, "guidance": 1.0},
+    "tiny-qwen-image": {"steps": 10, "width": 128, "height": 128, "guidance": 4.0},
+    "tiny-z-image": {"steps": 10, "width": 128, "height": 128, "guidance": 4.0},
+    "qwen-image": {"steps": 50, "width": 1024, "height": 1024, "guidance": 4.0},
+    "z-image": {"steps": 50, "width": 1024, "height": 1024, "guidance": 4.0},
     "dev": {"steps": 28, "width": 1024, "height": 1024, "guidance": 3.5},
     "krea-dev": {"steps": 28, "width": 1024, "height": 1024, "guidance": 4.5},
     "schnell": {"steps": 4, "width": 1024, "height": 1024, "guidance": 0.0},
@@ -86,7 +90,7 @@ def _pipeline_class(model_name: str):
         from mflux.models.flux2.variants.txt2img.flux2_klein import Flux2Klein
 
         return Flux2Klein
-    if model_name.startswith("Qwen/Qwen-Image") and "Edit" not in model_name:
+    if model_name.startswith("Qwen/Qwen-Image") and "Edit" not in model_name and "2.1" not in model_name:
         from mflux.models.qwen.variants.txt2img.qwen_image import QwenImage
 
         return QwenImage
