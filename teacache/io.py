@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,15 +23,32 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        os.chmod(tmp_path, 0o644 & ~_umask())  # mkstemp creates 0600; artifacts are meant to be read
         os.replace(tmp_path, target)
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
 
 
+_PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def portable(text: str) -> str:
+    """Machine-specific absolute paths out of an artifact: the project root becomes ".", the home
+    folder "~", the temp folder "$TMPDIR". Artifacts are committed and compared across machines."""
+    for prefix, name in (
+        (str(_PROJECT_ROOT), "."),
+        (tempfile.gettempdir(), "$TMPDIR"),
+        (str(Path.home()), "~"),
+    ):
+        if prefix not in ("", "/"):
+            text = re.sub(re.escape(prefix) + r"(?=[/\s\"'`),\]]|$)", name, text)
+    return text
+
+
 def write_text(path: str | os.PathLike, text: str) -> None:
     with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+        tmp.write_text(portable(text), encoding="utf-8")
 
 
 def write_json(path: str | os.PathLike, data: dict) -> None:
@@ -40,6 +58,12 @@ def write_json(path: str | os.PathLike, data: dict) -> None:
 def write_parquet(path: str | os.PathLike, frame) -> None:
     with atomic_path(path) as tmp:
         frame.to_parquet(tmp, index=False)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _json_default(value):
