@@ -6,7 +6,59 @@ and calibrated (>= 8 prompt x seed pairs on this hardware) or provisional.
 
 HARDWARE = 'cpu-amd-epyc-2c'
 STATUS = 'calibrated'
-VARIANTS = ('tiny-flux1',)
+VARIANTS = ('tiny-shapes', 'tiny-flux1')
+
+# the generation settings every constant below was measured with
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-shapes, 28 steps, 32x32, guidance 1.0; 16 prompts x 1 seeds; sweep commit 339a3b9af4dcedf546b98b11899f38fab8f62fca
+# calibrated
+TINY_SHAPES_SETTINGS = {"guidance": 1.0, "rescale": {"coefficients": [-22.678674201592905, 16.086119049542994, -3.2724329723445527, 0.2306109654795972, 0.017544676205174813], "form": "poly+step", "provenance": {"cv_r2": 0.870839672143056, "date_utc": "2026-11-30T04:30:32Z", "fitted_model": "poly4+step2", "git_commit": "4e1759ee765be841cb1809f4fa4332eaa1d6f736", "n_pairs": 832, "n_prompts": 16, "r2": 0.880970879112054, "rmse_cv": 0.00284154646647648, "source": "teacache-calib fit", "variant": "tiny-shapes"}, "time_coefficients": [0.061509025424100604, -0.06318541894824016], "x_range": [0.011438185349106789, 0.3542158901691437]}, "resolution": "32x32", "skip_first_n_steps": 2, "steps": 28, "threshold": 0.03}
+
+# threshold 0 against the paired vanilla run, final latents max-abs (the fast path swaps nothing in)
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-shapes, 28 steps, 32x32, guidance 1.0; 16 prompts x 1 seeds; sweep commit 339a3b9af4dcedf546b98b11899f38fab8f62fca
+# n 16: min 0, p1 0, median 0, max 0
+# bit-exact: every run equal to vanilla
+# calibrated
+TINY_SHAPES_NOOP_THRESHOLD0 = 'bit-exact'
+
+# proxy active, every step computed (uncompiled path), final latents cosine against vanilla
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-shapes, 28 steps, 32x32, guidance 1.0; 16 prompts x 1 seeds; sweep commit 339a3b9af4dcedf546b98b11899f38fab8f62fca
+# n 16: min 1, p1 1, median 1, max 1
+# margin: one median-to-worst spread beyond the worst run (see the module docstring)
+# calibrated
+TINY_SHAPES_PROXY_NOOP_MIN_COSINE = 0.9999999973532294
+
+# proxy active, every step computed (uncompiled path), final latents max-abs against vanilla
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-shapes, 28 steps, 32x32, guidance 1.0; 16 prompts x 1 seeds; sweep commit 339a3b9af4dcedf546b98b11899f38fab8f62fca
+# n 16: min 1.07288e-06, p1 1.13547e-06, median 1.46851e-05, max 0.0012549
+# margin: one median-to-worst spread beyond the worst run (see the module docstring)
+# calibrated
+TINY_SHAPES_PROXY_NOOP_MAX_ABS = 0.002495117485523224
+
+# vanilla runs before and after TeaCache runs in one process: every repeat equal
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-shapes, 28 steps, 32x32, guidance 1.0; 16 prompts x 1 seeds; sweep commit 339a3b9af4dcedf546b98b11899f38fab8f62fca
+# calibrated
+TINY_SHAPES_RESTORE = 'bit-exact'
+
+# SSIM of decoded images against vanilla at threshold 0.03
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-shapes, 28 steps, 32x32, guidance 1.0; 16 prompts x 1 seeds; sweep commit 339a3b9af4dcedf546b98b11899f38fab8f62fca
+# n 16: min 0.96502, p1 0.965798, median 0.984255, max 0.995945
+# margin: one median-to-worst spread beyond the worst run (see the module docstring)
+# calibrated
+TINY_SHAPES_SSIM_FLOOR = 0.9457841911935434
+
+# PSNR (dB) against vanilla at threshold 0.03
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-shapes, 28 steps, 32x32, guidance 1.0; 16 prompts x 1 seeds; sweep commit 339a3b9af4dcedf546b98b11899f38fab8f62fca
+# n 16: min 26.6916, p1 27.1901, median 32.7684, max 41.2135
+# margin: one median-to-worst spread beyond the worst run (see the module docstring)
+# calibrated
+TINY_SHAPES_PSNR_FLOOR = 20.614803429725526
+
+# steps skipped at threshold 0.03 (of 28)
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-shapes, 28 steps, 32x32, guidance 1.0; 16 prompts x 1 seeds; sweep commit 339a3b9af4dcedf546b98b11899f38fab8f62fca
+# n 16: min 18, p1 18, median 18, max 18
+# margin: one median-to-worst spread beyond the worst run (see the module docstring); rounded outward
+# calibrated
+TINY_SHAPES_SKIP_BAND = (18, 18)
 
 # the generation settings every constant below was measured with
 # measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux1, 20 steps, 128x128, guidance 3.5; 3 prompts x 3 seeds; sweep commit 4ef2ff459615f155ee0fa51a40700467e46126d5
