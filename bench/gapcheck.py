@@ -16,7 +16,6 @@ import warnings
 from pathlib import Path
 
 import mlx.core as mx
-import numpy as np
 import pandas as pd
 from rich.console import Console
 from rich.progress import Progress
@@ -87,7 +86,7 @@ def measure(model, mutant: Mutant | None, settings: dict, args: tuple, vanilla) 
         bit_exact_after = bool(mx.array_equal(after.latents, vanilla.latents).item())
         if left:
             _force_restore(model, original)
-        lat = latent_metrics(np.array(gen.latents), np.array(vanilla.latents))
+        lat = latent_metrics(gen.latents, vanilla.latents)
         if noop:
             row.update(proxy_noop_bit_exact=bool(mx.array_equal(gen.latents, vanilla.latents).item()),
                        proxy_noop_cosine=lat["cosine"], proxy_noop_max_abs=lat["max_abs"])  # fmt: skip

@@ -68,9 +68,16 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _float64(values) -> np.ndarray:
+    """MLX arrays (bfloat16 included: numpy has no such type) or numpy arrays, flattened to float64."""
+    if isinstance(values, mx.array):
+        values = np.array(values.astype(mx.float32))
+    return np.asarray(values, dtype=np.float64).ravel()
+
+
 def latent_metrics(latents, reference) -> dict:
-    a = np.asarray(latents, dtype=np.float64).ravel()
-    b = np.asarray(reference, dtype=np.float64).ravel()
+    a = _float64(latents)
+    b = _float64(reference)
     diff = np.abs(a - b)
     denominator = np.linalg.norm(a) * np.linalg.norm(b)
     return {
@@ -146,7 +153,7 @@ def run_pair(model, settings, pair, thresholds, configs, repeats, adherence, ima
             **base, "run_id": f"{pair_id}-vanilla", "kind": "vanilla", "threshold": float("nan"),
             "computed": settings["steps"], "skipped": 0, "skipped_steps": "[]", "longest_skip_streak": 0,
             "wall_s": times["vanilla"], "wall_s_median": vanilla_median, "speedup": 1.0, "ideal_speedup": 1.0,
-            **latent_metrics(np.array(ref.latents), np.array(ref.latents)), **image_metrics(ref.image, ref.image),
+            **latent_metrics(ref.latents, ref.latents), **image_metrics(ref.image, ref.image),
             "adherence": adherence(ref.image, prompt) if adherence else float("nan"),
             "image_path": _save(images_dir, f"{pair_id}-vanilla", ref.image),
         }
@@ -162,7 +169,7 @@ def run_pair(model, settings, pair, thresholds, configs, repeats, adherence, ima
             "computed": n - skipped, "skipped": skipped, "skipped_steps": json.dumps(stats.skipped_steps),
             "longest_skip_streak": stats.longest_skip_streak, "wall_s": times[t], "wall_s_median": median,
             "speedup": vanilla_median / median, "ideal_speedup": n / (n - skipped),
-            **latent_metrics(np.array(gen.latents), np.array(ref.latents)), **image_metrics(gen.image, ref.image),
+            **latent_metrics(gen.latents, ref.latents), **image_metrics(gen.image, ref.image),
             "adherence": adherence(gen.image, prompt) if adherence else float("nan"),
             "image_path": _save(images_dir, run_id, gen.image),
         })  # fmt: skip
@@ -190,7 +197,7 @@ def proxy_noop(model, args, config: GateConfig, ref, base: dict) -> dict:
         "kind": "proxy-noop",
         "bit_exact": bool(mx.array_equal(gen.latents, ref.latents).item()),
         "wall_s_median": gen.loop_s,
-        **latent_metrics(np.array(gen.latents), np.array(ref.latents)),
+        **latent_metrics(gen.latents, ref.latents),
         **image_metrics(gen.image, ref.image),
     }
 

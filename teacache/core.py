@@ -112,7 +112,8 @@ class StepController:
         self._init_t = int(config.init_time_step)
         self._next_t = self._init_t
         self.num_steps = int(config.num_inference_steps) - self._init_t
-        self._sigmas = config.scheduler.sigmas
+        # read once: a per-step .item() would sync the device every step (costly on a GPU)
+        self._sigmas = [float(s) for s in config.scheduler.sigmas.astype(mx.float32).tolist()]
         self.history.append(TeaCacheStats())
         if self.gate_config.enabled and not self.calibrate:
             self._check_schedule()
@@ -130,7 +131,7 @@ class StepController:
                 "skip_first_n_steps / skip_last_n_steps.",
             )
             return
-        sigmas = [float(s) for s in self._sigmas.tolist()][self._init_t :] if cfg.rescale.is_time_aware else None
+        sigmas = self._sigmas[self._init_t :] if cfg.rescale.is_time_aware else None
         if "floor" not in self._warned:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
@@ -173,7 +174,7 @@ class StepController:
 
     @property
     def sigma(self) -> float:
-        return float(self._sigmas[self._next_t].item())
+        return self._sigmas[self._next_t]
 
     @property
     def stats(self) -> TeaCacheStats:
