@@ -29,6 +29,7 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 KIND = "teacache-bench compare-hardware"
 PLOT = "speedup_vs_threshold.png"
 QUALITY = ("ssim", "psnr", "cosine")
+STAGES = ("traces", "fit", "sweep", "report", "tolerances.py", "gapcheck")
 CROSS_MARGIN = 0.10  # a fit "transfers" when its RMSE on the other hardware's traces is within 10% of the refit
 
 
@@ -139,6 +140,18 @@ def _finite(value):
     return value
 
 
+def _pairs_measured(campaign: Path, planned: int) -> str | None:
+    """'n of planned' (prompt, seed) pairs in the sweep's runs table: an interrupted sweep shows here."""
+    runs = campaign / "sweep" / "runs.parquet"
+    if not runs.is_file():
+        return None
+    try:
+        n = int(pd.read_parquet(runs, columns=["pair_id"])["pair_id"].nunique())
+    except Exception:  # noqa: BLE001 - a damaged table is reported by load_sweep with its own message
+        return None
+    return f"{n} of {planned}" if planned else str(n)
+
+
 def provenance_summary(campaign: Path) -> dict:
     prov = _campaign_provenance(campaign)
     versions = prov.get("versions") or {}
@@ -163,6 +176,8 @@ def provenance_summary(campaign: Path) -> dict:
         "resolution": prov.get("resolution"),
         "guidance": prov.get("guidance"),
         "sweep_prompts_x_seeds": f"{len(prompts)} x {len(seeds)}" if prompts else None,
+        "sweep_pairs_measured": _pairs_measured(campaign, len(prompts) * len(seeds)),
+        "stages": [name for name in STAGES if (campaign / name).exists()],
         "repeats": prov.get("repeats"),
         "default_threshold": prov.get("default_threshold"),
         "recording_overhead_median": overhead,
@@ -452,6 +467,10 @@ def _pct(value) -> str:
     return "n/a" if value is None else f"{100 * float(value):+.1f}%"
 
 
+def _cell(value) -> str:
+    return ", ".join(map(str, value)) if isinstance(value, list) else _value(value)
+
+
 def _share(value) -> str:
     return "n/a" if value is None else f"{100 * float(value):.0f}%"
 
@@ -483,6 +502,8 @@ PROVENANCE_FIELDS = (
     ("resolution", "resolution"),
     ("guidance", "guidance"),
     ("sweep_prompts_x_seeds", "sweep prompts x seeds"),
+    ("sweep_pairs_measured", "sweep pairs measured"),
+    ("stages", "campaign stages present"),
     ("repeats", "timed repeats"),
     ("default_threshold", "variant default threshold"),
 )
@@ -510,7 +531,7 @@ def render_markdown(result: dict) -> str:
 def _variant_markdown(variant: str, v: dict, la: str, lb: str) -> list[str]:
     pa, pb = v["provenance"]["a"], v["provenance"]["b"]
     lines = [f"## {variant}", "", "### Provenance", ""]
-    rows = [[name, _value(pa.get(key)), _value(pb.get(key))] for key, name in PROVENANCE_FIELDS]
+    rows = [[name, _cell(pa.get(key)), _cell(pb.get(key))] for key, name in PROVENANCE_FIELDS]
     rows.append(["campaign folder", f"`{pa['path']}`", f"`{pb['path']}`"])
     lines += _table(["", f"A: {la}", f"B: {lb}"], rows) + [""]
 

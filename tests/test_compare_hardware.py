@@ -44,7 +44,8 @@ def _row(prompt: dict, seed: int, kind: str, threshold, steps: list[int], ssim: 
         "format_version": FORMAT_VERSION, "run_id": f"{prompt['id']}-s{seed}-{kind}-{threshold}",
         "pair_id": f"{prompt['id']}-s{seed}", "kind": kind, "variant": "tiny-shapes", "model": "tiny-shapes",
         "prompt_id": prompt["id"], "prompt": prompt["text"], "seed": seed, "threshold": threshold,
-        "num_steps": STEPS, "computed": STEPS - k, "skipped": k, "skipped_steps": steps, "longest_skip_streak": 1,
+        "num_steps": STEPS, "computed": STEPS - k, "skipped": k, "skipped_steps": json.dumps(steps),
+        "longest_skip_streak": 1,
         "predicted_skipped": float(k), "wall_s": [wall, wall], "wall_s_median": wall / speedup,
         "speedup": speedup, "ideal_speedup": STEPS / (STEPS - k), "max_abs": 1.0 - ssim, "mean_abs": 1.0 - ssim,
         "max_rel": 1.0 - ssim, "cosine": 1.0 - (1.0 - ssim) / 10, "ssim": ssim,
@@ -122,6 +123,8 @@ def test_tables_side_by_side(two_hardware, tmp_path):
     assert rec_a["threshold"] == 0.2 and rec_b["threshold"] == 0.1  # B's 0.3 has SSIM 0.9 < 0.95
     assert v["fit"]["a"]["cv_r2"] == 0.9 and v["fit"]["b"]["cv_r2"] == 0.8
     assert v["provenance"]["a"]["device_name"] == "Test CPU" and v["provenance"]["b"]["backend"] == "cuda"
+    assert v["provenance"]["b"]["sweep_pairs_measured"] == "4 of 4"  # an interrupted sweep would show "n of 4"
+    assert "| campaign stages present | fit, sweep, tolerances.py | fit, sweep, tolerances.py |" in md
     headings = ("Provenance", "Speed", "Fitted rescale function", "Skip schedules", "Quality against vanilla",
                 "Speedup and the ideal bound", "Tolerance constants")  # fmt: skip
     for heading in headings:
