@@ -8,6 +8,7 @@ from calib.dispatch import dispatch
 
 SUBCOMMANDS = {
     "campaign": "bench.campaign",
+    "compare-hardware": "bench.compare_hardware",
     "sweep": "bench.sweep",
     "replay": "bench.replay",
     "report": "bench.report",
