@@ -16,6 +16,7 @@ import argparse
 import json
 import math
 import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -161,15 +162,16 @@ def derive(sweep_dir: Path, threshold: float | None = None, provisional: bool = 
 def _slug(prov: dict) -> str:
     from teacache.provenance import hardware_slug
 
-    return hardware_slug({"backend": prov["backend"], "device_name": prov["device_name"]})
+    return hardware_slug({k: prov.get(k) for k in ("backend", "device_name", "cpu_count")})
 
 
 def render_module(derived: list[dict]) -> str:
     hardware = sorted({d["hardware"] for d in derived})
     statuses = sorted({d["status"] for d in derived})
     lines = [
-        f'"""Test tolerances measured on {", ".join(hardware)}: {GENERATED}.',
+        f'"""Test tolerances measured on {", ".join(hardware)}.',
         "",
+        f"{GENERATED[0].upper()}{GENERATED[1:]}.",
         "Each constant: what was measured, where and with what, the measured distribution, the margin,",
         "and calibrated (>= 8 prompt x seed pairs on this hardware) or provisional.",
         '"""',
@@ -181,7 +183,8 @@ def render_module(derived: list[dict]) -> str:
     ]
     for d in derived:
         for name, (value, comment) in d["constants"].items():
-            lines += [f"# {c}" for c in comment]
+            for c in comment:
+                lines += [f"# {part}" for part in textwrap.wrap(c, width=114, subsequent_indent="  ")]
             lines.append(f"{name} = {_literal(value)}")
             lines.append("")
     return "\n".join(lines)
@@ -194,7 +197,7 @@ def _literal(value) -> str:
         return "(" + ", ".join(_literal(v) for v in value) + ")"
     if isinstance(value, dict):
         return (
-            json.dumps(value, sort_keys=True)
+            json.dumps(value, sort_keys=True, indent=4)
             .replace("Infinity", 'float("inf")')
             .replace("null", "None")
             .replace("true", "True")

@@ -59,7 +59,9 @@ def device_info() -> dict:
         name = None
     if name is None:
         name = _cpu_name()
-    return {"backend": backend, "device": str(mx.default_device()), "device_name": name}
+    import os
+
+    return {"backend": backend, "device": str(mx.default_device()), "device_name": name, "cpu_count": os.cpu_count()}
 
 
 def _cpu_name() -> str:
@@ -86,7 +88,7 @@ def hardware_slug(info: dict | None = None) -> str:
     name = "-".join(part for part in name.split("-") if part and part not in ("r", "tm", "cpu", "processor"))
     import os
 
-    cores = os.cpu_count() or 0
+    cores = info.get("cpu_count") or os.cpu_count() or 0
     suffix = f"-{cores}c" if info["backend"] == "cpu" else ""
     return f"{info['backend']}-{name[:40]}{suffix}"
 

@@ -75,7 +75,10 @@ def test_tolerance_journey_writes_a_module_with_provenance_on_every_constant(tra
         if name.startswith("TINY_FLUX1_"):
             comment = lines[node.lineno - 2]
             assert comment.startswith("# ") and comment[2:] in ("provisional", "calibrated"), name
-            block = "\n".join(lines[max(0, node.lineno - 7) : node.lineno - 1])
+            above = node.lineno - 2
+            while above > 0 and lines[above - 1].startswith("#"):
+                above -= 1
+            block = "\n".join(lines[above : node.lineno - 1])
             assert "measured 20" in block and "mflux" in block, name
     # same input, byte-identical file
     first = module_path.read_bytes()
