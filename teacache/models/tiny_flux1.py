@@ -23,6 +23,8 @@ from mflux.models.flux.model.flux_transformer.transformer import Transformer
 from mflux.models.flux.variants.txt2img.flux import Flux1
 from mlx import nn
 
+from teacache.models._init import redraw_linears
+
 FULL_WIDTH = 3072
 T5_DIM = 4096
 CLIP_DIM = 768
@@ -61,15 +63,8 @@ def build_tiny_transformer(
     def shrink(dim: int) -> int:  # 3072*k -> width*k; T5 (4096), CLIP (768), 256 and 64 stay
         return width * (dim // FULL_WIDTH) if dim % FULL_WIDTH == 0 else dim
 
-    key = mx.random.key(seed)
-    for _name, module in sorted(transformer.named_modules(), key=lambda item: item[0]):
-        if isinstance(module, nn.Linear):
-            out_dim, in_dim = module.weight.shape
-            bound = (1.0 / shrink(in_dim)) ** 0.5
-            key, k_w, k_b = mx.random.split(key, 3)
-            module.weight = mx.random.uniform(-bound, bound, (shrink(out_dim), shrink(in_dim)), key=k_w)
-            if "bias" in module:
-                module.bias = mx.random.uniform(-bound, bound, (shrink(out_dim),), key=k_b)
+    redraw_linears(transformer, seed, shape=lambda out_dim, in_dim: (shrink(out_dim), shrink(in_dim)))
+    for _name, module in transformer.named_modules():
         if isinstance(module, JointAttention | SingleBlockAttention):
             module.num_heads = heads
         if isinstance(module, AdaLayerNormZeroSingle):

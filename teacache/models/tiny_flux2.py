@@ -20,6 +20,8 @@ from mflux.models.flux2.model.flux2_transformer.transformer import Flux2Transfor
 from mflux.models.flux2.variants.txt2img.flux2_klein import Flux2Klein
 from mlx import nn
 
+from teacache.models._init import redraw_linears
+
 CONTEXT_DIM = 64
 TEXT_TOKENS = 16
 LATENT_CHANNELS = 128  # packed: 32 VAE channels x 2x2 patches, 16 px per token
@@ -35,14 +37,7 @@ def build_tiny_transformer(seed: int = 0, heads: int = 4, head_dim: int = 32, do
         joint_attention_dim=CONTEXT_DIM,
         axes_dims_rope=(head_dim // 4,) * 4,
     )
-    key = mx.random.key(seed)
-    for _name, module in sorted(transformer.named_modules(), key=lambda item: item[0]):
-        if isinstance(module, nn.Linear):
-            key, k_w, k_b = mx.random.split(key, 3)
-            bound = (1.0 / module.weight.shape[1]) ** 0.5
-            module.weight = mx.random.uniform(-bound, bound, module.weight.shape, key=k_w)
-            if "bias" in module:
-                module.bias = mx.random.uniform(-bound, bound, module.bias.shape, key=k_b)
+    redraw_linears(transformer, seed)
     transformer.set_dtype(ModelConfig.precision)
     mx.eval(transformer.parameters())
     return transformer

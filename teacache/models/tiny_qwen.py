@@ -20,6 +20,7 @@ from mflux.models.qwen.qwen_initializer import QwenImageInitializer
 from mflux.models.qwen.variants.txt2img.qwen_image import QwenImage
 from mlx import nn
 
+from teacache.models._init import redraw_linears
 from teacache.models.tiny_flux1 import TinyVAE
 
 CONTEXT_DIM = 64  # joint_attention_dim (3584 in Qwen-Image)
@@ -35,14 +36,7 @@ def build_tiny_transformer(seed: int = 0, heads: int = 2, layers: int = 2) -> Qw
         num_attention_heads=heads,
         joint_attention_dim=CONTEXT_DIM,
     )
-    key = mx.random.key(seed)
-    for _name, module in sorted(transformer.named_modules(), key=lambda item: item[0]):
-        if isinstance(module, nn.Linear):
-            key, k_w, k_b = mx.random.split(key, 3)
-            bound = (1.0 / module.weight.shape[1]) ** 0.5
-            module.weight = mx.random.uniform(-bound, bound, module.weight.shape, key=k_w)
-            if "bias" in module:
-                module.bias = mx.random.uniform(-bound, bound, module.bias.shape, key=k_b)
+    redraw_linears(transformer, seed)
     transformer.set_dtype(ModelConfig.precision)
     mx.eval(transformer.parameters())
     return transformer

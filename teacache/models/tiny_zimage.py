@@ -22,6 +22,7 @@ from mflux.models.z_image.variants.z_image import ZImage
 from mflux.models.z_image.z_image_initializer import ZImageInitializer
 from mlx import nn
 
+from teacache.models._init import redraw_linears
 from teacache.models.tiny_flux1 import TinyVAE
 
 CAPTION_DIM = 64  # cap_feat_dim (2560 in Z-Image)
@@ -42,14 +43,7 @@ def build_tiny_transformer(seed: int = 0, dim: int = 256, heads: int = 2, layers
         cap_feat_dim=CAPTION_DIM,
         axes_dims=axes,
     )
-    key = mx.random.key(seed)
-    for _name, module in sorted(transformer.named_modules(), key=lambda item: item[0]):
-        if isinstance(module, nn.Linear):
-            key, k_w, k_b = mx.random.split(key, 3)
-            bound = (1.0 / module.weight.shape[1]) ** 0.5
-            module.weight = mx.random.uniform(-bound, bound, module.weight.shape, key=k_w)
-            if "bias" in module:
-                module.bias = mx.random.uniform(-bound, bound, module.bias.shape, key=k_b)
+    redraw_linears(transformer, seed)
     transformer.set_dtype(ModelConfig.precision)
     transformer.set_float32(False)
     mx.eval(transformer.parameters())
