@@ -17,6 +17,7 @@ from mflux.models.common.config.model_config import ModelConfig
 
 import teacache
 from bench.sweep import latent_metrics
+from bench.tolerances import check_run
 from teacache import NeverSkipsWarning, apply_teacache
 from teacache.adapters import zimage
 from teacache.adapters.zimage import TeaCacheZImageTransformer
@@ -165,3 +166,21 @@ def test_published_coefficients_can_skip_at_the_default_threshold():
     assert len(rescale.coefficients) == 5 and rescale.coefficients[-1] == 0.0
     assert rescale.floor()[0] < zimage.DEFAULT_THRESHOLD["*"]
     assert load_recipe("z-image") == {"num_steps": 50, "guidance": 4.0, "resolution": "512x512", "quantization": 8}
+
+
+def test_proxy_path_stays_within_the_tolerance_measured_for_it(z_image, tolerances):
+    """Oracle 3 with the measured bound (teacache-bench tolerances on the tiny-z-image campaign)."""
+    model, generate = z_image
+    settings = tolerances.TINY_Z_IMAGE_SETTINGS
+    assert (settings["steps"], settings["resolution"], settings["guidance"]) == (STEPS, "128x128", 4.0)
+    before = generate(seed=5)
+    gate = {"rel_l1_thresh": settings["threshold"], "coefficients": IDENTITY, "skip_first_n_steps": STEPS}
+    with pytest.warns(NeverSkipsWarning), apply_teacache(model, **gate):
+        wrapped = generate(seed=5)
+    metrics = latent_metrics(wrapped, before)
+    run = {
+        "proxy_noop_bit_exact": mx.array_equal(wrapped, before).item(),
+        "proxy_noop_cosine": metrics["cosine"],
+        "proxy_noop_max_abs": metrics["max_abs"],
+    }
+    assert check_run(tolerances, "tiny-z-image", run) == {"proxy_noop": True}, run

@@ -7,7 +7,7 @@ and calibrated (>= 8 prompt x seed pairs on this hardware) or provisional.
 
 HARDWARE = 'cpu-amd-epyc-2c'
 STATUS = 'calibrated'
-VARIANTS = ('tiny-shapes', 'tiny-flux1')
+VARIANTS = ('tiny-shapes', 'tiny-flux1', 'tiny-flux2', 'tiny-qwen-image', 'tiny-z-image')
 
 # the generation settings every constant below was measured with
 # measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-shapes, 28
@@ -190,3 +190,281 @@ TINY_FLUX1_PSNR_FLOOR = 54.8102055499423
 # margin: one median-to-worst spread beyond the worst run (see the module docstring); rounded outward
 # calibrated
 TINY_FLUX1_SKIP_BAND = (14, 14)
+
+# the generation settings every constant below was measured with
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux2, 20
+#   steps, 128x128, guidance 1.0; 3 prompts x 3 seeds; sweep commit 156dc333ad39fa39aa62bafb596c8a2b2b9b7e3b
+# calibrated
+TINY_FLUX2_SETTINGS = {
+    "guidance": 1.0,
+    "rescale": {
+        "coefficients": [
+            4026.2017326608034,
+            -963.0380745585732,
+            82.57287298256279,
+            -1.7988776319977244,
+            0.02585975673028686
+        ],
+        "form": "poly+step",
+        "provenance": {
+            "cv_r2": 0.982712927440937,
+            "date_utc": "2026-11-30T05:01:07Z",
+            "fitted_model": "poly4+step2",
+            "git_commit": "156dc333ad39fa39aa62bafb596c8a2b2b9b7e3b",
+            "n_pairs": 114,
+            "n_prompts": 3,
+            "r2": 0.9827275226137466,
+            "rmse_cv": 0.002228504677543371,
+            "source": "teacache-calib fit",
+            "variant": "tiny-flux2"
+        },
+        "time_coefficients": [
+            -0.03906267559812941,
+            0.03490367617641723
+        ],
+        "x_range": [
+            0.0358947291970253,
+            0.09894689172506332
+        ]
+    },
+    "resolution": "128x128",
+    "skip_first_n_steps": 1,
+    "steps": 20,
+    "threshold": 0.3
+}
+
+# threshold 0 against the paired vanilla run, final latents max-abs (the fast path swaps nothing in)
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux2, 20
+#   steps, 128x128, guidance 1.0; 3 prompts x 3 seeds; sweep commit 156dc333ad39fa39aa62bafb596c8a2b2b9b7e3b
+# n 9: min 0, p1 0, median 0, max 0
+# bit-exact: every run equal to vanilla
+# calibrated
+TINY_FLUX2_NOOP_THRESHOLD0 = 'bit-exact'
+
+# proxy active, every step computed (uncompiled path), final latents cosine against vanilla
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux2, 20
+#   steps, 128x128, guidance 1.0; 3 prompts x 3 seeds; sweep commit 156dc333ad39fa39aa62bafb596c8a2b2b9b7e3b
+# n 9: min 1, p1 1, median 1, max 1
+# margin: one median-to-worst spread beyond the worst run (see the module docstring)
+# calibrated
+TINY_FLUX2_PROXY_NOOP_MIN_COSINE = 0.9999999999999898
+
+# proxy active, every step computed (uncompiled path), final latents max-abs against vanilla
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux2, 20
+#   steps, 128x128, guidance 1.0; 3 prompts x 3 seeds; sweep commit 156dc333ad39fa39aa62bafb596c8a2b2b9b7e3b
+# n 9: min 7.15256e-07, p1 7.34329e-07, median 9.53674e-07, max 1.19209e-06
+# margin: one median-to-worst spread beyond the worst run (see the module docstring)
+# calibrated
+TINY_FLUX2_PROXY_NOOP_MAX_ABS = 1.430511474609375e-06
+
+# vanilla runs before and after TeaCache runs in one process: every repeat equal
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux2, 20
+#   steps, 128x128, guidance 1.0; 3 prompts x 3 seeds; sweep commit 156dc333ad39fa39aa62bafb596c8a2b2b9b7e3b
+# calibrated
+TINY_FLUX2_RESTORE = 'bit-exact'
+
+# SSIM of decoded images against vanilla at threshold 0.3
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux2, 20
+#   steps, 128x128, guidance 1.0; 3 prompts x 3 seeds; sweep commit 156dc333ad39fa39aa62bafb596c8a2b2b9b7e3b
+# n 9: min 0.999982, p1 0.999982, median 0.999983, max 0.999983
+# margin: one median-to-worst spread beyond the worst run (see the module docstring)
+# calibrated
+TINY_FLUX2_SSIM_FLOOR = 0.9999818834265345
+
+# PSNR (dB) against vanilla at threshold 0.3
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux2, 20
+#   steps, 128x128, guidance 1.0; 3 prompts x 3 seeds; sweep commit 156dc333ad39fa39aa62bafb596c8a2b2b9b7e3b
+# n 9: min 56.6729, p1 56.6749, median 56.7423, max 56.8173
+# margin: one median-to-worst spread beyond the worst run (see the module docstring)
+# calibrated
+TINY_FLUX2_PSNR_FLOOR = 56.603459953367484
+
+# steps skipped at threshold 0.3 (of 20)
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux2, 20
+#   steps, 128x128, guidance 1.0; 3 prompts x 3 seeds; sweep commit 156dc333ad39fa39aa62bafb596c8a2b2b9b7e3b
+# n 9: min 16, p1 16, median 16, max 16
+# margin: one median-to-worst spread beyond the worst run (see the module docstring); rounded outward
+# calibrated
+TINY_FLUX2_SKIP_BAND = (16, 16)
+
+# the generation settings every constant below was measured with
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-qwen-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit 7b909a4ca42927490b5022dd4a369a3791a36eab
+# calibrated
+TINY_QWEN_IMAGE_SETTINGS = {
+    "guidance": 4.0,
+    "rescale": {
+        "coefficients": [
+            -283411.9462185657,
+            86329.14774197471,
+            -9785.052407887479,
+            490.5518659728866,
+            -9.122513593517114
+        ],
+        "form": "poly+step",
+        "provenance": {
+            "cv_r2": 0.9387309194614146,
+            "date_utc": "2026-11-30T05:02:44Z",
+            "fitted_model": "poly4+step2",
+            "git_commit": "7b909a4ca42927490b5022dd4a369a3791a36eab",
+            "n_pairs": 54,
+            "n_prompts": 3,
+            "r2": 0.9387906961342469,
+            "rmse_cv": 0.0020721023091983272,
+            "source": "teacache-calib fit",
+            "variant": "tiny-qwen-image"
+        },
+        "time_coefficients": [
+            -0.012954985326887816,
+            -0.0011659944650561857
+        ],
+        "x_range": [
+            0.062319085001945496,
+            0.09304319322109222
+        ]
+    },
+    "resolution": "128x128",
+    "skip_first_n_steps": 1,
+    "steps": 10,
+    "threshold": 0.3
+}
+
+# threshold 0 against the paired vanilla run, final latents max-abs (the fast path swaps nothing in)
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-qwen-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit 7b909a4ca42927490b5022dd4a369a3791a36eab
+# n 9: min 0, p1 0, median 0, max 0
+# bit-exact: every run equal to vanilla
+# calibrated
+TINY_QWEN_IMAGE_NOOP_THRESHOLD0 = 'bit-exact'
+
+# proxy active, every step computed, against vanilla: bit-exact in every run (path unchanged)
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-qwen-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit 7b909a4ca42927490b5022dd4a369a3791a36eab
+# n 9: min 0, p1 0, median 0, max 0
+# calibrated
+TINY_QWEN_IMAGE_PROXY_NOOP = 'bit-exact'
+
+# vanilla runs before and after TeaCache runs in one process: every repeat equal
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-qwen-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit 7b909a4ca42927490b5022dd4a369a3791a36eab
+# calibrated
+TINY_QWEN_IMAGE_RESTORE = 'bit-exact'
+
+# SSIM of decoded images against vanilla at threshold 0.3
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-qwen-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit 7b909a4ca42927490b5022dd4a369a3791a36eab
+# n 9: min 0.999964, p1 0.999964, median 0.999966, max 0.999968
+# margin: one median-to-worst spread beyond the worst run (see the module docstring)
+# calibrated
+TINY_QWEN_IMAGE_SSIM_FLOOR = 0.999961676785711
+
+# PSNR (dB) against vanilla at threshold 0.3
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-qwen-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit 7b909a4ca42927490b5022dd4a369a3791a36eab
+# n 9: min 53.9088, p1 53.9108, median 54.0161, max 54.1876
+# margin: one median-to-worst spread beyond the worst run (see the module docstring)
+# calibrated
+TINY_QWEN_IMAGE_PSNR_FLOOR = 53.80152320352926
+
+# steps skipped at threshold 0.3 (of 10)
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-qwen-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit 7b909a4ca42927490b5022dd4a369a3791a36eab
+# n 9: min 7, p1 7, median 7, max 7
+# margin: one median-to-worst spread beyond the worst run (see the module docstring); rounded outward
+# calibrated
+TINY_QWEN_IMAGE_SKIP_BAND = (7, 7)
+
+# the generation settings every constant below was measured with
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-z-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit 7b909a4ca42927490b5022dd4a369a3791a36eab
+# calibrated
+TINY_Z_IMAGE_SETTINGS = {
+    "guidance": 4.0,
+    "rescale": {
+        "coefficients": [
+            439.3859660351677,
+            -149.48339549644177,
+            18.393116948427977,
+            -0.33718327781989504
+        ],
+        "form": "poly+step",
+        "provenance": {
+            "cv_r2": 0.7420207015339951,
+            "date_utc": "2026-11-30T05:04:18Z",
+            "fitted_model": "poly3+step2",
+            "git_commit": "7b909a4ca42927490b5022dd4a369a3791a36eab",
+            "n_pairs": 54,
+            "n_prompts": 3,
+            "r2": 0.8048912801384226,
+            "rmse_cv": 0.01674617035076194,
+            "source": "teacache-calib fit",
+            "variant": "tiny-z-image"
+        },
+        "time_coefficients": [
+            -0.33003448713680844,
+            0.15978689294321785
+        ],
+        "x_range": [
+            0.05019507184624672,
+            0.1581895500421524
+        ]
+    },
+    "resolution": "128x128",
+    "skip_first_n_steps": 1,
+    "steps": 10,
+    "threshold": 0.3
+}
+
+# threshold 0 against the paired vanilla run, final latents max-abs (the fast path swaps nothing in)
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-z-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit 7b909a4ca42927490b5022dd4a369a3791a36eab
+# n 9: min 0, p1 0, median 0, max 0
+# bit-exact: every run equal to vanilla
+# calibrated
+TINY_Z_IMAGE_NOOP_THRESHOLD0 = 'bit-exact'
+
+# proxy active, every step computed (uncompiled path), final latents cosine against vanilla
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-z-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit 7b909a4ca42927490b5022dd4a369a3791a36eab
+# n 9: min 1, p1 1, median 1, max 1
+# margin: one median-to-worst spread beyond the worst run (see the module docstring)
+# calibrated
+TINY_Z_IMAGE_PROXY_NOOP_MIN_COSINE = 0.9999999999968369
+
+# proxy active, every step computed (uncompiled path), final latents max-abs against vanilla
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-z-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit 7b909a4ca42927490b5022dd4a369a3791a36eab
+# n 9: min 1.0252e-05, p1 1.02901e-05, median 1.12057e-05, max 1.18017e-05
+# margin: one median-to-worst spread beyond the worst run (see the module docstring)
+# calibrated
+TINY_Z_IMAGE_PROXY_NOOP_MAX_ABS = 1.239776611328125e-05
+
+# vanilla runs before and after TeaCache runs in one process: every repeat equal
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-z-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit 7b909a4ca42927490b5022dd4a369a3791a36eab
+# calibrated
+TINY_Z_IMAGE_RESTORE = 'bit-exact'
+
+# SSIM of decoded images against vanilla at threshold 0.3
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-z-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit 7b909a4ca42927490b5022dd4a369a3791a36eab
+# n 9: min 0.999888, p1 0.999888, median 0.99992, max 0.999944
+# margin: one median-to-worst spread beyond the worst run (see the module docstring)
+# calibrated
+TINY_Z_IMAGE_SSIM_FLOOR = 0.9998550045117066
+
+# PSNR (dB) against vanilla at threshold 0.3
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-z-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit 7b909a4ca42927490b5022dd4a369a3791a36eab
+# n 9: min 48.5522, p1 48.5733, median 50.0941, max 51.5531
+# margin: one median-to-worst spread beyond the worst run (see the module docstring)
+# calibrated
+TINY_Z_IMAGE_PSNR_FLOOR = 47.01026726991812
+
+# steps skipped at threshold 0.3 (of 10)
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-z-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit 7b909a4ca42927490b5022dd4a369a3791a36eab
+# n 9: min 1, p1 1, median 1, max 1
+# margin: one median-to-worst spread beyond the worst run (see the module docstring); rounded outward
+# calibrated
+TINY_Z_IMAGE_SKIP_BAND = (1, 1)
