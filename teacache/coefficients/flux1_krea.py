@@ -1,0 +1,21 @@
+"""FLUX.1 Krea dev: rescale polynomial published by mlx-teacache 0.14.1 (its calibration JSON, data not code)."""
+
+from teacache.rescale import RescaleFunction
+
+# Source: IonDen/mlx-teacache 0.14.1 (PyPI sdist), scripts/_calibration_flux1_krea_dev.json; highest power first,
+# fitted free (np.polyfit).
+# Recipe: 10 prompts, seed 42, 28 steps, guidance 4.5, 512x512, quantization 4,
+# mflux version and model revision not stated; 270 step pairs. In-sample R^2 0.682; no held-out R^2 published.
+# x range: the fitted x_min..x_max (the gate computes above it).
+# The same source scored the upstream FLUX.1-dev tuple on these traces: R^2 -496.3.
+RESCALE = RescaleFunction(
+    coefficients=(24.18037744588824, -45.41912128506917, 26.20213376107934, -3.579234954660995, 0.40140693642366004),
+    x_range=(0.06265655253122461, 0.662358805642947),
+    provenance={
+        "source": "IonDen/mlx-teacache 0.14.1 scripts/_calibration_flux1_krea_dev.json",
+        "status": "published",
+        "r2": 0.681705882207051,
+    },
+)
+
+RECIPE = {"num_steps": 28, "guidance": 4.5, "resolution": "512x512", "quantization": 4}

@@ -1,0 +1,20 @@
+"""FLUX.2 Klein 4B (distilled): rescale polynomial published by mlx-teacache 0.14.1."""
+
+from teacache.rescale import RescaleFunction
+
+# Source: IonDen/mlx-teacache 0.14.1 (PyPI sdist), scripts/_calibration_flux2_klein_4b.json; highest power first,
+# fitted free (np.polyfit).
+# Recipe: 10 prompts, seed 42, 8 steps, guidance 1.0, 512x512, quantization not stated,
+# mflux version and model revision not stated; 70 step pairs. In-sample R^2 0.653; no held-out R^2 published.
+# x range: the fitted x_min..x_max (the gate computes above it).
+RESCALE = RescaleFunction(
+    coefficients=(236.9190176127698, -201.47401360106662, 66.91354236854073, -11.14796738073235, 1.2674506310647067),
+    x_range=(0.2001306414604187, 0.4252921938896179),
+    provenance={
+        "source": "IonDen/mlx-teacache 0.14.1 scripts/_calibration_flux2_klein_4b.json",
+        "status": "published",
+        "r2": 0.6530168924992779,
+    },
+)
+
+RECIPE = {"num_steps": 8, "guidance": 1.0, "resolution": "512x512", "quantization": None}

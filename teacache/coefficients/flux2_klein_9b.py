@@ -1,0 +1,22 @@
+"""FLUX.2 Klein 9B (distilled): rescale polynomial published by mlx-teacache 0.14.1."""
+
+from teacache.rescale import RescaleFunction
+
+# Source: IonDen/mlx-teacache 0.14.1 (PyPI sdist), scripts/_calibration_flux2_klein_9b.json; highest power first,
+# fitted through the origin.
+# Recipe: 10 prompts, seed 42, 8 steps, guidance 1.0, 512x512, quantization not stated,
+# mflux version and model revision not stated; 70 step pairs. In-sample R^2 0.471; no held-out R^2 published.
+# x range: the fitted x_min..x_max (the gate computes above it).
+# R^2 0.471 is low: the signal explains little of the output change for this model; measure with
+# teacache-bench sweep before trusting a threshold, or refit on your own recipe.
+RESCALE = RescaleFunction(
+    coefficients=(-523.8412980807129, 530.2492512602308, -177.64385734082498, 20.893264957040557, 0.0),
+    x_range=(0.1315704584121704, 0.44975757598876953),
+    provenance={
+        "source": "IonDen/mlx-teacache 0.14.1 scripts/_calibration_flux2_klein_9b.json",
+        "status": "published",
+        "r2": 0.4710289350635284,
+    },
+)
+
+RECIPE = {"num_steps": 8, "guidance": 1.0, "resolution": "512x512", "quantization": None}

@@ -1,0 +1,22 @@
+"""FLUX.2 Klein base 4B: rescale polynomial published by mlx-teacache 0.14.1 (its calibration JSON, data not code)."""
+
+from teacache.rescale import RescaleFunction
+
+# Source: IonDen/mlx-teacache 0.14.1 (PyPI sdist), scripts/_calibration_flux2_klein_base_4b.json; highest power
+# first, fitted through the origin.
+# Recipe: 10 prompts, seed 42, 25 steps, guidance 1.0, 512x512, quantization not stated,
+# mflux version and model revision not stated; 240 step pairs. In-sample R^2 0.106; no held-out R^2 published.
+# x range: the fitted x_min..x_max (the gate computes above it).
+# R^2 0.106 is low: the signal explains little of the output change for this model; measure with
+# teacache-bench sweep before trusting a threshold, or refit on your own recipe.
+RESCALE = RescaleFunction(
+    coefficients=(-1841.022165607874, 848.4417137572868, -131.3554469956159, 8.179509586828413, 0.0),
+    x_range=(0.028261402621865273, 0.21984468400478363),
+    provenance={
+        "source": "IonDen/mlx-teacache 0.14.1 scripts/_calibration_flux2_klein_base_4b.json",
+        "status": "published",
+        "r2": 0.10643408169124158,
+    },
+)
+
+RECIPE = {"num_steps": 25, "guidance": 1.0, "resolution": "512x512", "quantization": None}
