@@ -161,7 +161,7 @@ def replay(config: GateConfig, xs, num_steps: int | None = None, sigmas=None) ->
     n = num_steps if num_steps is not None else len(xs)
     gate = Gate(config)
     for step, x in enumerate(xs):
-        x_val = None if x is None or (step == 0 and isinstance(x, float) and math.isnan(x)) else float(x)
+        x_val = None if x is None or (step == 0 and math.isnan(float(x))) else float(x)  # step 0: no anchor
         gate.decide(step, n, x_val, None if sigmas is None else float(sigmas[step]))
     return gate.log
 
