@@ -82,3 +82,13 @@ def variant_from_model_name(model, names: dict[str, str], family: str, variants:
         f"model: a {family} pipeline for {name!r}, which has no TeaCache integration; supported {family} "
         f"variants: {', '.join(variants)}"
     )
+
+
+def original_transformer(model):
+    """The pipeline's own transformer, also while a proxy stands in for it."""
+    transformer = getattr(model, "transformer", None)
+    return transformer.transformer if isinstance(transformer, CachingProxy) else transformer
+
+
+def proxy_installed(model) -> bool:
+    return isinstance(getattr(model, "transformer", None), CachingProxy)

@@ -12,7 +12,13 @@ import mlx.core as mx
 from mflux.models.flux.model.flux_transformer.transformer import Transformer
 from mflux.models.flux.variants.txt2img.flux import Flux1
 
-from teacache.adapters._proxy import CachingProxy, install_proxy, variant_from_model_name
+from teacache.adapters._proxy import (
+    CachingProxy,
+    install_proxy,
+    original_transformer,
+    proxy_installed,
+    variant_from_model_name,
+)
 from teacache.core import StepController
 
 FAMILY = "flux1"
@@ -96,16 +102,11 @@ class TeaCacheFlux1Transformer(CachingProxy):
 
 
 def matches(model) -> bool:
-    return isinstance(model, Flux1) and isinstance(_original_transformer(model), Transformer)
-
-
-def _original_transformer(model):
-    tr = model.transformer
-    return tr.transformer if isinstance(tr, TeaCacheFlux1Transformer) else tr
+    return isinstance(model, Flux1) and isinstance(original_transformer(model), Transformer)
 
 
 def is_applied(model) -> bool:
-    return isinstance(model.transformer, TeaCacheFlux1Transformer)
+    return proxy_installed(model)
 
 
 def variant(model) -> str:

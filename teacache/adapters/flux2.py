@@ -15,7 +15,13 @@ import mlx.core as mx
 from mflux.models.common.config.model_config import ModelConfig
 from mflux.models.flux2.model.flux2_transformer.transformer import Flux2Transformer
 
-from teacache.adapters._proxy import CachingProxy, install_proxy, variant_from_model_name
+from teacache.adapters._proxy import (
+    CachingProxy,
+    install_proxy,
+    original_transformer,
+    proxy_installed,
+    variant_from_model_name,
+)
 from teacache.core import StepController
 
 FAMILY = "flux2"
@@ -164,17 +170,12 @@ def uncompiled_predict(transformer):
     return predict
 
 
-def _original_transformer(model):
-    tr = getattr(model, "transformer", None)
-    return tr.transformer if isinstance(tr, TeaCacheFlux2Transformer) else tr
-
-
 def matches(model) -> bool:
-    return isinstance(_original_transformer(model), Flux2Transformer) and callable(getattr(model, "_predict", None))
+    return isinstance(original_transformer(model), Flux2Transformer) and callable(getattr(model, "_predict", None))
 
 
 def is_applied(model) -> bool:
-    return isinstance(getattr(model, "transformer", None), TeaCacheFlux2Transformer)
+    return proxy_installed(model)
 
 
 def variant(model) -> str:

@@ -17,7 +17,13 @@ from mflux.models.qwen.model.qwen_transformer.qwen_transformer import QwenTransf
 from mflux.models.qwen.model.qwen_transformer.qwen_transformer_block import QwenTransformerBlock
 from mflux.models.qwen.variants.txt2img.qwen_image import QwenImage
 
-from teacache.adapters._proxy import CachingProxy, install_proxy, variant_from_model_name
+from teacache.adapters._proxy import (
+    CachingProxy,
+    install_proxy,
+    original_transformer,
+    proxy_installed,
+    variant_from_model_name,
+)
 from teacache.core import StepController
 
 FAMILY = "qwen"
@@ -128,17 +134,12 @@ class TeaCacheQwenTransformer(CachingProxy):
         return hidden_states
 
 
-def _original_transformer(model):
-    tr = getattr(model, "transformer", None)
-    return tr.transformer if isinstance(tr, TeaCacheQwenTransformer) else tr
-
-
 def matches(model) -> bool:
-    return isinstance(model, QwenImage) and isinstance(_original_transformer(model), QwenTransformer)
+    return isinstance(model, QwenImage) and isinstance(original_transformer(model), QwenTransformer)
 
 
 def is_applied(model) -> bool:
-    return isinstance(getattr(model, "transformer", None), TeaCacheQwenTransformer)
+    return proxy_installed(model)
 
 
 def variant(model) -> str:

@@ -21,7 +21,13 @@ from typing import NamedTuple
 import mlx.core as mx
 from mflux.models.z_image.model.z_image_transformer.transformer import ZImageTransformer
 
-from teacache.adapters._proxy import CachingProxy, install_proxy, variant_from_model_name
+from teacache.adapters._proxy import (
+    CachingProxy,
+    install_proxy,
+    original_transformer,
+    proxy_installed,
+    variant_from_model_name,
+)
 from teacache.core import StepController
 
 FAMILY = "zimage"
@@ -165,17 +171,12 @@ def uncompiled_predict(transformer):
     return predict
 
 
-def _original_transformer(model):
-    tr = getattr(model, "transformer", None)
-    return tr.transformer if isinstance(tr, TeaCacheZImageTransformer) else tr
-
-
 def matches(model) -> bool:
-    return isinstance(_original_transformer(model), ZImageTransformer) and callable(getattr(model, "_predict", None))
+    return isinstance(original_transformer(model), ZImageTransformer) and callable(getattr(model, "_predict", None))
 
 
 def is_applied(model) -> bool:
-    return isinstance(getattr(model, "transformer", None), TeaCacheZImageTransformer)
+    return proxy_installed(model)
 
 
 def variant(model) -> str:
