@@ -12,6 +12,11 @@ import os
 import subprocess
 import sys
 
+from teacache import variants
+
+# the embedded FLUX.1 pipeline: its random weights time a real mflux step loop at any size
+PROBE_MODEL = next(s.name for s in variants.all_specs() if s.embedded and s.family == "flux1")
+
 _PROBE = r"""
 import json, os, statistics, time
 import teacache
@@ -23,7 +28,7 @@ mx.eval(a @ b)
 t = time.perf_counter(); reps = 5
 for _ in range(reps): mx.eval(a @ b)
 gflops = 2 * n**3 * reps / (time.perf_counter() - t) / 1e9
-model = teacache.load_model("tiny-flux1")
+model = teacache.load_model(os.environ["PROBE_MODEL"])
 times = []
 class Clock:
     def call_before_loop(self, **kw): self.t = time.perf_counter()
@@ -47,7 +52,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 
 
 def measure(preload: bool, steps: int, size: int) -> dict:
-    env = dict(os.environ, PROBE_STEPS=str(steps), PROBE_SIZE=str(size))
+    env = dict(os.environ, PROBE_STEPS=str(steps), PROBE_SIZE=str(size), PROBE_MODEL=PROBE_MODEL)
     env.pop("TEACACHE_NO_BLAS_PRELOAD", None)
     if not preload:
         env["TEACACHE_NO_BLAS_PRELOAD"] = "1"

@@ -20,58 +20,15 @@ from bench import sweep as sweep_cmd
 from bench import tolerances as tolerances_cmd
 from calib import fit as fit_cmd
 from calib import record as record_cmd
-from teacache.adapters import variant_setting
+from teacache import variants
 from teacache.provenance import hardware_slug
 
-# Settings per embedded model: sized so the whole campaign fits in minutes on 2 CPU cores.
-CAMPAIGN_DEFAULTS = {
-    "tiny-shapes": {
-        "record_prompts": "tiny-shapes",
-        "record_seeds": "0,1",
-        "sweep_prompts": "tiny-shapes-sweep",
-        "sweep_seeds": "0",
-        "thresholds": "0,0.005,0.01,0.02,0.03,0.05,0.1",
-        "repeats": 2,
-        "variant": "tiny-shapes",
-    },
-    "tiny-flux2": {
-        "record_prompts": "fast",
-        "record_seeds": "0,1",
-        "sweep_prompts": "fast",
-        "sweep_seeds": "0,1,2",
-        "thresholds": "0,0.1,0.2,0.3",
-        "repeats": 2,
-        "variant": "tiny-flux2",
-    },
-    "tiny-qwen-image": {
-        "record_prompts": "fast",
-        "record_seeds": "0,1",
-        "sweep_prompts": "fast",
-        "sweep_seeds": "0,1,2",
-        "thresholds": "0,0.1,0.2,0.3",
-        "repeats": 2,
-        "variant": "tiny-qwen-image",
-    },
-    "tiny-z-image": {
-        "record_prompts": "fast",
-        "record_seeds": "0,1",
-        "sweep_prompts": "fast",
-        "sweep_seeds": "0,1,2",
-        "thresholds": "0,0.1,0.2,0.3",
-        "repeats": 2,
-        "variant": "tiny-z-image",
-    },
-    "tiny-flux1": {
-        "record_prompts": "fast",
-        "record_seeds": "0,1",
-        "sweep_prompts": "fast",
-        "sweep_seeds": "0,1,2",
-        "thresholds": "0,0.2,0.25,0.3,0.5",
-        "repeats": 2,
-        "variant": "tiny-flux1",
-    },
-}
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def campaign_models() -> list[str]:
+    """The models with campaign sizes in their variant spec (the embedded ones)."""
+    return sorted(spec.name for spec in variants.all_specs() if spec.campaign is not None)
 
 
 def default_out(variant: str) -> Path:
@@ -80,7 +37,7 @@ def default_out(variant: str) -> Path:
 
 def setup_arg_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="teacache-bench campaign", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="tiny-shapes", choices=sorted(CAMPAIGN_DEFAULTS))
+    parser.add_argument("--model", default=variants.default_model(), choices=campaign_models())
     parser.add_argument("--out", type=Path, default=None, help="default: results/<hardware>/<variant>/<mflux>/")
     parser.add_argument("--thresholds", default=None)
     parser.add_argument("--record-seeds", default=None)
@@ -94,7 +51,8 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 def run_campaign(model: str, out: Path, thresholds=None, record_seeds=None, sweep_seeds=None, repeats=None,
                  ssim_floor: float = 0.95, sweep_prompts=None) -> dict:  # fmt: skip
     """Run every stage; return the report summary (with the stage timings)."""
-    cfg = CAMPAIGN_DEFAULTS[model]
+    spec = variants.get(model)
+    cfg = spec.campaign
     timings = {}
 
     def stage(name: str, fn, argv: list[str]) -> None:
@@ -107,17 +65,17 @@ def run_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swee
 
     traces = out / "traces" / "traces.parquet"
     stage("record", record_cmd.main, [
-        "--model", model, "--prompts", cfg["record_prompts"], "--seeds", record_seeds or cfg["record_seeds"],
+        "--model", model, "--prompts", cfg.record_prompts, "--seeds", record_seeds or cfg.record_seeds,
         "--out", str(out / "traces"),
     ])  # fmt: skip
-    min_step = str(variant_setting(cfg["variant"], "SKIP_FIRST_N_STEPS"))
+    min_step = str(spec.skip_first_n_steps)
     stage(
         "fit", fit_cmd.main, [str(traces), "--out", str(out / "fit"), "--compare", "packaged", "--min-step", min_step]
     )
     stage("sweep", sweep_cmd.main, [
-        "--model", model, "--prompts", sweep_prompts or cfg["sweep_prompts"],
-        "--seeds", sweep_seeds or cfg["sweep_seeds"],
-        "--thresholds", thresholds or cfg["thresholds"], "--repeats", str(repeats or cfg["repeats"]),
+        "--model", model, "--prompts", sweep_prompts or cfg.sweep_prompts,
+        "--seeds", sweep_seeds or cfg.sweep_seeds,
+        "--thresholds", thresholds or cfg.thresholds, "--repeats", str(repeats or cfg.repeats),
         "--coefficients", str(out / "fit" / "fit.json"), "--traces", str(traces), "--save-images",
         "--out", str(out / "sweep"),
     ])  # fmt: skip
@@ -132,7 +90,7 @@ def run_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swee
 
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
-    out = args.out or default_out(CAMPAIGN_DEFAULTS[args.model]["variant"])
+    out = args.out or default_out(args.model)
     start = time.perf_counter()
     summary = run_campaign(
         args.model, out, args.thresholds, args.record_seeds, args.sweep_seeds, args.repeats, args.ssim_floor,

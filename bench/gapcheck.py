@@ -25,12 +25,13 @@ from bench.mutants import MUTANTS, Mutant, apply_mutant, leftovers
 from bench.sweep import image_metrics, latent_metrics
 from bench.tolerances import PROJECT_ROOT, check_run, load_module, prefix
 from calib.generation import generate
-from calib.prompts import MODEL_DEFAULT_SET, load_prompts, parse_seeds
-from teacache import apply_teacache, load_model
+from calib.prompts import default_set, load_prompts, parse_seeds
+from teacache import apply_teacache, load_model, variants
 from teacache.gate import GateConfig
 from teacache.io import write_json, write_text
 from teacache.provenance import collect, hardware_slug, tolerance_module_name
 from teacache.rescale import RescaleFunction
+from teacache.variants import variant_of
 
 TOLERANCES = ("proxy_noop", "ssim_floor", "psnr_floor", "skip_band", "restore")
 CORRECT = "correct"
@@ -38,7 +39,7 @@ CORRECT = "correct"
 
 def setup_arg_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="teacache-bench gapcheck", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="tiny-shapes")
+    parser.add_argument("--model", default=variants.default_model())
     parser.add_argument("--tolerances", type=Path, default=None, help="default: tests/tolerances/<hardware>.py")
     parser.add_argument("--prompts", default=None)
     parser.add_argument("--seeds", default="0")
@@ -100,15 +101,13 @@ def run_gapcheck(args) -> dict:
     tol_path = args.tolerances or PROJECT_ROOT / "tests" / "tolerances" / f"{tolerance_module_name(hardware_slug())}.py"
     tol = load_module(tol_path)
     model = load_model(args.model)
-    probe = apply_teacache(model, rel_l1_thresh=0.0)
-    variant = probe.variant
-    probe.restore()
+    variant = variant_of(model)
     p = prefix(variant)
     if not hasattr(tol, f"{p}_SETTINGS"):
         raise ValueError(f"--tolerances: {tol_path} has no constants for {variant} (variants: {tol.VARIANTS})")
     settings = getattr(tol, f"{p}_SETTINGS")
     width, height = (int(v) for v in settings["resolution"].split("x"))
-    prompts = load_prompts(args.prompts or MODEL_DEFAULT_SET.get(args.model, "default"))
+    prompts = load_prompts(args.prompts or default_set(args.model))
     pairs = [(pid, text, s) for pid, text in list(prompts.items())[: args.max_prompts] for s in parse_seeds(args.seeds)]
     rows = []
     with Progress() as progress:

@@ -14,12 +14,12 @@ import time
 import warnings
 
 import teacache
-from teacache import apply_teacache
+from teacache import apply_teacache, variants
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="teacache-bench overhead", description=__doc__)
-    parser.add_argument("--model", default="tiny-shapes")
+    parser.add_argument("--model", default=variants.default_model())
     parser.add_argument("--steps", type=int, default=28)
     parser.add_argument("--size", type=int, default=None, help="image side in pixels (model default if unset)")
     parser.add_argument("--pairs", type=int, default=10)
@@ -27,19 +27,19 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 
 
 def _generate_fn(model, steps: int, size: int | None):
+    from calib.prompts import default_set, load_prompts
+
+    prompt = next(iter(load_prompts(default_set(variants.variant_of(model))).values()))
     kwargs = {"num_inference_steps": steps}
     if size is not None:
         kwargs.update(height=size, width=size)
 
     def run() -> float:
         start = time.perf_counter()
-        model.generate_image(seed=0, prompt=_PROMPTS.get(getattr(model, "teacache_variant", ""), "a probe"), **kwargs)
+        model.generate_image(seed=0, prompt=prompt, **kwargs)
         return time.perf_counter() - start
 
     return run
-
-
-_PROMPTS = {"tiny-shapes": "a red circle on a blue background at the center"}
 
 
 def measure(model, steps: int, size: int | None, pairs: int, proxy: bool) -> dict:

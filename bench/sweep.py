@@ -16,6 +16,7 @@ callbacks, one mx.eval per step); speedup = median vanilla loop time / median Te
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -33,13 +34,13 @@ import teacache  # noqa: F401  (OpenBLAS preload before MLX)
 from bench.common import parse_thresholds, resolve_rescale
 from bench.replay import predict_schedules
 from calib.generation import generate
-from calib.prompts import MODEL_DEFAULT_SET, load_prompts, parse_seeds, parse_size
-from teacache import apply_teacache, load_model
-from teacache.api import variant_default
+from calib.prompts import default_set, load_prompts, parse_seeds, parse_size
+from teacache import apply_teacache, load_model, variants
 from teacache.gate import GateConfig
 from teacache.io import FORMAT_VERSION, write_json, write_parquet
 from teacache.loading import model_defaults
 from teacache.provenance import collect
+from teacache.variants import variant_of
 
 MAX_REL_EPS = 1e-6
 SSIM_SETTINGS = {
@@ -51,7 +52,7 @@ SSIM_SETTINGS = {
 
 def setup_arg_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="teacache-bench sweep", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="tiny-shapes")
+    parser.add_argument("--model", default=variants.default_model())
     parser.add_argument("--base-model", default=None)
     parser.add_argument("--thresholds", required=True, help="comma-separated, e.g. 0,0.1,0.2")
     parser.add_argument("--prompts", default=None, help="built-in set or file (default: the model's own set)")
@@ -98,7 +99,7 @@ def image_metrics(image: np.ndarray, reference: np.ndarray) -> dict:
 
 
 def _adherence_fn(variant: str):
-    if variant != "tiny-shapes":
+    if not variants.get(variant).scores_adherence:
         return None
     from bench.adherence import score_adherence
 
@@ -126,14 +127,7 @@ def run_pair(model, settings, pair, thresholds, configs, repeats, adherence, ima
                 continue
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                cfg = configs[t]
-                with apply_teacache(
-                    model,
-                    t,
-                    cfg.rescale,
-                    skip_first_n_steps=cfg.skip_first_n_steps,
-                    skip_last_n_steps=cfg.skip_last_n_steps,
-                ) as handle:
+                with apply_teacache(model, config=configs[t]) as handle:
                     gen = generate(model, *args)
             times[t].append(gen.loop_s)
             stats = handle.stats
@@ -188,7 +182,7 @@ def proxy_noop(model, args, config: GateConfig, ref, base: dict) -> dict:
     steps = base["num_steps"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with apply_teacache(model, config.rel_l1_thresh, config.rescale, skip_first_n_steps=steps) as handle:
+        with apply_teacache(model, config=dataclasses.replace(config, skip_first_n_steps=steps)) as handle:
             gen = generate(model, *args)
     assert handle.stats.skipped == 0
     return {
@@ -217,7 +211,7 @@ def _save(images_dir: Path | None, name: str, image: np.ndarray) -> str | None:
 
 
 def resolve(args) -> dict:
-    defaults = model_defaults(args.model)
+    defaults = model_defaults(args.model, args.base_model)
     width, height = parse_size(args.size) if args.size else (defaults["width"], defaults["height"])
     steps = args.steps if args.steps is not None else defaults["steps"]
     if steps < 3:
@@ -229,7 +223,7 @@ def resolve(args) -> dict:
     return {
         "model": args.model,
         "thresholds": parse_thresholds(args.thresholds),
-        "prompts": load_prompts(args.prompts or MODEL_DEFAULT_SET.get(args.model, "default")),
+        "prompts": load_prompts(args.prompts or default_set(args.model)),
         "seeds": parse_seeds(args.seeds),
         "steps": steps,
         "width": width,
@@ -250,11 +244,9 @@ def run_sweep(args) -> Path:
         f"(vanilla + {len(thresholds)} thresholds) x {args.repeats} repeats, {settings['steps']} steps"
     )
     model = load_model(args.model, base_model=args.base_model, quantize=args.quantize)
-    probe = apply_teacache(model, rel_l1_thresh=0.0)
-    settings["variant"] = variant = probe.variant
-    default_threshold = variant_default(probe.adapter, "DEFAULT_THRESHOLD", variant)
-    skip_first = variant_default(probe.adapter, "SKIP_FIRST_N_STEPS", variant)
-    probe.restore()
+    spec = variants.get(variant_of(model))
+    settings["variant"] = variant = spec.name
+    default_threshold, skip_first = spec.default_threshold, spec.skip_first_n_steps
     rescale = resolve_rescale(args.coefficients, variant)
     configs = {t: GateConfig(t, rescale, skip_first_n_steps=skip_first) for t in thresholds}
     adherence = _adherence_fn(variant)

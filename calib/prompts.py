@@ -70,14 +70,14 @@ SETS = {
     "tiny-shapes-fast": TINY_SHAPES_FAST,
     "tiny-shapes-sweep": TINY_SHAPES_SWEEP,
 }
-# the set a model uses when none is named
-MODEL_DEFAULT_SET = {
-    "tiny-shapes": "tiny-shapes",
-    "tiny-flux1": "fast",
-    "tiny-flux2": "fast",
-    "tiny-qwen-image": "fast",
-    "tiny-z-image": "fast",
-}
+
+
+def default_set(model: str) -> str:
+    """The prompt set a model uses when none is named: its variant's spec, else ``default``."""
+    from teacache import variants
+
+    spec = variants.find(model)
+    return spec.prompt_set if spec is not None else "default"
 
 
 def _file_id(text: str) -> str:

@@ -19,8 +19,8 @@ from rich.progress import Progress
 
 import teacache  # noqa: F401  (OpenBLAS preload before MLX)
 from calib.generation import generate
-from calib.prompts import MODEL_DEFAULT_SET, load_prompts, parse_seeds, parse_size
-from teacache import apply_teacache, load_model
+from calib.prompts import default_set, load_prompts, parse_seeds, parse_size
+from teacache import apply_teacache, load_model, variants
 from teacache.io import FORMAT_VERSION, write_json, write_parquet
 from teacache.loading import model_defaults
 from teacache.provenance import collect
@@ -34,7 +34,9 @@ COLUMNS = [
 
 def setup_arg_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="teacache-calib record", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="tiny-shapes", help="tiny-shapes, tiny-flux1, an mflux name or a path")
+    parser.add_argument(
+        "--model", default=variants.default_model(), help=f"one of {', '.join(variants.load_names())} or a folder"
+    )
     parser.add_argument("--base-model", default=None, help="architecture of a local model folder")
     parser.add_argument("--prompts", default=None, help="built-in set or file (default: the model's own set)")
     parser.add_argument("--seeds", default="0,1,2")
@@ -49,12 +51,12 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 
 
 def resolve_settings(args) -> dict:
-    defaults = model_defaults(args.model)
+    defaults = model_defaults(args.model, args.base_model)
     width, height = parse_size(args.size) if args.size else (defaults["width"], defaults["height"])
     steps = args.steps if args.steps is not None else defaults["steps"]
     if steps < 2:
         raise ValueError(f"--steps: expected at least 2 steps (a trace needs consecutive steps), got {steps}")
-    prompts = load_prompts(args.prompts or MODEL_DEFAULT_SET.get(args.model, "default"))
+    prompts = load_prompts(args.prompts or default_set(args.model))
     return {
         "model": args.model,
         "prompts": prompts,

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Sequence
 
+from teacache import variants
 from teacache._compat import check_mflux_version
 from teacache.adapters import adapter_for
-from teacache.coefficients import PACKAGED_MODULES, load_packaged, load_recipe
 from teacache.core import RecipeMismatchWarning, StepController, TeaCacheHandle, is_applied
 from teacache.gate import GateConfig, warn_if_never_skips
 from teacache.rescale import RescaleFunction, as_rescale
@@ -19,6 +18,7 @@ def apply_teacache(
     rel_l1_thresh: float | None = None,
     coefficients: RescaleFunction | Sequence[float] | None = None,
     *,
+    config: GateConfig | None = None,
     skip_first_n_steps: int | None = None,
     skip_last_n_steps: int = 1,
     max_consecutive_skips: int = 8,
@@ -26,7 +26,8 @@ def apply_teacache(
 ) -> TeaCacheHandle:
     """Apply TeaCache to an mflux pipeline; use the handle as a context manager or call ``restore()``.
 
-    ``rel_l1_thresh`` and ``skip_first_n_steps`` default to the variant's settings (``None``).
+    ``config``: a complete :class:`GateConfig` (the other gate keywords must then be left out), as the
+    sweep builds it. Otherwise the keywords build one, defaults from the variant's spec:
     ``rel_l1_thresh``: skip while the accumulated rescaled signal stays below it; ``None`` takes the
     variant's default, ``0`` disables skipping (a fast path that creates no cache tensors).
     ``coefficients``: a :class:`RescaleFunction`, a published tuple (highest power first) or ``None``
@@ -37,46 +38,43 @@ def apply_teacache(
     adapter = adapter_for(model)
     if is_applied(model) or adapter.is_applied(model):
         raise RuntimeError("model: TeaCache is already applied to this pipeline; restore() the first handle")
-    variant = adapter.variant(model)
-    if rel_l1_thresh is None:
-        rel_l1_thresh = 0.0 if calibrate else variant_default(adapter, "DEFAULT_THRESHOLD", variant)
-    elif isinstance(rel_l1_thresh, bool) or not isinstance(rel_l1_thresh, int | float) or math.isnan(rel_l1_thresh):
-        raise ValueError(f"rel_l1_thresh: expected a number >= 0 or None, got {rel_l1_thresh!r}")
-    default = load_packaged(variant) if variant in PACKAGED_MODULES else None
-    if coefficients is None and default is None:
-        raise ValueError(
-            f"coefficients: variant {variant!r} has no packaged calibration; pass coefficients= "
-            "(teacache-calib record / fit gives them)"
+    spec = variants.get(adapter.variant(model))
+    if config is not None:
+        given = {
+            "rel_l1_thresh": rel_l1_thresh, "coefficients": coefficients, "skip_first_n_steps": skip_first_n_steps,
+        }  # fmt: skip
+        extra = [k for k, v in given.items() if v is not None]
+        if extra or (skip_last_n_steps, max_consecutive_skips) != (1, 8):
+            raise ValueError(f"config: pass either config= or the gate keywords, not both (got {extra or 'skip_*'})")
+        gate_config, from_packaged = config, False
+    else:
+        if coefficients is None and spec.coefficients is None:
+            raise ValueError(
+                f"coefficients: variant {spec.name!r} has no packaged calibration; pass coefficients= "
+                "(teacache-calib record / fit gives them)"
+            )
+        if rel_l1_thresh is None:
+            rel_l1_thresh = 0.0 if calibrate else spec.default_threshold
+        gate_config = GateConfig(
+            rel_l1_thresh=rel_l1_thresh,
+            rescale=as_rescale(coefficients, spec.rescale() if coefficients is None else None),
+            skip_first_n_steps=spec.skip_first_n_steps if skip_first_n_steps is None else skip_first_n_steps,
+            skip_last_n_steps=skip_last_n_steps,
+            max_consecutive_skips=max_consecutive_skips,
         )
-    gate_config = GateConfig(
-        rel_l1_thresh=float(rel_l1_thresh),
-        rescale=as_rescale(coefficients, default),
-        skip_first_n_steps=(
-            variant_default(adapter, "SKIP_FIRST_N_STEPS", variant)
-            if skip_first_n_steps is None
-            else skip_first_n_steps
-        ),
-        skip_last_n_steps=skip_last_n_steps,
-        max_consecutive_skips=max_consecutive_skips,
-    )
-    recipe = load_recipe(variant) if coefficients is None and default is not None else None
+        from_packaged = coefficients is None
+    recipe = spec.recipe() if from_packaged else None
     if recipe is not None and getattr(model, "lora_paths", None):
         recipe = {**recipe, "lora": "none"}
         warnings.warn(
-            f"the packaged {variant} coefficients were fitted without LoRA and this pipeline has "
+            f"the packaged {spec.name} coefficients were fitted without LoRA and this pipeline has "
             f"{len(model.lora_paths)}: LoRAs shift the signal; measure with teacache-bench sweep or refit",
             RecipeMismatchWarning,
             stacklevel=2,
         )
     controller = StepController(gate_config, calibrate=calibrate, recipe=recipe)
     static_floor = gate_config.enabled and not calibrate and not gate_config.rescale.is_time_aware
-    if static_floor and not warn_if_never_skips(gate_config, where=f" with the {variant} rescale function"):
+    if static_floor and not warn_if_never_skips(gate_config, where=f" with the {spec.name} rescale function"):
         controller.mark_warned("floor")  # said once here; not again at every generation
     restore = adapter.install(model, controller)
-    return TeaCacheHandle(model, adapter, controller, variant, restore)
-
-
-def variant_default(adapter, table: str, variant: str):
-    """A per-variant setting of an adapter (``DEFAULT_THRESHOLD``, ``SKIP_FIRST_N_STEPS``), "*" as fallback."""
-    values = getattr(adapter, table)
-    return values.get(variant, values["*"])
+    return TeaCacheHandle(model, adapter, controller, spec.name, restore)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from teacache.io import FORMAT_VERSION
 
+DISTRIBUTION = "teacache-lab"  # the name on the package index (mflux-teacache belongs to another project)
+
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -112,7 +114,7 @@ def collect(argv: list[str] | None = None, **fields) -> dict:
             "mflux": _version("mflux"),
             "numpy": _version("numpy"),
             "python": platform.python_version(),
-            "teacache": _version("mflux-teacache"),
+            "teacache": _version(DISTRIBUTION),
         },
         **device_info(),
         "os": f"{platform.system()} {platform.release()} {platform.machine()}",

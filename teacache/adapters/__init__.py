@@ -1,7 +1,8 @@
 """Variant adapters: the only modules that know mflux classes.
 
-Each adapter module exposes FAMILY, VARIANTS, DEFAULT_THRESHOLD and the functions ``matches(model)``,
-``is_applied(model)``, ``variant(model)`` and ``install(model, controller) -> restore``.
+Each adapter module exposes FAMILY and the functions ``matches(model)``, ``is_applied(model)``,
+``variant(model)`` and ``install(model, controller) -> restore``. What a variant is (names, thresholds,
+calibration) lives in the registry, ``teacache.variants``.
 """
 
 from __future__ import annotations
@@ -9,17 +10,13 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-ADAPTER_MODULES = (
-    "teacache.adapters.flux1",
-    "teacache.adapters.flux2",
-    "teacache.adapters.qwen",
-    "teacache.adapters.zimage",
-)
+from teacache import variants
 
 
 def adapters() -> list[ModuleType]:
     found = []
-    for name in ADAPTER_MODULES:
+    for fam in variants.families():
+        name = f"teacache.adapters.{fam.adapter}"
         try:
             found.append(importlib.import_module(name))
         except ModuleNotFoundError as exc:
@@ -29,7 +26,7 @@ def adapters() -> list[ModuleType]:
 
 
 def supported_variants() -> list[str]:
-    return [v for module in adapters() for v in module.VARIANTS]
+    return list(variants.names())
 
 
 def adapter_for(model) -> ModuleType:
@@ -40,12 +37,3 @@ def adapter_for(model) -> ModuleType:
         f"model: TeaCache does not support {type(model).__name__}; supported variants: "
         f"{', '.join(supported_variants())}"
     )
-
-
-def variant_setting(variant: str, table: str):
-    """A per-variant gate setting (``DEFAULT_THRESHOLD``, ``SKIP_FIRST_N_STEPS``) without a loaded model."""
-    for module in adapters():
-        if variant in module.VARIANTS:
-            values = getattr(module, table)
-            return values.get(variant, values["*"])
-    raise ValueError(f"variant: unknown variant {variant!r}; supported: {', '.join(supported_variants())}")

@@ -70,20 +70,6 @@ def install_proxy(model, controller: StepController, proxy_class: type, predict_
     return restore
 
 
-def variant_from_model_name(model, names: dict[str, str], family: str, variants: tuple[str, ...]) -> str:
-    """``teacache_variant`` when a pipeline carries one, else its mflux model name mapped to a variant."""
-    explicit = getattr(model, "teacache_variant", None)
-    if explicit:
-        return explicit
-    name = getattr(getattr(model, "model_config", None), "model_name", None)
-    if name in names:
-        return names[name]
-    raise ValueError(
-        f"model: a {family} pipeline for {name!r}, which has no TeaCache integration; supported {family} "
-        f"variants: {', '.join(variants)}"
-    )
-
-
 def original_transformer(model):
     """The pipeline's own transformer, also while a proxy stands in for it."""
     transformer = getattr(model, "transformer", None)

@@ -17,20 +17,12 @@ from teacache.adapters._proxy import (
     install_proxy,
     original_transformer,
     proxy_installed,
-    variant_from_model_name,
 )
 from teacache.core import StepController
+from teacache.variants import family_tables, variant_of
 
-FAMILY = "flux1"
-VARIANTS = ("flux1-dev", "flux1-schnell", "flux1-krea-dev", "tiny-flux1")
-_MODEL_NAMES = {
-    "black-forest-labs/FLUX.1-dev": "flux1-dev",
-    "black-forest-labs/FLUX.1-schnell": "flux1-schnell",
-    "black-forest-labs/FLUX.1-Krea-dev": "flux1-krea-dev",
-}
-# Upstream TeaCache's FLUX.1-dev setting for ~1.5x at 28 steps (README of ali-vilab/TeaCache).
-DEFAULT_THRESHOLD = {"*": 0.25}
-SKIP_FIRST_N_STEPS = {"*": 1}
+FAMILY = "flux1"  # its variants, thresholds and names: teacache/variants/flux1.py
+VARIANTS, DEFAULT_THRESHOLD, SKIP_FIRST_N_STEPS = family_tables(FAMILY)  # views of the registry
 
 
 def flux1_signal(transformer: Transformer, t: int, config, hidden_states: mx.array, pooled_prompt_embeds: mx.array):
@@ -110,7 +102,7 @@ def is_applied(model) -> bool:
 
 
 def variant(model) -> str:
-    return variant_from_model_name(model, _MODEL_NAMES, "FLUX.1", VARIANTS)
+    return variant_of(model, FAMILY)
 
 
 def install(model, controller: StepController, proxy_class: type = TeaCacheFlux1Transformer):

@@ -20,34 +20,12 @@ from teacache.adapters._proxy import (
     install_proxy,
     original_transformer,
     proxy_installed,
-    variant_from_model_name,
 )
 from teacache.core import StepController
+from teacache.variants import family_tables, variant_of
 
-FAMILY = "flux2"
-VARIANTS = (
-    "flux2-klein-4b",
-    "flux2-klein-9b",
-    "flux2-klein-base-4b",
-    "flux2-klein-base-9b",
-    "tiny-shapes",
-    "tiny-flux2",
-)
-_MODEL_NAMES = {
-    "black-forest-labs/FLUX.2-klein-4B": "flux2-klein-4b",
-    "black-forest-labs/FLUX.2-klein-9B": "flux2-klein-9b",
-    "black-forest-labs/FLUX.2-klein-base-4B": "flux2-klein-base-4b",
-    "black-forest-labs/FLUX.2-klein-base-9B": "flux2-klein-base-9b",
-}
-# FLUX.2 Klein: no published threshold; 0.3 is a starting point to measure, not a calibration.
-# tiny-shapes: the recommended threshold of its campaign (the highest whose p5 SSIM against vanilla stays
-# >= 0.95): 0.03 skipped 18 of 28 steps at 2.57x (ideal 2.80x), p5 SSIM 0.973 (make demo, 2026-11-30,
-# CPU AMD EPYC 2 cores, 8 prompts x 1 seed; results/<hardware>/tiny-shapes/ holds the committed campaign).
-DEFAULT_THRESHOLD = {"*": 0.3, "tiny-shapes": 0.03}
-# tiny-shapes: the first step pair (sigma 1.0 -> 0.99) changes the output ~10x more than its signal says
-# (traces of 16 prompts x 2 seeds, 28 steps: mean y 0.095 at x 0.10 against y ~0.01 at x 0.03-0.05 on later
-# steps), the outlier upstream TeaCache's ret_steps also computes; so steps 0 and 1 are always computed.
-SKIP_FIRST_N_STEPS = {"*": 1, "tiny-shapes": 2}
+FAMILY = "flux2"  # its variants, thresholds and names: teacache/variants/flux2.py
+VARIANTS, DEFAULT_THRESHOLD, SKIP_FIRST_N_STEPS = family_tables(FAMILY)  # views of the registry
 
 
 def time_embedding(transformer: Flux2Transformer, timestep, like: mx.array) -> mx.array:
@@ -179,7 +157,7 @@ def is_applied(model) -> bool:
 
 
 def variant(model) -> str:
-    return variant_from_model_name(model, _MODEL_NAMES, "FLUX.2", VARIANTS)
+    return variant_of(model, FAMILY)
 
 
 def install(model, controller: StepController, proxy_class: type = TeaCacheFlux2Transformer):

@@ -22,25 +22,12 @@ from teacache.adapters._proxy import (
     install_proxy,
     original_transformer,
     proxy_installed,
-    variant_from_model_name,
 )
 from teacache.core import StepController
+from teacache.variants import family_tables, variant_of
 
-FAMILY = "qwen"
-VARIANTS = ("qwen-image", "qwen-image-2512", "tiny-qwen-image")
-# mflux 0.24.0 resolves the names "qwen-image", "qwen" and "qwen-image-2512" to Qwen/Qwen-Image-2512; the
-# original checkpoint keeps its own repository name. Weights loaded from a local folder keep the config's
-# name: set ``model.teacache_variant = "qwen-image"`` when that folder holds the original checkpoint.
-_MODEL_NAMES = {
-    "Qwen/Qwen-Image": "qwen-image",
-    "Qwen/Qwen-Image-2512": "qwen-image-2512",
-}
-# mlx-teacache 0.14.1's sweeps at its calibration recipe (768x768, 50 steps, guidance 4, q4, one prompt):
-# Qwen-Image 0.30 (33 of 48 active steps skipped, SSIM 0.967); Qwen-Image-2512 0.25 (29 of 48, SSIM 0.969;
-# 0.30 fell to SSIM 0.947 there). Starting points under our gate, to re-measure with teacache-bench sweep.
-# tiny-qwen-image: random weights, only a plumbing value.
-DEFAULT_THRESHOLD = {"*": 0.3, "qwen-image-2512": 0.25, "tiny-qwen-image": 0.3}
-SKIP_FIRST_N_STEPS = {"*": 1}
+FAMILY = "qwen"  # its variants, thresholds and names: teacache/variants/qwen.py
+VARIANTS, DEFAULT_THRESHOLD, SKIP_FIRST_N_STEPS = family_tables(FAMILY)  # views of the registry
 
 
 def time_embedding(transformer: QwenTransformer, t, config, embedded: mx.array) -> mx.array:
@@ -143,7 +130,7 @@ def is_applied(model) -> bool:
 
 
 def variant(model) -> str:
-    return variant_from_model_name(model, _MODEL_NAMES, "Qwen-Image", VARIANTS)
+    return variant_of(model, FAMILY)
 
 
 def install(model, controller: StepController, proxy_class: type = TeaCacheQwenTransformer):

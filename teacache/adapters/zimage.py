@@ -26,19 +26,12 @@ from teacache.adapters._proxy import (
     install_proxy,
     original_transformer,
     proxy_installed,
-    variant_from_model_name,
 )
 from teacache.core import StepController
+from teacache.variants import family_tables, variant_of
 
-FAMILY = "zimage"
-VARIANTS = ("z-image", "tiny-z-image")
-_MODEL_NAMES = {"Tongyi-MAI/Z-Image": "z-image"}
-_DISTILLED = {"Tongyi-MAI/Z-Image-Turbo": "Z-Image-Turbo"}
-# z-image: mlx-teacache 0.14.1's default for Z-Image base, set at its SSIM knee (512x512, 50 steps, guidance 4,
-# q8, one prompt: 15 of 48 active steps skipped at SSIM 0.991). Its fit maps a different signal (see
-# teacache/coefficients/z_image.py): a starting point to re-measure, not a calibration of this gate.
-DEFAULT_THRESHOLD = {"*": 0.12, "tiny-z-image": 0.3}
-SKIP_FIRST_N_STEPS = {"*": 1}
+FAMILY = "zimage"  # its variants, thresholds and names: teacache/variants/zimage.py
+VARIANTS, DEFAULT_THRESHOLD, SKIP_FIRST_N_STEPS = family_tables(FAMILY)  # views of the registry
 
 
 def time_embedding(transformer: ZImageTransformer, timestep, sigmas: mx.array) -> mx.array:
@@ -180,13 +173,7 @@ def is_applied(model) -> bool:
 
 
 def variant(model) -> str:
-    name = getattr(getattr(model, "model_config", None), "model_name", None)
-    if not getattr(model, "teacache_variant", None) and name in _DISTILLED:
-        raise ValueError(
-            f"model: {_DISTILLED[name]} is distilled to 8-9 steps, which leaves TeaCache nothing to skip, and has "
-            f"no calibration; supported Z-Image variants: {', '.join(VARIANTS)}"
-        )
-    return variant_from_model_name(model, _MODEL_NAMES, "Z-Image", VARIANTS)
+    return variant_of(model, FAMILY)
 
 
 def install(model, controller: StepController, proxy_class: type = TeaCacheZImageTransformer):

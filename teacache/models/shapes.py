@@ -13,7 +13,9 @@ The text encoder is a learned token embedding over a fixed vocabulary.
 
 from __future__ import annotations
 
-import teacache  # noqa: F401  (first: it loads OpenBLAS before mlx on Linux CPUs)
+from teacache._platform import preload_openblas
+
+preload_openblas()  # before mlx on Linux CPUs
 
 # isort: split
 import dataclasses

@@ -15,7 +15,9 @@ timestep, exactly what the pipeline passes from ``scheduler.timesteps``.
 
 from __future__ import annotations
 
-import teacache  # noqa: F401  (first: it loads OpenBLAS before mlx on Linux CPUs)
+from teacache._platform import preload_openblas
+
+preload_openblas()  # before mlx on Linux CPUs
 
 # isort: split
 import argparse

@@ -1,0 +1,213 @@
+"""The variant registry: every fact about a model variant in one ``VariantSpec``, found by name.
+
+Each family module in this package (``flux1``, ``flux2``, ``qwen``, ``zimage``) declares its ``FAMILY``
+and ``SPECS``; the registry gathers them, the way mlx-lm finds an architecture by module. Nothing here
+imports mflux, so commands can validate a model name in milliseconds, before anything loads.
+Adding a variant of a known family is adding one ``VariantSpec`` to that family's module.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from functools import cache
+
+FAMILY_MODULES = ("flux1", "flux2", "qwen", "zimage")
+
+
+@dataclass(frozen=True)
+class Generation:
+    """The generation settings a variant is calibrated and benchmarked with unless told otherwise."""
+
+    steps: int
+    width: int
+    height: int
+    guidance: float
+
+    def as_dict(self) -> dict:
+        return {"steps": self.steps, "width": self.width, "height": self.height, "guidance": self.guidance}
+
+
+@dataclass(frozen=True)
+class CampaignSizes:
+    """What ``teacache-bench campaign`` runs for an embedded model: sized to fit minutes on 2 CPU cores."""
+
+    record_prompts: str
+    record_seeds: str
+    sweep_prompts: str
+    sweep_seeds: str
+    thresholds: str
+    repeats: int
+
+
+@dataclass(frozen=True)
+class Family:
+    """What a family shares: its adapter, mflux's text-to-image pipeline class, a readable label."""
+
+    name: str
+    label: str
+    adapter: str  # module under teacache.adapters
+    pipeline: str  # "module:Class" of mflux's txt2img pipeline
+    random_builder: str | None = None  # "module:function" building a full-size random-weight model
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    """One variant: how it is named, gated, calibrated, generated and (for embedded models) built.
+
+    ``default_threshold_why`` and ``skip_first_why`` say where those numbers come from.
+    """
+
+    name: str
+    family: str
+    default_threshold: float
+    default_threshold_why: str
+    generation: Generation
+    mflux_names: tuple[str, ...] = ()  # Hugging Face repo names mflux gives ``model_config.model_name``
+    load_names: tuple[str, ...] = ()  # names ``load_model`` accepts besides ``name`` (mflux aliases)
+    skip_first_n_steps: int = 1
+    skip_first_why: str = ""
+    coefficients: str | None = None  # module under teacache.coefficients; None: no packaged calibration
+    prompt_set: str = "default"
+    campaign: CampaignSizes | None = None
+    builder: str | None = None  # "module:function(seed)" for an embedded model
+    refuse_why: str = ""  # set on a name mflux knows but TeaCache refuses (e.g. a distilled model)
+    scores_adherence: bool = False  # draws its prompt's vocabulary: bench.adherence can score its images
+    is_default_model: bool = False  # what the commands use when no --model is given
+
+    @property
+    def embedded(self) -> bool:
+        return self.builder is not None
+
+    @property
+    def supported(self) -> bool:
+        return not self.refuse_why
+
+    def rescale(self):
+        """The packaged rescale function (``teacache.coefficients``)."""
+        from teacache.coefficients import load_packaged
+
+        return load_packaged(self.name)
+
+    def recipe(self) -> dict:
+        """The generation settings the packaged coefficients were fitted on ({} when unknown)."""
+        from teacache.coefficients import load_recipe
+
+        return load_recipe(self.name)
+
+
+@cache
+def _families() -> tuple[tuple[Family, tuple[VariantSpec, ...]], ...]:
+    found = []
+    for name in FAMILY_MODULES:
+        module = importlib.import_module(f"teacache.variants.{name}")
+        found.append((module.FAMILY, tuple(module.SPECS)))
+    return tuple(found)
+
+
+def families() -> tuple[Family, ...]:
+    return tuple(family for family, _ in _families())
+
+
+def family(name: str) -> Family:
+    for fam in families():
+        if fam.name == name:
+            return fam
+    raise ValueError(f"family: unknown family {name!r}; known: {', '.join(f.name for f in families())}")
+
+
+def all_specs(include_refused: bool = False) -> tuple[VariantSpec, ...]:
+    specs = tuple(spec for _, specs in _families() for spec in specs)
+    return specs if include_refused else tuple(s for s in specs if s.supported)
+
+
+def names() -> tuple[str, ...]:
+    return tuple(spec.name for spec in all_specs())
+
+
+def embedded_names() -> tuple[str, ...]:
+    return tuple(spec.name for spec in all_specs() if spec.embedded)
+
+
+def packaged_variants() -> tuple[str, ...]:
+    return tuple(sorted(spec.name for spec in all_specs() if spec.coefficients))
+
+
+def get(name: str) -> VariantSpec:
+    """The spec of a variant name (``flux1-dev``) or of a name ``load_model`` accepts (``dev``)."""
+    found = find(name)
+    if found is None:
+        raise ValueError(f"variant: unknown variant {name!r}; supported: {', '.join(names())}")
+    if not found.supported:
+        raise ValueError(_refusal(found))
+    return found
+
+
+def find(name: str) -> VariantSpec | None:
+    """Like :func:`get`, but ``None`` for an unknown name; refused specs are returned (check ``supported``)."""
+    for spec in all_specs(include_refused=True):
+        if name == spec.name or name in spec.load_names or name in spec.mflux_names:
+            return spec
+    return None
+
+
+def for_mflux_name(model_name: str | None) -> VariantSpec | None:
+    for spec in all_specs(include_refused=True):
+        if model_name in spec.mflux_names:
+            return spec
+    return None
+
+
+def variant_of(model, family_name: str | None = None) -> str:
+    """The variant of an mflux pipeline: ``teacache_variant`` when it carries one, else its mflux model name.
+
+    ``family_name`` (an adapter's ``FAMILY``) scopes the error message when the name is unknown.
+    """
+    explicit = getattr(model, "teacache_variant", None)
+    if explicit:
+        return get(explicit).name
+    model_name = getattr(getattr(model, "model_config", None), "model_name", None)
+    spec = for_mflux_name(model_name)
+    if spec is not None and not spec.supported:
+        raise ValueError(_refusal(spec))
+    if spec is None:
+        if family_name is None:
+            from teacache.adapters import adapter_for
+
+            family_name = adapter_for(model).FAMILY
+        fam = family(family_name)
+        raise ValueError(
+            f"model: a {fam.label} pipeline for {model_name!r}, which has no TeaCache integration; supported "
+            f"{fam.label} variants: {', '.join(family_variants(fam.name))} (a local folder of weights: "
+            "load_model(path, base_model=<variant>))"
+        )
+    return spec.name
+
+
+def family_variants(family_name: str) -> tuple[str, ...]:
+    return tuple(s.name for s in all_specs() if s.family == family_name)
+
+
+def family_tables(family_name: str) -> tuple[tuple[str, ...], dict[str, float], dict[str, int]]:
+    """A family's variant names and per-variant default threshold and skip_first_n_steps ("*": its first variant)."""
+    specs = [s for s in all_specs() if s.family == family_name]
+    thresholds = {"*": specs[0].default_threshold, **{s.name: s.default_threshold for s in specs}}
+    skip_first = {"*": specs[0].skip_first_n_steps, **{s.name: s.skip_first_n_steps for s in specs}}
+    return tuple(s.name for s in specs), thresholds, skip_first
+
+
+def _refusal(spec: VariantSpec) -> str:
+    fam = family(spec.family)
+    return f"model: {spec.refuse_why}; supported {fam.label} variants: {', '.join(family_variants(fam.name))}"
+
+
+def default_model() -> str:
+    """The model every command uses when none is named (the embedded trained one)."""
+    return next(spec.name for spec in all_specs() if spec.is_default_model)
+
+
+def load_names() -> tuple[str, ...]:
+    """Every name ``load_model`` and the commands' ``--model`` accept, embedded models first."""
+    embedded = [s.name for s in all_specs() if s.embedded]
+    real = [n for s in all_specs() if not s.embedded for n in (s.load_names or (s.name,))]
+    return tuple(embedded + real)

@@ -1,0 +1,56 @@
+"""FLUX.1 variants (mflux's ``Flux1``; adapter ``teacache.adapters.flux1``)."""
+
+from teacache.variants import CampaignSizes, Family, Generation, VariantSpec
+
+FAMILY = Family(
+    name="flux1",
+    label="FLUX.1",
+    adapter="flux1",
+    pipeline="mflux.models.flux.variants.txt2img.flux:Flux1",
+    random_builder="teacache.models.fullsize:build_random_flux1",
+)
+_UPSTREAM = "upstream TeaCache's FLUX.1-dev setting for ~1.5x at 28 steps (README of ali-vilab/TeaCache)"
+
+SPECS = (
+    VariantSpec(
+        name="flux1-dev",
+        family="flux1",
+        mflux_names=("black-forest-labs/FLUX.1-dev",),
+        load_names=("dev",),
+        default_threshold=0.25,
+        default_threshold_why=_UPSTREAM,
+        generation=Generation(steps=28, width=1024, height=1024, guidance=3.5),
+        coefficients="flux1",
+    ),
+    VariantSpec(
+        name="flux1-schnell",
+        family="flux1",
+        mflux_names=("black-forest-labs/FLUX.1-schnell",),
+        load_names=("schnell",),
+        default_threshold=0.25,
+        default_threshold_why=_UPSTREAM + "; schnell's 4 steps leave little to skip",
+        generation=Generation(steps=4, width=1024, height=1024, guidance=0.0),
+        coefficients="flux1",
+    ),
+    VariantSpec(
+        name="flux1-krea-dev",
+        family="flux1",
+        mflux_names=("black-forest-labs/FLUX.1-Krea-dev",),
+        load_names=("krea-dev",),
+        default_threshold=0.25,
+        default_threshold_why=_UPSTREAM,
+        generation=Generation(steps=28, width=1024, height=1024, guidance=4.5),
+        coefficients="flux1_krea",
+    ),
+    VariantSpec(
+        name="tiny-flux1",
+        family="flux1",
+        default_threshold=0.25,
+        default_threshold_why="random weights: a plumbing value (FLUX.1's upstream default)",
+        generation=Generation(steps=20, width=128, height=128, guidance=3.5),
+        coefficients="tiny_flux1",
+        prompt_set="fast",
+        campaign=CampaignSizes("fast", "0,1", "fast", "0,1,2", "0,0.2,0.25,0.3,0.5", 2),
+        builder="teacache.models.tiny_flux1:build_tiny_flux1",
+    ),
+)

@@ -1,0 +1,87 @@
+"""FLUX.2 Klein variants and the embedded FLUX.2 models (mflux's ``Flux2Klein``; adapter ``adapters.flux2``)."""
+
+from teacache.variants import CampaignSizes, Family, Generation, VariantSpec
+
+FAMILY = Family(
+    name="flux2",
+    label="FLUX.2",
+    adapter="flux2",
+    pipeline="mflux.models.flux2.variants.txt2img.flux2_klein:Flux2Klein",
+    random_builder="teacache.models.fullsize:build_random_flux2",
+)
+_KLEIN = "FLUX.2 Klein: no published threshold; 0.3 is a starting point to measure, not a calibration"
+_DISTILLED = Generation(steps=8, width=1024, height=1024, guidance=1.0)  # the published fits' recipe
+_BASE = Generation(steps=28, width=1024, height=1024, guidance=4.0)
+
+SPECS = (
+    VariantSpec(
+        name="flux2-klein-4b",
+        family="flux2",
+        mflux_names=("black-forest-labs/FLUX.2-klein-4B",),
+        default_threshold=0.3,
+        default_threshold_why=_KLEIN,
+        generation=_DISTILLED,
+        coefficients="flux2_klein_4b",
+    ),
+    VariantSpec(
+        name="flux2-klein-9b",
+        family="flux2",
+        mflux_names=("black-forest-labs/FLUX.2-klein-9B",),
+        default_threshold=0.3,
+        default_threshold_why=_KLEIN,
+        generation=_DISTILLED,
+        coefficients="flux2_klein_9b",
+    ),
+    VariantSpec(
+        name="flux2-klein-base-4b",
+        family="flux2",
+        mflux_names=("black-forest-labs/FLUX.2-klein-base-4B",),
+        default_threshold=0.3,
+        default_threshold_why=_KLEIN,
+        generation=_BASE,
+        coefficients="flux2_klein_base_4b",
+    ),
+    VariantSpec(
+        name="flux2-klein-base-9b",
+        family="flux2",
+        mflux_names=("black-forest-labs/FLUX.2-klein-base-9B",),
+        default_threshold=0.3,
+        default_threshold_why=_KLEIN,
+        generation=_BASE,
+        coefficients=None,  # no published calibration: pass coefficients= or run teacache-calib
+    ),
+    VariantSpec(
+        name="tiny-shapes",
+        family="flux2",
+        default_threshold=0.03,
+        default_threshold_why=(
+            "the recommended threshold of its campaign (the highest whose p5 SSIM against vanilla stays >= 0.95): "
+            "0.03 skipped 18 of 28 steps at 2.57x (ideal 2.80x), p5 SSIM 0.973 (make demo, 2026-11-30, CPU AMD "
+            "EPYC 2 cores, 8 prompts x 1 seed; results/<hardware>/tiny-shapes/ holds the committed campaign)"
+        ),
+        skip_first_n_steps=2,
+        skip_first_why=(
+            "the first step pair (sigma 1.0 -> 0.99) changes the output ~10x more than its signal says (traces of "
+            "16 prompts x 2 seeds, 28 steps: mean y 0.095 at x 0.10 against y ~0.01 at x 0.03-0.05 on later "
+            "steps), the outlier upstream TeaCache's ret_steps also computes; so steps 0 and 1 are always computed"
+        ),
+        generation=Generation(steps=28, width=32, height=32, guidance=1.0),
+        coefficients="tiny_shapes",
+        prompt_set="tiny-shapes",
+        campaign=CampaignSizes("tiny-shapes", "0,1", "tiny-shapes-sweep", "0", "0,0.005,0.01,0.02,0.03,0.05,0.1", 2),
+        builder="teacache.models.shapes:load_tiny_shapes",
+        scores_adherence=True,
+        is_default_model=True,
+    ),
+    VariantSpec(
+        name="tiny-flux2",
+        family="flux2",
+        default_threshold=0.3,
+        default_threshold_why="random weights: a plumbing value (FLUX.2 Klein's starting point)",
+        generation=Generation(steps=20, width=128, height=128, guidance=1.0),
+        coefficients="tiny_flux2",
+        prompt_set="fast",
+        campaign=CampaignSizes("fast", "0,1", "fast", "0,1,2", "0,0.1,0.2,0.3", 2),
+        builder="teacache.models.tiny_flux2:build_tiny_flux2",
+    ),
+)

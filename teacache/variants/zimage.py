@@ -1,0 +1,49 @@
+"""Z-Image variants (mflux's ``ZImage``; adapter ``teacache.adapters.zimage``)."""
+
+from teacache.variants import CampaignSizes, Family, Generation, VariantSpec
+
+FAMILY = Family(
+    name="zimage",
+    label="Z-Image",
+    adapter="zimage",
+    pipeline="mflux.models.z_image.variants.z_image:ZImage",
+    random_builder="teacache.models.fullsize:build_random_zimage",
+)
+
+SPECS = (
+    VariantSpec(
+        name="z-image",
+        family="zimage",
+        mflux_names=("Tongyi-MAI/Z-Image",),
+        default_threshold=0.12,
+        default_threshold_why=(
+            "mlx-teacache 0.14.1's default for Z-Image base, set at its SSIM knee (512x512, 50 steps, guidance 4, "
+            "q8, one prompt: 15 of 48 active steps skipped at SSIM 0.991). Its fit maps a different signal (see "
+            "teacache/coefficients/z_image.py): a starting point to re-measure, not a calibration of this gate"
+        ),
+        generation=Generation(steps=50, width=1024, height=1024, guidance=4.0),
+        coefficients="z_image",
+    ),
+    VariantSpec(
+        name="z-image-turbo",
+        family="zimage",
+        mflux_names=("Tongyi-MAI/Z-Image-Turbo",),
+        default_threshold=0.0,
+        default_threshold_why="refused",
+        generation=Generation(steps=9, width=1024, height=1024, guidance=0.0),
+        refuse_why=(
+            "Z-Image-Turbo is distilled to 8-9 steps, which leaves TeaCache nothing to skip, and has no calibration"
+        ),
+    ),
+    VariantSpec(
+        name="tiny-z-image",
+        family="zimage",
+        default_threshold=0.3,
+        default_threshold_why="random weights: a plumbing value",
+        generation=Generation(steps=10, width=128, height=128, guidance=4.0),
+        coefficients="tiny_z_image",
+        prompt_set="fast",
+        campaign=CampaignSizes("fast", "0,1", "fast", "0,1,2", "0,0.1,0.2,0.3", 2),
+        builder="teacache.models.tiny_zimage:build_tiny_z_image",
+    ),
+)

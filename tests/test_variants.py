@@ -1,0 +1,158 @@
+"""The variant registry: one spec per variant, names resolve one way, local folders resolve by base_model."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import teacache
+from teacache import loading, variants
+from teacache.coefficients import load_packaged
+
+ROOT = Path(__file__).resolve().parent.parent
+CODE_DIRS = ("teacache", "calib", "bench")
+
+
+def _string_literals(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+
+
+def test_every_name_resolves_to_exactly_one_spec():
+    seen: dict[str, str] = {}
+    for spec in variants.all_specs(include_refused=True):
+        for name in (spec.name, *spec.load_names, *spec.mflux_names):
+            assert name not in seen, f"{name!r} names both {seen.get(name)} and {spec.name}"
+            seen[name] = spec.name
+    for name, owner in seen.items():
+        assert variants.find(name).name == owner
+
+
+def test_specs_point_at_things_that_exist():
+    for fam in variants.families():
+        module, attr = fam.pipeline.split(":")
+        assert hasattr(importlib.import_module(module), attr), fam.pipeline
+        assert fam.name == importlib.import_module(f"teacache.adapters.{fam.adapter}").FAMILY
+    for spec in variants.all_specs():
+        variants.family(spec.family)
+        assert spec.default_threshold >= 0 and spec.default_threshold_why
+        if spec.coefficients:
+            assert load_packaged(spec.name).coefficients
+        if spec.embedded:
+            module, attr = spec.builder.split(":")
+            assert callable(getattr(importlib.import_module(module), attr))
+            assert spec.campaign is not None, f"{spec.name}: embedded models carry campaign sizes"
+        else:
+            assert spec.mflux_names, f"{spec.name}: a real variant needs the mflux name it matches"
+
+
+def test_a_variant_name_is_spelled_in_at_most_two_code_files():
+    """Its spec and, for an embedded model, its builder. Generated coefficient modules carry the name in their
+    provenance (data, not code), and prompt sets have names of their own (``--prompts tiny-shapes``)."""
+    from calib.prompts import SETS
+
+    files = [p for d in CODE_DIRS for p in (ROOT / d).rglob("*.py") if "coefficients" not in p.parts]
+    literals = {p: _string_literals(p) for p in files}
+    literals[ROOT / "calib" / "prompts.py"] -= set(SETS)
+    for spec in variants.all_specs(include_refused=True):
+        where = [p.relative_to(ROOT).as_posix() for p, lits in literals.items() if spec.name in lits]
+        assert len(where) <= 2, f"{spec.name!r} is spelled in {where}"
+
+
+def test_adapter_tables_are_views_of_the_registry():
+    import teacache.adapters.flux2 as flux2
+
+    assert flux2.DEFAULT_THRESHOLD["tiny-shapes"] == variants.get("tiny-shapes").default_threshold == 0.03
+    assert flux2.SKIP_FIRST_N_STEPS["tiny-shapes"] == 2
+    assert set(flux2.VARIANTS) == {s.name for s in variants.all_specs() if s.family == "flux2"}
+
+
+def test_unknown_and_refused_names_get_one_line_each():
+    with pytest.raises(ValueError, match=r"^variant: unknown variant 'flux9'; supported: flux1-dev, "):
+        variants.get("flux9")
+    with pytest.raises(ValueError, match="^model: Z-Image-Turbo is distilled"):
+        variants.get("Tongyi-MAI/Z-Image-Turbo")
+    with pytest.raises(ValueError, match=r"^model: unknown model 'tiny-foo'; expected one of tiny-flux1, "):
+        loading.resolve_spec("tiny-foo")
+
+
+def test_variant_of_reads_the_pipeline_name_or_its_explicit_variant():
+    def pipeline(name, explicit=None):
+        return SimpleNamespace(model_config=SimpleNamespace(model_name=name), teacache_variant=explicit)
+
+    assert variants.variant_of(pipeline("black-forest-labs/FLUX.1-Krea-dev")) == "flux1-krea-dev"
+    assert variants.variant_of(pipeline("/models/my-dev", explicit="flux1-dev")) == "flux1-dev"
+    with pytest.raises(ValueError, match="no TeaCache integration; supported FLUX.1 variants: flux1-dev"):
+        variants.variant_of(pipeline("/models/my-dev"), "flux1")
+
+
+def test_model_defaults_come_from_the_spec():
+    assert loading.model_defaults("krea-dev") == {"steps": 28, "width": 1024, "height": 1024, "guidance": 4.5}
+    assert loading.model_defaults("tiny-shapes")["width"] == 32
+
+
+# ---- local folders -----------------------------------------------------------------------------------------
+
+
+def _folder_with(tmp_path: Path, payload: bytes | None) -> Path:
+    folder = tmp_path / "weights"
+    (folder / "transformer").mkdir(parents=True)
+    if payload is None:
+        from safetensors.numpy import save_file
+
+        save_file({"w": np.zeros((2, 2), np.float32)}, str(folder / "transformer" / "0.safetensors"))
+    else:
+        (folder / "transformer" / "0.safetensors").write_bytes(payload)
+    return folder
+
+
+def test_a_local_folder_loads_through_its_base_models_pipeline(tmp_path, monkeypatch):
+    folder = _folder_with(tmp_path, None)
+    built = {}
+
+    class FakePipeline(dict):  # stands in for mflux's Flux2Klein: records what the loader passes
+        def __init__(self, model_config, quantize, model_path):
+            super().__init__()
+            built.update(model_name=model_config.model_name, quantize=quantize, model_path=model_path)
+
+    monkeypatch.setattr(loading, "_attribute", lambda target: FakePipeline)
+    model = teacache.load_model(str(folder), base_model="flux2-klein-base-4b", quantize=8)
+    assert built == {"model_name": str(folder), "quantize": 8, "model_path": str(folder)}
+    assert model.teacache_variant == "flux2-klein-base-4b"
+    assert variants.variant_of(model) == "flux2-klein-base-4b"
+
+
+def test_a_mflux_alias_works_as_base_model():
+    assert loading.resolve_spec("/somewhere", base_model="dev").name == "flux1-dev"
+    with pytest.raises(ValueError, match="^base_model: unknown architecture 'tiny-shapes'"):
+        loading.resolve_spec("/somewhere", base_model="tiny-shapes")
+
+
+def test_a_file_is_not_a_model_folder(tmp_path):
+    file = tmp_path / "model.safetensors"
+    file.write_bytes(b"x")
+    with pytest.raises(ValueError, match="is a local file, not a folder of weights"):
+        loading.resolve_spec(str(file))
+    with pytest.raises(loading.ModelFolderError, match="is not a folder of mflux-format weights"):
+        teacache.load_model(str(file), base_model="dev")
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}xxxxxx", "is not a readable safetensors file"), (b"", "readable")],
+)
+def test_a_corrupt_safetensors_file_is_refused_before_mflux_builds_anything(tmp_path, monkeypatch, payload, message):
+    folder = _folder_with(tmp_path, payload)
+    monkeypatch.setattr(loading, "_attribute", lambda target: pytest.fail("the pipeline must not be built"))
+    with pytest.raises(loading.ModelFolderError, match=message):
+        teacache.load_model(str(folder), base_model="dev")
+
+
+def test_an_empty_folder_is_refused(tmp_path):
+    with pytest.raises(loading.ModelFolderError, match="holds no .safetensors files"):
+        teacache.load_model(str(tmp_path), base_model="z-image")
