@@ -24,6 +24,13 @@ REASON_THRESHOLD = "threshold"  # the accumulated change reached the threshold
 REASON_SKIP = "skip"
 
 
+def check_threshold(value, name: str = "rel_l1_thresh") -> float:
+    """A threshold is a finite number >= 0 (0 disables skipping); the one rule every entry point uses."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name}: expected a finite number >= 0 (0 disables skipping), got {value!r}")
+    return float(value)
+
+
 @dataclass(frozen=True)
 class GateConfig:
     """Settings of the skip rule. Validated here, so a bad value fails before any generation."""
@@ -35,9 +42,7 @@ class GateConfig:
     max_consecutive_skips: int = 8
 
     def __post_init__(self) -> None:
-        t = self.rel_l1_thresh
-        if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t < 0:
-            raise ValueError(f"rel_l1_thresh: expected a finite number >= 0 (0 disables skipping), got {t!r}")
+        check_threshold(self.rel_l1_thresh)
         for name in ("skip_first_n_steps", "skip_last_n_steps"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
