@@ -29,9 +29,10 @@ def resolve_spec(name_or_path: str, base_model: str | None = None) -> variants.V
     path = Path(name_or_path).expanduser()
     if base_model is not None:
         spec = variants.find(base_model)
-        if spec is None or spec.embedded:
-            real = [n for n in variants.load_names() if not variants.get(n).embedded]
-            raise ValueError(f"base_model: unknown architecture {base_model!r}; expected one of {', '.join(real)}")
+        if spec is None:
+            raise ValueError(
+                f"base_model: unknown architecture {base_model!r}; expected one of {', '.join(variants.load_names())}"
+            )
         if not spec.supported:
             variants.get(base_model)  # raises with the reason
         return spec
@@ -85,9 +86,11 @@ def load_model(name_or_path: str, *, base_model: str | None = None, quantize: in
     if is_folder:
         check_model_folder(path)
     use_float32_on_cpu()
-    if spec.embedded and not is_folder:
-        build = _attribute(spec.builder)
-        return build(seed=seed) if "seed" in inspect.signature(build).parameters else build()
+    if spec.embedded:
+        builder = _attribute(spec.builder)
+        takes_seed = "seed" in inspect.signature(builder).parameters
+        build = (lambda: builder(seed=seed)) if takes_seed else builder
+        return _load_transformer_folder(build, spec, path, quantize) if is_folder else build()
     from mflux.models.common.config.model_config import ModelConfig
 
     config = ModelConfig.from_name(
@@ -97,6 +100,48 @@ def load_model(name_or_path: str, *, base_model: str | None = None, quantize: in
     pipeline = _attribute(variants.family(spec.family).pipeline)
     model = pipeline(model_config=config, quantize=quantize, model_path=str(path) if is_folder else None)
     model.teacache_variant = spec.name
+    return model
+
+
+def _load_transformer_folder(build, spec: variants.VariantSpec, path: Path, quantize: int | None):
+    """An embedded pipeline with its transformer read from an mflux-saved folder (``ModelSaver`` layout).
+
+    mflux's ``model.update(strict=False)`` never checks shapes, so every tensor is compared with a freshly
+    built architecture first: weights saved from another variant or size are refused with the first mismatch.
+    """
+    from mflux.models.common.weights.loading.weight_applier import WeightApplier
+    from mflux.models.common.weights.loading.weight_loader import WeightLoader
+    from mlx import nn
+    from mlx.utils import tree_flatten
+
+    model = build()
+    fam = variants.family(spec.family)
+    if not isinstance(model, _attribute(fam.pipeline)):
+        raise ModelFolderError(f"base_model: {spec.name} is not an mflux pipeline; it cannot load a folder")
+    component = next(c for c in _attribute(fam.weights).get_components() if c.name == "transformer")
+    if not (path / component.hf_subdir).is_dir():
+        raise ModelFolderError(f"model: {path} has no {component.hf_subdir}/ folder (mflux's saved layout)")
+    weights = WeightLoader.load_single_local(component=component, root_path=path)
+    stored = weights.components["transformer"]
+    stored_bits = weights.meta_data.quantization_level
+    reference = build().transformer
+    if stored_bits:  # quantize the reference the way mflux will quantize the model before loading
+        predicate = WeightApplier._stored_layer_predicate(stored, lambda _, m: hasattr(m, "to_quantized"))
+        nn.quantize(reference, class_predicate=predicate, bits=stored_bits)
+    expected = {k: tuple(v.shape) for k, v in tree_flatten(reference.parameters())}
+    found = {k: tuple(v.shape) for k, v in tree_flatten(stored)}
+    problems = [f"{k} is missing from the folder" for k in sorted(set(expected) - set(found))]
+    problems += [f"{k} is not part of {spec.name}" for k in sorted(set(found) - set(expected))]
+    problems += [
+        f"{k} has shape {found[k]} in the folder, {expected[k]} in {spec.name}"
+        for k in sorted(set(found) & set(expected))
+        if found[k] != expected[k]
+    ]
+    if problems:
+        raise ModelFolderError(
+            f"model: {path} does not hold {spec.name} weights ({len(problems)} differ): {problems[0]}"
+        )
+    model.bits = WeightApplier.apply_and_quantize_single(weights, model.transformer, component, quantize)
     return model
 
 

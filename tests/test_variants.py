@@ -127,10 +127,13 @@ def test_a_local_folder_loads_through_its_base_models_pipeline(tmp_path, monkeyp
     assert variants.variant_of(model) == "flux2-klein-base-4b"
 
 
-def test_a_mflux_alias_works_as_base_model():
+def test_a_mflux_alias_works_as_base_model(tmp_path):
     assert loading.resolve_spec("/somewhere", base_model="dev").name == "flux1-dev"
-    with pytest.raises(ValueError, match="^base_model: unknown architecture 'tiny-shapes'"):
-        loading.resolve_spec("/somewhere", base_model="tiny-shapes")
+    with pytest.raises(ValueError, match="^base_model: unknown architecture 'flux9'"):
+        loading.resolve_spec("/somewhere", base_model="flux9")
+    folder = _folder_with(tmp_path, None)
+    with pytest.raises(loading.ModelFolderError, match="tiny-shapes is not an mflux pipeline"):
+        teacache.load_model(str(folder), base_model="tiny-shapes")
 
 
 def test_a_file_is_not_a_model_folder(tmp_path):
@@ -156,3 +159,42 @@ def test_a_corrupt_safetensors_file_is_refused_before_mflux_builds_anything(tmp_
 def test_an_empty_folder_is_refused(tmp_path):
     with pytest.raises(loading.ModelFolderError, match="holds no .safetensors files"):
         teacache.load_model(str(tmp_path), base_model="z-image")
+
+
+def _saved_tiny_flux2(folder: Path, bits: int | None, seed: int = 3):
+    """A tiny FLUX.2 pipeline saved with mflux's own ModelSaver (optionally quantized first, as mflux does)."""
+    from mflux.models.common.weights.saving.model_saver import ModelSaver
+    from mflux.models.flux2.weights.flux2_weight_definition import Flux2KleinWeightDefinition
+    from mlx import nn
+
+    from teacache.models.tiny_flux2 import build_tiny_flux2
+
+    source = build_tiny_flux2(seed=seed)
+    if bits:
+        nn.quantize(source.transformer, bits=bits, class_predicate=lambda _, m: hasattr(m, "to_quantized"))
+    source.bits = bits
+    ModelSaver.save_model(source, bits, str(folder), Flux2KleinWeightDefinition)
+    return source
+
+
+def _same_parameters(a, b) -> bool:
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    pa, pb = dict(tree_flatten(a.parameters())), dict(tree_flatten(b.parameters()))
+    return set(pa) == set(pb) and all(mx.array_equal(pa[k], pb[k]).item() for k in pa)
+
+
+@pytest.mark.parametrize("bits", [None, 8])
+def test_an_mflux_saved_folder_round_trips_exactly(tmp_path, bits):
+    source = _saved_tiny_flux2(tmp_path / "saved", bits)
+    loaded = teacache.load_model(str(tmp_path / "saved"), base_model="tiny-flux2", seed=9)  # seed 9: other weights
+    assert loaded.bits == bits
+    assert _same_parameters(source.transformer, loaded.transformer)
+    assert variants.variant_of(loaded) == "tiny-flux2"
+
+
+def test_a_folder_of_another_variant_is_refused_naming_a_tensor(tmp_path):
+    _saved_tiny_flux2(tmp_path / "saved", None)
+    with pytest.raises(loading.ModelFolderError, match=r"does not hold tiny-flux1 weights \(\d+ differ\): "):
+        teacache.load_model(str(tmp_path / "saved"), base_model="tiny-flux1")

@@ -48,6 +48,7 @@ class Family:
     label: str
     adapter: str  # module under teacache.adapters
     pipeline: str  # "module:Class" of mflux's txt2img pipeline
+    weights: str  # "module:Class" of mflux's weight definition (how a saved folder is laid out)
     random_builder: str | None = None  # "module:function" building a full-size random-weight model
 
 

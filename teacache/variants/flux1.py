@@ -7,6 +7,7 @@ FAMILY = Family(
     label="FLUX.1",
     adapter="flux1",
     pipeline="mflux.models.flux.variants.txt2img.flux:Flux1",
+    weights="mflux.models.flux.weights.flux_weight_definition:FluxWeightDefinition",
     random_builder="teacache.models.fullsize:build_random_flux1",
 )
 _UPSTREAM = "upstream TeaCache's FLUX.1-dev setting for ~1.5x at 28 steps (README of ali-vilab/TeaCache)"

@@ -7,6 +7,7 @@ FAMILY = Family(
     label="FLUX.2",
     adapter="flux2",
     pipeline="mflux.models.flux2.variants.txt2img.flux2_klein:Flux2Klein",
+    weights="mflux.models.flux2.weights.flux2_weight_definition:Flux2KleinWeightDefinition",
     random_builder="teacache.models.fullsize:build_random_flux2",
 )
 _KLEIN = "FLUX.2 Klein: no published threshold; 0.3 is a starting point to measure, not a calibration"

@@ -11,6 +11,7 @@ FAMILY = Family(
     label="Qwen-Image",
     adapter="qwen",
     pipeline="mflux.models.qwen.variants.txt2img.qwen_image:QwenImage",
+    weights="mflux.models.qwen.weights.qwen_weight_definition:QwenWeightDefinition",
     random_builder="teacache.models.fullsize:build_random_qwen",
 )
 _MLX_TEACACHE = (

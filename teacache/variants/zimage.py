@@ -7,6 +7,7 @@ FAMILY = Family(
     label="Z-Image",
     adapter="zimage",
     pipeline="mflux.models.z_image.variants.z_image:ZImage",
+    weights="mflux.models.z_image.weights.z_image_weight_definition:ZImageWeightDefinition",
     random_builder="teacache.models.fullsize:build_random_zimage",
 )
 
