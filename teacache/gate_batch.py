@@ -78,7 +78,7 @@ def replay_skip_masks(
         np.copyto(accumulated, 0.0, where=compute)
         consecutive += 1
         np.copyto(consecutive, 0, where=compute)
-    out[:, ts <= 0, :] = False  # threshold 0 disables skipping
+    # threshold 0 (disabled) needs no case of its own: every increment is >= 0, so it always computes
     return np.ascontiguousarray(out.transpose(1, 2, 0))
 
 
@@ -166,5 +166,6 @@ def _num_steps(num_steps: ArrayLike | int | None, n_runs: int, width: int) -> np
     with np.errstate(invalid="ignore"):
         bad = ~(np.isfinite(ns) & (ns >= 1) & (ns == np.round(ns)))
     if bad.any():
-        raise ValueError(f"num_steps: expected whole numbers >= 1, got {raw[bad][0]!r} for run {int(np.flatnonzero(bad)[0])}")
+        run = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"num_steps: expected whole numbers >= 1, got {raw[bad][0]!r} for run {run}")
     return ns.astype(np.int64)
