@@ -154,6 +154,16 @@ def test_oracle_is_the_best_schedule_for_every_number_of_skips(table, first, las
     np.testing.assert_array_equal(got_worst, expected_worst)
 
 
+def test_the_oracle_obeys_the_rules_every_gate_obeys():
+    """First and last steps computed, no skip without a finite signal, at most the cap in a row."""
+    table = table_of([[0.1, 0.1, math.nan, 0.1, 0.1, 0.1]], [[1.0] * 6])  # skippable: steps 1, 3, 4
+    for cap, most in ((2, 3), (1, 2)):
+        uncomputed, _ = oracle_per_run(table, 1, 1, cap)
+        assert np.flatnonzero(np.isfinite(uncomputed[0])).tolist() == list(range(most + 1))
+    uncomputed, _ = oracle_per_run(table, 0, 0, 8)  # step 0 has nothing cached before it, whatever the rules
+    assert np.flatnonzero(np.isfinite(uncomputed[0])).tolist() == [0, 1, 2, 3, 4]
+
+
 def test_pooled_oracle_is_the_best_split_over_runs():
     rng = np.random.default_rng(3)
     per_run = np.cumsum(rng.uniform(0, 1, (3, 5)), axis=1)
@@ -192,7 +202,7 @@ def test_the_function_that_knows_the_change_ranks_first_and_the_oracle_lies_belo
 
 def test_decision_scores_fit_on_other_prompts_and_prefer_the_time_aware_form_when_time_matters():
     frame = traces(time_weight=0.4)
-    specs = [CandidateSpec("poly", 1, "free"), CandidateSpec("poly", 2, "free"), CandidateSpec("poly+step", 2, "free", 2)]
+    specs = [CandidateSpec("poly", 1), CandidateSpec("poly", 2), CandidateSpec("poly+step", 2, "free", 2)]
     result = decision_scores(frame, specs)
     scores = {c["label"]: c["decision_excess"] for c in result["candidates"]}
     assert result["selected"] == "poly2+step2"
