@@ -47,7 +47,7 @@ import pandas as pd
 
 from calib.tables import run_key_columns
 from teacache.gate import GateConfig
-from teacache.gate_batch import replay_skip_masks, rescaled_increments
+from teacache.gate_batch import rescaled_increments, skip_masks
 from teacache.rescale import RescaleFunction
 
 if TYPE_CHECKING:
@@ -185,15 +185,15 @@ def schedule_costs(masks: np.ndarray, table: RunTable) -> tuple[np.ndarray, np.n
         raise ValueError(f"masks: expected trailing shape {table.x.shape} (runs, steps), got {masks.shape}")
     if masks[..., 0].any():
         raise ValueError("masks: step 0 is skipped somewhere; nothing is cached before step 0")
-    index = np.arange(masks.shape[-1])
+    n_runs, width = table.x.shape
+    index = np.arange(width)
     cached = np.maximum.accumulate(np.where(masks, -1, index), axis=-1)  # last computed step
     ends = masks & ~np.concatenate([masks[..., 1:], np.zeros_like(masks[..., :1])], axis=-1)
-    lead = (1,) * (masks.ndim - 2)
-    prefix = table.prefix().reshape(*lead, *table.norm.shape[:-1], -1)
-    norm = table.norm.reshape(*lead, *table.norm.shape)
-    start = np.take_along_axis(prefix, cached + 1, axis=-1)
+    prefix = table.prefix()
+    row = np.arange(n_runs)[:, None]
+    start = prefix.ravel()[row * (width + 1) + cached + 1]  # P[c + 1], per run
     with np.errstate(invalid="ignore", divide="ignore"):
-        totals = (prefix[..., 1:] - start) / np.take_along_axis(norm, cached, axis=-1)  # stretch value at its end
+        totals = (prefix[:, 1:] - start) / table.norm.ravel()[row * width + cached]  # stretch value at its end
     totals = np.where(ends, totals, 0.0)
     uncomputed = np.cumsum(totals, axis=-1)[..., -1]  # sequential: the oracle adds in the same order
     worst = totals.max(axis=-1)
@@ -266,18 +266,18 @@ def pooled_sum(values: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------------------------- scoring
 
 
-def threshold_grid(increments: Sequence[np.ndarray], max_consecutive_skips: int, n: int = DEFAULT_THRESHOLDS):
+def threshold_grid(increment: np.ndarray, max_consecutive_skips: int, n: int = DEFAULT_THRESHOLDS) -> np.ndarray:
     """0, then geometric from the smallest positive increment to past the largest sum a stretch can hold.
 
     Above that top value every gate skips up to the cap wherever it may, so the grid spans the whole curve.
     """
-    positive = [v[v > 0] for v in increments if np.any(v > 0)]
-    if not positive:
+    positive = increment[increment > 0]
+    if positive.size == 0:
         return np.array([0.0, 1.0])
-    low = min(float(v.min()) for v in positive)
-    kernel = np.ones(max_consecutive_skips)
-    high = max(float(np.max(np.apply_along_axis(np.convolve, -1, v, kernel, "full"))) for v in increments if v.size)
-    high = max(high, low) * 1.01
+    low = float(positive.min())
+    window = np.cumsum(np.concatenate([np.zeros((increment.shape[0], 1)), increment], axis=1), axis=1)
+    cap = min(max_consecutive_skips, increment.shape[1])
+    high = max(float(np.max(window[:, cap:] - window[:, :-cap])), low) * 1.01
     return np.concatenate([[0.0], np.geomspace(low, high, max(n - 1, 1))])
 
 
@@ -321,22 +321,17 @@ def score_rescales(
     curves = {}
     for label, fns in candidates.items():
         per_fold = _per_fold(label, fns, fold_ids)
-        parts = {f: table.subset(folds == f) for f in fold_ids}
-        increments = [
-            rescaled_increments(
-                parts[f].x, per_fold[f], parts[f].num_steps, parts[f].sigma, skip_first_n_steps, skip_last_n_steps
-            )[0]
-            for f in fold_ids
-        ]
-        thresholds = threshold_grid(increments, max_consecutive_skips, n_thresholds)
-        skipped = np.zeros((thresholds.size, table.n_runs), dtype=np.int64)
-        uncomputed = np.zeros((thresholds.size, table.n_runs))
-        worst = np.zeros((thresholds.size, table.n_runs))
-        for f in fold_ids:
-            part = parts[f]
-            masks = replay_skip_masks(part.x, per_fold[f], thresholds, part.num_steps, part.sigma, **rules)
+        increment = np.zeros(table.x.shape)
+        gated = np.zeros(table.x.shape, dtype=bool)
+        for f in fold_ids:  # each run's increments come from the function that did not see its prompt
             rows = folds == f
-            skipped[:, rows], uncomputed[:, rows], worst[:, rows] = schedule_costs(masks, part)
+            part = table.subset(rows)
+            increment[rows], gated[rows] = rescaled_increments(
+                part.x, per_fold[f], part.num_steps, part.sigma, skip_first_n_steps, skip_last_n_steps
+            )
+        thresholds = threshold_grid(increment, max_consecutive_skips, n_thresholds)
+        masks = skip_masks(increment, gated, thresholds, max_consecutive_skips)
+        skipped, uncomputed, worst = schedule_costs(masks, table)
         curves[label] = (thresholds, skipped.sum(axis=1), pooled_sum(uncomputed), pooled_sum(worst))
 
     reach = min(int(c[1].max()) for c in curves.values())

@@ -48,7 +48,7 @@ def replay_skip_masks(
     if xs.ndim != 2:
         raise ValueError(f"x: expected a 2-D array [runs, steps], got shape {xs.shape}")
     n_runs, width = xs.shape
-    ts = _thresholds(thresholds)
+    ts = _thresholds(thresholds)  # checked before any work
     ns = _num_steps(num_steps, n_runs, width)
     sig = None
     if sigmas is not None:
@@ -57,6 +57,18 @@ def replay_skip_masks(
             raise ValueError(f"sigmas: expected the shape of x {xs.shape}, got {sig.shape}")
 
     increment, gated = rescaled_increments(xs, rescale, ns, sig, skip_first_n_steps, skip_last_n_steps)
+    return skip_masks(increment, gated, ts, max_consecutive_skips)
+
+
+def skip_masks(
+    increment: np.ndarray, gated: np.ndarray, thresholds: ArrayLike, max_consecutive_skips: int
+) -> np.ndarray:
+    """The threshold-dependent half of the rule, from :func:`rescaled_increments`: bool ``[thresholds, runs, steps]``.
+
+    Runs may come from different rescale functions (one per fold when scoring held-out prompts).
+    """
+    ts = _thresholds(thresholds)
+    n_runs, width = increment.shape
     out = np.zeros((width, ts.size, n_runs), dtype=bool)
     if ts.size == 0 or n_runs == 0:
         return np.ascontiguousarray(out.transpose(1, 2, 0))
@@ -107,11 +119,14 @@ def rescaled_increments(
         return increment, gated
     values = x[rows, cols]
     used = np.where(lo > values, lo, values)  # max(x, lo), as the gate writes it
-    if rescale.is_time_aware:
-        u = np.array([
-            rescale.time_input(int(s), int(num_steps[r]), None if sigmas is None else float(sigmas[r, s]))
-            for r, s in zip(rows.tolist(), cols.tolist(), strict=True)
-        ])  # fmt: skip
+    if rescale.is_time_aware:  # the function's own time_input, once per distinct (step, num_steps, sigma)
+        sig = np.zeros(rows.size) if sigmas is None else sigmas[rows, cols]  # zeros: unused, and they dedupe
+        points, inverse = np.unique(np.stack([cols, num_steps[rows], sig], axis=1), axis=0, return_inverse=True)
+        times = [
+            rescale.time_input(int(s), int(n), None if sigmas is None else float(sigma))
+            for s, n, sigma in points.tolist()
+        ]
+        u = np.asarray(times, dtype=float)[inverse.reshape(-1)]
     else:
         u = 0.0
     with np.errstate(all="ignore"):

@@ -35,7 +35,10 @@ def rescale_functions(draw) -> RescaleFunction:
     time_coefficients = () if form == FORM_POLY else tuple(draw(st.lists(coefficient, min_size=1, max_size=3)))
     lo = draw(st.sampled_from([0.0, 0.0, 0.05, 0.25]))
     hi = draw(st.one_of(st.just(math.inf), st.floats(lo + 0.01, lo + 2.0)))
-    return RescaleFunction(coefficients, (lo, hi), form, time_coefficients)
+    extra = {}
+    if form != FORM_POLY and "interaction_coefficients" in RescaleFunction.__dataclass_fields__:
+        extra["interaction_coefficients"] = tuple(draw(st.lists(coefficient, max_size=2)))  # x*u terms
+    return RescaleFunction(coefficients, (lo, hi), form, time_coefficients, **extra)
 
 
 @st.composite
