@@ -15,8 +15,8 @@ triangle inequality an upper bound of ``mean|r_b - r_c| / mean|r_c|``, the relat
 residual the cache holds when the stretch ends, the same accumulate-until-recompute picture the
 gate's own threshold uses. Per schedule:
 
-- ``uncomputed``: the sum of D over its stretches (the brief's "sum of y over skipped steps", in units
-  of the cached residual);
+- ``uncomputed``: the sum of D over its stretches (the change over all skipped steps, each stretch in
+  units of the residual it reused);
 - ``worst``: the largest single D (the longest drift the cache is trusted for).
 
 Tables without residual columns (other tools' traces) fall back to the output's change ``y_rel_l1``
@@ -85,7 +85,7 @@ class RunTable:
 
     def subset(self, runs: np.ndarray) -> RunTable:
         return RunTable(
-            keys=[self.keys[i] for i in np.flatnonzero(runs)] if runs.dtype == bool else [self.keys[i] for i in runs],
+            keys=[self.keys[i] for i in np.arange(self.n_runs)[runs]],
             prompt_ids=self.prompt_ids[runs],
             x=self.x[runs],
             change=self.change[runs],
@@ -297,7 +297,8 @@ def score_rescales(
     ``candidates[label]`` is one rescale function for every run (coefficients not fitted on these
     traces) or one per fold: runs with ``run_fold == f`` are replayed with ``candidates[label][f]``.
     ``skip_range``: the part of the skippable steps (as fractions) over which areas are compared; it is
-    narrowed to what every candidate reaches.
+    narrowed to what every candidate reaches. Curves hold one point per threshold: skipped steps,
+    uncomputed and worst change, each the total over all runs; the oracle's are indexed by skipped steps.
     """
     GateConfig(0.0, RescaleFunction((0.0,)), skip_first_n_steps, skip_last_n_steps, max_consecutive_skips)
     if not candidates:
