@@ -37,8 +37,8 @@ def replay_skip_masks(
     ``x[run, step]`` is the recorded signal placed by step; NaN/inf (or None) means no usable signal
     (no anchor at step 0, a missing row, a broken recording): the gate computes and re-seeds there.
     ``num_steps`` is the schedule length per run (one number for all runs; default: the width of
-    ``x``). Ragged runs are padded on the right with anything; steps at or after a run's
-    ``num_steps - skip_last_n_steps`` are never skipped. ``sigmas[run, step]`` is needed only by the
+    ``x``). Pad ragged runs with NaN: nothing at or after a run's ``num_steps - skip_last_n_steps`` is
+    read, and those steps are never skipped. ``sigmas[run, step]`` is needed only by the
     ``poly+sigma`` form. Each row equals ``teacache.gate.replay(GateConfig(t, rescale, ...), x[run],
     num_steps[run], sigmas[run])`` for that threshold ``t``.
     """
