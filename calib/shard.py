@@ -39,6 +39,10 @@ class ShardsIncomplete(RuntimeError):
     """Units are not done after every rank finished; the message names them and what went wrong."""
 
 
+class MixedHardware(ValueError):
+    """A table holds runs timed on several hardware: their speedups must not be pooled."""
+
+
 class Stopped(BaseException):  # noqa: N818 - like KeyboardInterrupt: not an error of this rank's own
     """SIGTERM during the work (mlx.launch stops every rank when one fails)."""
 
@@ -175,6 +179,15 @@ class World:
             "but the ranks slow each other down)"
         )
 
+    def hardware_message(self) -> str | None:
+        """Said at the start when the ranks run on different hardware (a report refuses to pool them)."""
+        kinds = sorted({p.hardware for p in self.peers})
+        if len(kinds) < 2:
+            return None
+        by = {h: [p.rank for p in self.peers if p.hardware == h] for h in kinds}
+        listed = "; ".join(f"{h}: rank(s) {', '.join(map(str, ranks))}" for h, ranks in by.items())
+        return f"the ranks run on {len(kinds)} kinds of hardware ({listed}): speedups are kept apart per hardware"
+
     # -------------------------------------------------------------------------------- collectives
 
     def _stream(self):
@@ -260,6 +273,25 @@ def connect(hardware: str | None = None) -> World:
     said = [json.loads(b) for b in world.exchange(json.dumps(asdict(me)).encode())]
     peers = tuple(Peer(**{**d, "cores": tuple(d["cores"]) if d["cores"] is not None else None}) for d in said)
     return World(rank=rank, size=size, backend=world.backend, peers=peers, group=group)
+
+
+def one_hardware(runs, unit: str = "pair_id") -> str | None:
+    """The one hardware a table's rows were timed on (None: the table predates the column).
+
+    A speedup is a ratio of two timings on one device; pooling ratios of different devices into one median
+    would describe no machine, so a table with rows of several hardware is refused with the counts.
+    """
+    if "hardware" not in runs.columns:
+        return None
+    kinds = sorted(str(h) for h in runs["hardware"].dropna().unique())
+    if len(kinds) <= 1:
+        return kinds[0] if kinds else None
+    counts = runs.groupby("hardware")[unit].nunique() if unit in runs.columns else runs.groupby("hardware").size()
+    listed = ", ".join(f"{h}: {int(counts[h])}" for h in kinds)
+    raise MixedHardware(
+        f"the runs were timed on {len(kinds)} kinds of hardware ({listed} {unit.removesuffix('_id')}s): speedups "
+        "are not pooled across hardware; select one hardware's rows (column 'hardware') before reporting"
+    )
 
 
 # ------------------------------------------------------------------------------------------- the units

@@ -93,6 +93,17 @@ def test_world_flags_contention_in_rows_and_provenance():
     assert alone.contention_message() is None and alone.row_fields()["contended"] is False
 
 
+def test_speedups_of_different_hardware_are_never_pooled():
+    rows = pd.DataFrame({"pair_id": ["a", "a", "b", "c"], "hardware": ["cpu-x", "cpu-x", "metal-m2", "cpu-x"]})
+    with pytest.raises(shard.MixedHardware, match=r"2 kinds of hardware \(cpu-x: 2, metal-m2: 1 pairs\)"):
+        shard.one_hardware(rows)
+    assert shard.one_hardware(rows[rows["hardware"] == "cpu-x"]) == "cpu-x"
+    assert shard.one_hardware(rows.drop(columns="hardware")) is None
+    mixed = shard.World(0, 2, "ring", (peer(0), peer(1, device="metal", gpu="0")))
+    assert mixed.hardware_message().startswith("the ranks run on 2 kinds of hardware (cpu-x: rank(s) 0; metal-x")
+    assert shard.World(0, 2, "ring", (peer(0), peer(1))).hardware_message() is None
+
+
 # ----------------------------------------------------------------------------- folders and verdicts
 
 
