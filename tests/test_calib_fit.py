@@ -247,15 +247,22 @@ def test_cv_picks_poly_sigma_for_a_sigma_term():
 def test_candidates_report_every_score(full_fit):
     fit = full_fit["fit"]
     labels = [c["label"] for c in fit["candidates"]]
-    assert len(labels) == len(set(labels)) == 4 * 3 + 2 * 4 * 2  # poly x modes, two time forms x degrees
+    # poly degrees x modes; two time forms x degrees x (time degree 1-5, x*u degree 0..min(2, time degree)) x
+    # (free, monotone)
+    assert len(labels) == len(set(labels)) == 4 * 3 + 2 * 4 * 14 * 2
     assert sum(c["selected"] for c in fit["candidates"]) == 1
     for c in fit["candidates"]:
         for key in ("form", "degree", "mode", "coefficients", "time_coefficients", "r2", "cv_r2", "rmse",
                     "x_range", "n_prompts", "n_pairs"):  # fmt: skip
             assert key in c
         assert c["r2"] >= c["cv_r2"] - 1e-3  # held-out scores are not better than in-sample ones
-    best = max(c["cv_r2"] for c in fit["candidates"])
-    assert 1 - fit["selected"]["cv_r2"] <= (1 - best) * (1 + fitmod.TIE_TOLERANCE) + 1e-12
+    top = max(fit["candidates"], key=lambda c: c["cv_r2"])
+    best = top["cv_r2"]
+    # one-standard-error rule: within one SE of the best (never a band narrower than TIE_TOLERANCE) ...
+    limit = max((1 - best) * (1 + fitmod.TIE_TOLERANCE), (1 - best) + top["cv_r2_se"]) + 1e-12
+    assert 1 - fit["selected"]["cv_r2"] <= limit
+    # ... and no candidate with fewer parameters is inside that band
+    assert all(c["n_params"] >= fit["selected"]["n_params"] for c in fit["candidates"] if 1 - c["cv_r2"] <= limit)
     assert fit["selected"]["degree"] >= 2  # quadratic truth
     assert fit["selection"]["cv"] == "leave-one-prompt-out"
     assert fit["format_version"] == 1 and "date_utc" in fit["provenance"]
@@ -346,7 +353,9 @@ def test_branch_choice_and_minimal_columns(tmp_path, capsys):
     rc, _, err = run_fit([tmp_path / "m.csv", "--out", tmp_path / "m", "--no-plots"], capsys)
     assert rc == 0, err
     fit = json.loads((tmp_path / "m" / "fit.json").read_text())
-    assert {c["form"] for c in fit["candidates"]} == {"poly"}  # no num_steps/sigma: no time-aware forms
+    # no num_steps: inferred per run (and said), so poly+step is tried; no sigma: no poly+sigma
+    assert {c["form"] for c in fit["candidates"]} == {"poly", "poly+step"}
+    assert fit["data"]["num_steps_source"] == "inferred" and "inferred" in err
 
 
 def test_zero_x_is_a_warning(tmp_path, capsys):
@@ -392,10 +401,10 @@ def _bad_cases(tmp_path):
     text = good.astype({"x_rel_l1": object})
     text.loc[text.index[5], "x_rel_l1"] = "abc"
     cases["non-numeric"] = ([write(text, tmp_path / "text.csv")], [], ["x_rel_l1", "expected numbers", "'abc'"])
-    cases["time form without column"] = (
-        [write(good.drop(columns=["num_steps"]), tmp_path / "ns.parquet")],
-        ["--form", "poly+step"],
-        ["poly+step", "num_steps", "columns found"],
+    cases["time form without column"] = (  # sigma (unlike num_steps) cannot be inferred
+        [write(good.drop(columns=["sigma"]), tmp_path / "ns.parquet")],
+        ["--form", "poly+sigma"],
+        ["poly+sigma", "sigma", "columns found"],
     )
     cases["branch missing"] = ([write(cond_rows(good).drop(columns="branch"), tmp_path / "nb.parquet")],
                                ["--branch", "cond"], ["--branch", "no 'branch' column"])  # fmt: skip
