@@ -93,10 +93,18 @@ def adapter_table(variant: str, name: str) -> dict | None:
     return None
 
 
-def read_replay_traces(paths, num_steps: int | None = None, variant=None, branch=None) -> Traces:
+def read_replay_traces(
+    paths, num_steps: int | None = None, variant=None, branch=None, num_steps_arg: str = "--num-steps"
+) -> Traces:
     """Traces as a replay needs them: the signal at every step after the first, num_steps known per run."""
     traces = load_traces(
-        paths, branch=branch, variant=variant, num_steps=num_steps, require=REPLAY_COLUMNS, every_step=True
+        paths,
+        branch=branch,
+        variant=variant,
+        num_steps=num_steps,
+        require=REPLAY_COLUMNS,
+        every_step=True,
+        num_steps_arg=num_steps_arg,
     )
     for note in traces.notes:
         print(f"traces: {note}", file=sys.stderr)

@@ -221,7 +221,7 @@ def resolve(args) -> dict:
     if args.repeats < 1:
         raise ValueError(f"--repeats: expected at least 1, got {args.repeats}")
     return {
-        "traces": read_replay_traces([args.traces], num_steps=steps) if args.traces is not None else None,
+        "traces": read_replay_traces([args.traces], steps, num_steps_arg="--steps") if args.traces else None,
         "x_range": parse_x_range(args.x_range),
         "model": args.model,
         "thresholds": parse_thresholds(args.thresholds),

@@ -31,7 +31,7 @@ OPTIONAL_COLUMNS = ("num_steps", "sigma", "seed", "branch", "variant", "run_id")
 DEFAULT_BRANCH = "cond"
 PROVENANCE_NAME = "provenance.json"
 NUM_STEPS_TABLE = "table"
-NUM_STEPS_ARGUMENT = "--num-steps"
+NUM_STEPS_ARGUMENT = "--num-steps"  # the default name of the argument that gives num_steps
 NUM_STEPS_INFERRED = "inferred"
 _FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".json": "json", ".jsonl": "jsonl"}
 
@@ -62,7 +62,7 @@ class Traces:
     branch: str | None  # branch kept (None: the tables have no branch column)
     dropped_first_steps: int  # rows with no previous step (NaN x/y on a run's first step)
     warnings: list[str] = field(default_factory=list)
-    num_steps_source: str = NUM_STEPS_TABLE  # table, --num-steps, inferred, or several joined by '+'
+    num_steps_source: str = NUM_STEPS_TABLE  # table, the argument's name, inferred, or several joined by '+'
     notes: list[str] = field(default_factory=list)  # what was inferred, to print
 
     @property
@@ -248,11 +248,13 @@ def load_traces(
     num_steps: int | None = None,
     require: tuple[str, ...] = REQUIRED_COLUMNS,
     every_step: bool = False,
+    num_steps_arg: str = NUM_STEPS_ARGUMENT,
 ) -> Traces:
     """Read, concatenate and validate trace tables; raise TraceError on anything unusable.
 
     ``require``: the columns the command needs (a fit needs y, a replay does not); every column present
-    is validated either way. ``num_steps``: the ``--num-steps`` fallback. ``every_step``: each run must
+    is validated either way. ``num_steps``: the schedule length of runs without a num_steps column, given by
+    the argument ``num_steps_arg`` (it must agree with the table where both exist). ``every_step``: each run must
     have a row for every step from 1 to num_steps - 1 (a replay places the gate at every step).
     Rows with NaN x or y on the first step of a run (no previous step) are dropped; any other
     non-finite x or y is an error, because it means the recording went wrong.
@@ -260,7 +262,7 @@ def load_traces(
     if not paths:
         raise TraceError("TRACES: expected at least one trace table")
     if num_steps is not None and (isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 2):
-        raise TraceError(f"--num-steps: expected an integer >= 2, got {num_steps!r}")
+        raise TraceError(f"{num_steps_arg}: expected an integer >= 2, got {num_steps!r}")
     frames, files = [], []
     for path in paths:
         frame, embedded = read_table(path)
@@ -337,7 +339,7 @@ def load_traces(
         )
 
     key = run_key_columns(data)
-    data, num_steps_source, notes = _resolve_num_steps(data, key, num_steps, source)
+    data, num_steps_source, notes = _resolve_num_steps(data, key, num_steps, num_steps_arg, source)
 
     first_step = data.groupby(key, sort=False, dropna=False)["step"].transform("min")
     signal_columns = ["x_rel_l1"] + (["y_rel_l1"] if "y_rel_l1" in data.columns else [])
@@ -391,9 +393,9 @@ def load_traces(
 
 
 def _resolve_num_steps(
-    data: pd.DataFrame, key: list[str], argument: int | None, source: str
+    data: pd.DataFrame, key: list[str], argument: int | None, arg: str, source: str
 ) -> tuple[pd.DataFrame, str, list[str]]:
-    """Fill num_steps per run: the table's value, else ``--num-steps``, else max(step) + 1; check it fits."""
+    """Fill num_steps per run: the table's value, else the argument ``arg``, else max(step) + 1; check it fits."""
     data = data.copy()
     given = pd.Series(False, index=data.index)
     if "num_steps" in data.columns:
@@ -408,16 +410,16 @@ def _resolve_num_steps(
             table_values = sorted(int(v) for v in data.loc[given, "num_steps"].unique())
             if table_values != [argument]:
                 raise TraceError(
-                    f"--num-steps {argument} disagrees with column 'num_steps' in {source} "
-                    f"({', '.join(map(str, table_values))}); leave --num-steps out to use the table's"
+                    f"{arg} {argument} disagrees with column 'num_steps' in {source} "
+                    f"({', '.join(map(str, table_values))}): the traces come from schedules of another length"
                 )
     missing = ~given
     if missing.any():
         runs = data.loc[missing].groupby(key, sort=False, dropna=False).ngroups
         if argument is not None:
             data.loc[missing, "num_steps"] = argument
-            sources.append(NUM_STEPS_ARGUMENT)
-            notes.append(f"num_steps: {argument} from --num-steps for {runs} run(s) without a 'num_steps' column")
+            sources.append(arg)
+            notes.append(f"num_steps: {argument} from {arg} for {runs} run(s) without a 'num_steps' column")
         else:
             inferred = data.loc[missing].groupby(key, sort=False, dropna=False)["step"].transform("max") + 1
             data.loc[missing, "num_steps"] = inferred
