@@ -61,36 +61,12 @@ def gate_defaults(variant: str | None) -> tuple[int, int, str]:
     skip_first, skip_last = _GATE_DEFAULTS["skip_first_n_steps"], _GATE_DEFAULTS["skip_last_n_steps"]
     if variant is None:
         return skip_first, skip_last, "gate defaults (no variant known)"
-    table = adapter_table(variant, "SKIP_FIRST_N_STEPS")
-    if table is None:
+    from teacache import variants
+
+    spec = variants.find(variant)
+    if spec is None:
         return skip_first, skip_last, f"gate defaults ({variant!r} is not a known variant)"
-    return int(table.get(variant, table["*"])), skip_last, f"variant {variant}"
-
-
-def adapter_table(variant: str, name: str) -> dict | None:
-    """A per-variant table of the adapter that serves ``variant`` (the same values as
-    ``teacache.adapters.variant_setting``), read from the adapter's source: importing an adapter imports
-    mflux, which takes seconds, and a replay takes milliseconds."""
-    import ast
-    import importlib.util
-
-    from teacache.adapters import ADAPTER_MODULES
-
-    for module in ADAPTER_MODULES:
-        spec = importlib.util.find_spec(module)
-        if spec is None or spec.origin is None:
-            continue
-        tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
-        values = {
-            target.id: node.value
-            for node in tree.body
-            if isinstance(node, ast.Assign)
-            for target in node.targets
-            if isinstance(target, ast.Name)
-        }
-        if variant in ast.literal_eval(values["VARIANTS"]):
-            return ast.literal_eval(values[name])
-    return None
+    return spec.skip_first_n_steps, skip_last, f"variant {spec.name}"
 
 
 def read_replay_traces(

@@ -141,9 +141,10 @@ def calibration_rescale(data: dict, signal: str | None, name: str) -> RescaleFun
 
 
 def _known_variant(name: str | None) -> str | None:
-    """The name when this toolkit knows a variant of exactly that name (another tool's names are kept apart)."""
+    """This toolkit's name for the file's variant when the registry knows it (by name or mflux alias)."""
     if not name:
         return None
-    from teacache.adapters import supported_variants
+    from teacache import variants
 
-    return name if name in supported_variants() else None
+    spec = variants.find(name)
+    return spec.name if spec is not None and spec.supported else None

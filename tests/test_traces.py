@@ -145,13 +145,12 @@ def test_replay_skip_defaults_come_from_the_variant(tmp_path, capsys):
     assert provenance["skip_first_n_steps"] == 3 and provenance["gate_defaults_from"] == "arguments"
 
 
-def test_adapter_tables_read_without_import_match_the_adapters():
-    from teacache.adapters import supported_variants, variant_setting
+def test_replay_skip_defaults_are_the_registrys():
+    from teacache import variants
 
-    for variant in supported_variants():
-        table = replay_cmd.adapter_table(variant, "SKIP_FIRST_N_STEPS")
-        assert table.get(variant, table["*"]) == variant_setting(variant, "SKIP_FIRST_N_STEPS"), variant
-    assert replay_cmd.adapter_table("no-such-variant", "SKIP_FIRST_N_STEPS") is None
+    for spec in variants.all_specs():
+        assert replay_cmd.gate_defaults(spec.name)[:2] == (spec.skip_first_n_steps, 1), spec.name
+    assert replay_cmd.gate_defaults("no-such-variant")[:2] == (1, 1)
 
 
 def test_replay_gives_the_schedule_the_gate_gives_inside_a_generation(tiny_flux1, tmp_path, capsys):
