@@ -213,11 +213,14 @@ def cross_score(fit_path: Path, traces_path: Path, other_fit_path: Path) -> dict
     if not (fit_path.is_file() and traces_path.is_file() and other_fit_path.is_file()):
         return None
     from calib.fit import compare, read_fit, rescale_from_fit
-    from calib.tables import load_traces
+    from calib.traces import TraceError, load_traces
 
     fit, other = read_fit(fit_path), read_fit(other_fit_path)
     options = other.get("options") or {}
-    traces = load_traces([traces_path], branch=options.get("branch"))
+    try:
+        traces = load_traces([traces_path], branch=options.get("branch"))
+    except TraceError as exc:  # refused as every command that reads traces refuses it
+        raise CompareError(f"{traces_path}: {exc}") from None
     frame = traces.frame
     min_step = int(options.get("min_step") or 1)
     frame = frame[frame["step"] >= min_step]
@@ -388,6 +391,8 @@ def compare_variant(variant: str, camp_a: Path, camp_b: Path, label_a: str, labe
     try:
         out["fit"]["a_on_b_traces"] = cross_score(fit_a, traces_b, fit_b)
         out["fit"]["b_on_a_traces"] = cross_score(fit_b, traces_a, fit_a)
+    except CompareError:
+        raise
     except Exception as exc:  # noqa: BLE001 - traces of another layout: leave the cross score out, say why
         out["fit"]["cross_score_error"] = str(exc)
     sweeps = {}

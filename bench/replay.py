@@ -1,13 +1,15 @@
 """``teacache-bench replay``: the skip schedule recorded traces predict, for any thresholds, in milliseconds.
 
-It drives the gate's own class (teacache.gate.replay) over each run's recorded x: no second
-implementation of the rule. A recorded trace always advances the anchor, so the prediction assumes
-that skipping does not change later signals; ``teacache-bench sweep`` reports predicted against actual.
+It drives the gate's own class (teacache.gate.replay) over each run's recorded x, placed by its step
+column: no second implementation of the rule. A recorded trace always advances the anchor, so the
+prediction assumes that skipping does not change later signals; ``teacache-bench sweep`` reports
+predicted against actual. Traces are read and checked by :mod:`calib.traces`, like every other command.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -15,76 +17,149 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.common import parse_thresholds, resolve_rescale
+from bench.common import parse_thresholds
+from calib.coefficient_sources import parse_x_range, resolve_coefficients
+from calib.errors import FitError
+from calib.traces import REPLAY_COLUMNS, Traces, load_traces
+from teacache.core import TeaCacheStats
 from teacache.gate import GateConfig, replay
-from teacache.io import write_text
+from teacache.io import write_json, write_text
+
+SCHEDULE_COLUMNS = [
+    "run_id", "prompt_id", "seed", "threshold", "num_steps", "predicted_skipped", "longest_streak",
+    "predicted_skipped_steps",
+]  # fmt: skip
+_GATE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(GateConfig) if f.default is not dataclasses.MISSING}
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="teacache-bench replay", description=__doc__.split("\n\n")[0])
-    parser.add_argument("traces", type=Path, help="traces.parquet from teacache-calib record")
-    parser.add_argument("--thresholds", required=True)
-    parser.add_argument("--coefficients", default="packaged", help="packaged, a fit.json, or c4,...,c0")
-    parser.add_argument("--variant", default=None, help="default: the traces' variant column")
-    parser.add_argument("--skip-first", type=int, default=1)
-    parser.add_argument("--skip-last", type=int, default=1)
-    parser.add_argument("--max-consecutive-skips", type=int, default=8)
-    parser.add_argument("--out", type=Path, default=None, help="write the schedules as CSV")
+    parser.add_argument(
+        "traces",
+        nargs="+",
+        help="trace tables (.parquet, .csv, .json, .jsonl, mlx-teacache _calibration_<variant>.json[#SIGNAL])",
+    )
+    parser.add_argument("--thresholds", required=True, help="comma-separated, e.g. 0,0.1,0.2")
+    parser.add_argument(
+        "--coefficients",
+        default="packaged",
+        help="packaged, a fit.json, an mlx-teacache calibration .json, a .py module, or c4,...,c0",
+    )
+    parser.add_argument("--x-range", metavar="LO,HI", help="calibrated x range of --coefficients numbers")
+    parser.add_argument("--variant", default=None, help="default: the traces' variant column or provenance")
+    parser.add_argument("--branch", default=None, help="rows of this branch when there is a branch column (cond)")
+    parser.add_argument("--num-steps", type=int, default=None, help="when the tables have no num_steps column")
+    parser.add_argument("--skip-first", type=int, default=None, help="default: the variant's, else 1")
+    parser.add_argument("--skip-last", type=int, default=None, help=f"default: {_GATE_DEFAULTS['skip_last_n_steps']}")
+    parser.add_argument("--max-consecutive-skips", type=int, default=_GATE_DEFAULTS["max_consecutive_skips"])
+    parser.add_argument("--out", type=Path, default=None, help="write the schedules as CSV (and provenance beside)")
     return parser
 
 
-def predict_schedules(traces: pd.DataFrame, configs: dict[float, GateConfig]) -> pd.DataFrame:
-    """One row per (run, threshold): predicted skipped count and steps. Uses the cond branch."""
-    if "branch" in traces:
-        traces = traces[traces["branch"].fillna("cond") == "cond"]
+def gate_defaults(variant: str | None) -> tuple[int, int, str]:
+    """skip_first_n_steps and skip_last_n_steps the gate uses for ``variant``, and where they came from."""
+    skip_first, skip_last = _GATE_DEFAULTS["skip_first_n_steps"], _GATE_DEFAULTS["skip_last_n_steps"]
+    if variant is None:
+        return skip_first, skip_last, "gate defaults (no variant known)"
+    from teacache import variants
+
+    spec = variants.find(variant)
+    if spec is None:
+        return skip_first, skip_last, f"gate defaults ({variant!r} is not a known variant)"
+    return spec.skip_first_n_steps, skip_last, f"variant {spec.name}"
+
+
+def read_replay_traces(
+    paths, num_steps: int | None = None, variant=None, branch=None, num_steps_arg: str = "--num-steps"
+) -> Traces:
+    """Traces as a replay needs them: the signal at every step after the first, num_steps known per run."""
+    traces = load_traces(
+        paths,
+        branch=branch,
+        variant=variant,
+        num_steps=num_steps,
+        require=REPLAY_COLUMNS,
+        every_step=True,
+        num_steps_arg=num_steps_arg,
+    )
+    for note in traces.notes:
+        print(f"traces: {note}", file=sys.stderr)
+    return traces
+
+
+def predict_schedules(traces: Traces, configs: dict[float, GateConfig]) -> pd.DataFrame:
+    """One row per (run, threshold): predicted skipped count, longest streak and steps (SCHEDULE_COLUMNS)."""
     rows = []
-    for run, group in traces.sort_values("step").groupby("run_id", sort=True):
-        xs = [None if pd.isna(v) else float(v) for v in group["x_rel_l1"]]
-        n = int(group["num_steps"].iloc[0]) if "num_steps" in group else len(xs)
-        sigmas = group["sigma"].tolist() if "sigma" in group else None
+    for run in traces.runs():
         for threshold, config in configs.items():
-            log = replay(config, xs, num_steps=n, sigmas=sigmas)
-            skipped = [d.step for d in log if not d.compute]
+            stats = TeaCacheStats(log=replay(config, run.x, num_steps=run.num_steps, sigmas=run.sigma))
             rows.append({
-                "run_id": run,
-                "prompt_id": group["prompt_id"].iloc[0],
-                "seed": int(group["seed"].iloc[0]) if "seed" in group else -1,
-                "threshold": threshold,
-                "num_steps": n,
-                "predicted_skipped": len(skipped),
-                "predicted_skipped_steps": json.dumps(skipped),
+                "run_id": run.run_id, "prompt_id": run.prompt_id, "seed": run.seed, "threshold": threshold,
+                "num_steps": run.num_steps, "predicted_skipped": len(stats.skipped_steps),
+                "longest_streak": stats.longest_skip_streak,
+                "predicted_skipped_steps": json.dumps(stats.skipped_steps),
             })  # fmt: skip
-    return pd.DataFrame(rows)
+    schedules = pd.DataFrame(rows, columns=SCHEDULE_COLUMNS)
+    schedules["seed"] = schedules["seed"].astype("Int64")
+    return schedules
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = setup_arg_parser().parse_args(argv)
     try:
         thresholds = parse_thresholds(args.thresholds)
-        if not args.traces.exists():
-            raise ValueError(f"traces: {args.traces} does not exist")
-        traces = pd.read_parquet(args.traces)
-        missing = {"run_id", "prompt_id", "step", "x_rel_l1"} - set(traces.columns)
-        if missing:
-            raise ValueError(f"traces: missing columns {', '.join(sorted(missing))}")
-        variant = args.variant or str(traces["variant"].iloc[0])
-        rescale = resolve_rescale(args.coefficients, variant)
-        configs = {
-            t: GateConfig(t, rescale, args.skip_first, args.skip_last, args.max_consecutive_skips) for t in thresholds
-        }
-    except ValueError as exc:
-        print(f"teacache-bench replay: {exc}", file=sys.stderr)
+        x_range = parse_x_range(args.x_range)
+        if args.out is not None and args.out.is_dir():
+            raise ValueError(f"--out: {args.out} is a folder; expected a CSV file path")
+        traces = read_replay_traces(args.traces, args.num_steps, args.variant, args.branch)
+        variant = args.variant or (traces.variants[0] if len(traces.variants) == 1 else None)
+        rescale, source = resolve_coefficients(args.coefficients, variant, x_range)
+        if rescale.form == "poly+sigma" and "sigma" not in traces.frame.columns:
+            raise ValueError(f"--coefficients: {source} is a poly+sigma form; the traces have no finite sigma column")
+        skip_first, skip_last, defaults_from = gate_defaults(variant)
+        skip_first = skip_first if args.skip_first is None else args.skip_first
+        skip_last = skip_last if args.skip_last is None else args.skip_last
+        configs = {t: GateConfig(t, rescale, skip_first, skip_last, args.max_consecutive_skips) for t in thresholds}
+    except (ValueError, FitError) as exc:
+        print(f"teacache-bench replay: error: {exc}", file=sys.stderr)
         return 2
+    for warning in traces.warnings:
+        print(f"teacache-bench replay: warning: {warning}", file=sys.stderr)
     start = time.perf_counter()
     schedules = predict_schedules(traces, configs)
     elapsed = time.perf_counter() - start
     summary = schedules.groupby("threshold")["predicted_skipped"].agg(["min", "median", "max"])
-    n = int(schedules["num_steps"].max())
-    print(f"{variant}: {schedules['run_id'].nunique()} runs, {n} steps, replayed in {1000 * elapsed:.1f} ms")
+    steps = "/".join(str(n) for n in sorted(schedules["num_steps"].unique()))
+    print(
+        f"{variant or 'variant unknown'}: {schedules['run_id'].nunique()} runs, {steps} steps "
+        f"(num_steps from {traces.num_steps_source}), skip first {skip_first} / last {skip_last} "
+        f"({'arguments' if args.skip_first is not None else defaults_from}); coefficients {source}; "
+        f"replayed in {1000 * elapsed:.1f} ms"
+    )
     print(summary.to_string())
     if args.out:
+        from teacache.provenance import collect
+
         write_text(args.out, schedules.to_csv(index=False))
-        print(f"wrote {args.out}")
+        provenance = collect(
+            ["teacache-bench", "replay", *argv],
+            inputs=[{k: f[k] for k in ("path", "name", "sha256", "rows")} for f in traces.files],
+            traces_provenance=traces.provenance,
+            variant=variant,
+            num_steps=traces.num_steps,
+            notes=traces.notes,
+            thresholds=thresholds,
+            rescale=rescale.to_dict(),
+            coefficients_source=source,
+            skip_first_n_steps=skip_first,
+            skip_last_n_steps=skip_last,
+            max_consecutive_skips=args.max_consecutive_skips,
+            gate_defaults_from="arguments" if args.skip_first is not None else defaults_from,
+        )
+        path = args.out.with_name(f"{args.out.stem}.provenance.json")
+        write_json(path, provenance)
+        print(f"wrote {args.out} and {path.name}")
     return 0
 
 

@@ -31,8 +31,9 @@ from rich.progress import Progress
 from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 
 import teacache  # noqa: F401  (OpenBLAS preload before MLX)
-from bench.common import parse_thresholds, resolve_rescale
-from bench.replay import predict_schedules
+from bench.common import parse_thresholds
+from bench.replay import predict_schedules, read_replay_traces
+from calib.coefficient_sources import parse_x_range, resolve_coefficients
 from calib.generation import generate
 from calib.prompts import default_set, load_prompts, parse_seeds, parse_size
 from teacache import apply_teacache, load_model, variants
@@ -63,7 +64,8 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quantize", type=int, default=None, choices=(3, 4, 5, 6, 8))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--coefficients", default="packaged", help="packaged, a fit.json, or c4,...,c0")
-    parser.add_argument("--traces", type=Path, default=None, help="traces.parquet: predict skips by replay")
+    parser.add_argument("--x-range", default=None, metavar="LO,HI", help="calibrated x range of c4,...,c0")
+    parser.add_argument("--traces", type=Path, default=None, help="trace table: predict skips by replay")
     parser.add_argument("--save-images", action="store_true")
     parser.add_argument("--out", required=True, type=Path)
     return parser
@@ -218,9 +220,9 @@ def resolve(args) -> dict:
         raise ValueError(f"--steps: expected at least 3 steps, got {steps}")
     if args.repeats < 1:
         raise ValueError(f"--repeats: expected at least 1, got {args.repeats}")
-    if args.traces is not None and not args.traces.exists():
-        raise ValueError(f"--traces: {args.traces} does not exist")
     return {
+        "traces": read_replay_traces([args.traces], steps, num_steps_arg="--steps") if args.traces else None,
+        "x_range": parse_x_range(args.x_range),
         "model": args.model,
         "thresholds": parse_thresholds(args.thresholds),
         "prompts": load_prompts(args.prompts or default_set(args.model)),
@@ -247,7 +249,7 @@ def run_sweep(args) -> Path:
     spec = variants.get(variant_of(model))
     settings["variant"] = variant = spec.name
     default_threshold, skip_first = spec.default_threshold, spec.skip_first_n_steps
-    rescale = resolve_rescale(args.coefficients, variant)
+    rescale = resolve_coefficients(args.coefficients, variant, settings["x_range"])[0]
     configs = {t: GateConfig(t, rescale, skip_first_n_steps=skip_first) for t in thresholds}
     adherence = _adherence_fn(variant)
     images_dir = args.out / "images" if args.save_images else None
@@ -282,7 +284,7 @@ def run_sweep(args) -> Path:
     noop = pd.concat([pd.read_parquet(parts / f"{pid}.noop.parquet") for pid in order], ignore_index=True)
     runs["predicted_skipped"] = float("nan")
     if args.traces is not None:
-        predicted = predict_schedules(pd.read_parquet(args.traces), configs)
+        predicted = predict_schedules(settings["traces"], configs)
         predicted["pair_id"] = predicted["prompt_id"] + "-s" + predicted["seed"].astype(str)
         lookup = predicted.set_index(["pair_id", "threshold"])["predicted_skipped"]
         keys = list(zip(runs["pair_id"], runs["threshold"], strict=True))
@@ -306,6 +308,7 @@ def run_sweep(args) -> Path:
         quantization=args.quantize,
         timing="denoising loop, before_loop to after_loop callbacks, after a warm-up",
         traces=str(args.traces) if args.traces else None,
+        traces_num_steps=settings["traces"].num_steps if args.traces else None,
     )
     write_parquet(args.out / "decisions.parquet", decisions)
     write_parquet(args.out / "noop.parquet", noop)

@@ -54,6 +54,7 @@ def emit_module(fit: dict, variant: str) -> str:
         f"fit: {_when_where(fitp)}",
         f"form: {sel.get('label', sel['form'])} ({sel['form']}, degree {sel['degree']}, mode {sel['mode']}"
         + (f", time degree {sel.get('time_degree')}" if sel.get("time_degree") else "")
+        + (f", x*u degree {sel.get('interaction_degree')}" if sel.get("interaction_degree") else "")
         + f"); R^2 {sel['r2']:.4f}, cv R^2 {sel['cv_r2']:.4f}, cv RMSE {sel['rmse']:.4g}",
         f"selected by {(fit.get('selection') or {}).get('cv', 'cross-validation')} over "
         f"{len(fit.get('candidates') or [sel])} candidate(s) by cv R^2; calibrated x range "
@@ -65,6 +66,11 @@ def emit_module(fit: dict, variant: str) -> str:
         "the generation settings the traces were recorded with "
         + (f"({_when_where(trace)})" if trace else "(no provenance.json: num_steps from the tables)"),
     ]
+    interaction = (  # only where the selected form has x*u terms, so other modules keep their bytes
+        ["    interaction_coefficients=" + _tuple(rescale.interaction_coefficients, 4) + ","]
+        if rescale.interaction_coefficients
+        else []
+    )
     lines = [
         f'"""Rescale function for {", ".join(shared)}: {GENERATED}.',
         "",
@@ -79,6 +85,7 @@ def emit_module(fit: dict, variant: str) -> str:
         f"    x_range=({_float(rescale.x_range[0])}, {_float(rescale.x_range[1])}),",
         f"    form={json.dumps(rescale.form)},",
         "    time_coefficients=" + _tuple(rescale.time_coefficients, 4) + ",",
+        *interaction,
         "    provenance=" + _dict(rescale.provenance, 4) + ",",
         ")",
         "",
@@ -213,6 +220,8 @@ def describe_changes(old: RescaleFunction | None, new: RescaleFunction, fit: dic
     lines.append(f"coefficients: {list(old.coefficients)} -> {list(new.coefficients)}")
     if old.time_coefficients or new.time_coefficients:
         lines.append(f"time coefficients: {list(old.time_coefficients)} -> {list(new.time_coefficients)}")
+    if old.interaction_coefficients or new.interaction_coefficients:
+        lines.append(f"x*u coefficients: {list(old.interaction_coefficients)} -> {list(new.interaction_coefficients)}")
     lines.append(f"x range: {_range(old.x_range)} -> {_range(new.x_range)}")
     diff, where = max_curve_difference(old, new, fit)
     lines.append(f"max |new - old| over the new x range: {diff:.6g} (at {where})")

@@ -26,6 +26,8 @@ class RescaleFunction:
     ``form="poly+step"`` / ``"poly+sigma"``: ``y = polyval(coefficients, x) + polyval(time_coefficients, u)``
     with ``u`` the step fraction ``step / (num_steps - 1)`` or the scheduler's sigma; ``time_coefficients``
     are highest power first and carry no constant term (the constant lives in ``coefficients``).
+    ``interaction_coefficients`` (time-aware forms only, highest power first, no constant) add
+    ``x * polyval((*interaction_coefficients, 0), u)``: a slope in x that changes over the schedule.
     """
 
     coefficients: tuple[float, ...]
@@ -33,6 +35,7 @@ class RescaleFunction:
     form: str = FORM_POLY
     time_coefficients: tuple[float, ...] = ()
     provenance: dict = field(default_factory=dict, compare=False, hash=False)
+    interaction_coefficients: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         coeffs = tuple(float(c) for c in self.coefficients)
@@ -52,6 +55,12 @@ class RescaleFunction:
             raise ValueError(f"time_coefficients: form {self.form!r} needs at least one")
         if not all(math.isfinite(c) for c in tcoeffs):
             raise ValueError(f"time_coefficients: expected finite numbers, got {self.time_coefficients!r}")
+        icoeffs = tuple(float(c) for c in self.interaction_coefficients)
+        if icoeffs and self.form == FORM_POLY:
+            raise ValueError("interaction_coefficients: only the time-aware forms take them")
+        if not all(math.isfinite(c) for c in icoeffs):
+            raise ValueError(f"interaction_coefficients: expected finite numbers, got {icoeffs!r}")
+        object.__setattr__(self, "interaction_coefficients", icoeffs)
         object.__setattr__(self, "coefficients", coeffs)
         object.__setattr__(self, "time_coefficients", tcoeffs)
         object.__setattr__(self, "x_range", (lo, hi))
@@ -75,6 +84,8 @@ class RescaleFunction:
         y = np.polyval(self.coefficients, x)
         if self.time_coefficients:
             y = y + np.polyval((*self.time_coefficients, 0.0), u)
+        if self.interaction_coefficients:
+            y = y + np.asarray(x, dtype=float) * np.polyval((*self.interaction_coefficients, 0.0), u)
         return float(y) if np.ndim(y) == 0 else y
 
     def floor(self, u: float | Sequence[float] = 0.0, grid: int = 4001) -> tuple[float, float]:
@@ -92,13 +103,16 @@ class RescaleFunction:
         return float(values.flat[flat]), float(xs[flat % grid])
 
     def to_dict(self) -> dict:
-        return {
+        data = {
             "form": self.form,
             "coefficients": list(self.coefficients),
             "time_coefficients": list(self.time_coefficients),
             "x_range": list(self.x_range),
             "provenance": self.provenance,
         }
+        if self.interaction_coefficients:  # only when used, so earlier files keep their bytes
+            data["interaction_coefficients"] = list(self.interaction_coefficients)
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> RescaleFunction:
@@ -109,6 +123,7 @@ class RescaleFunction:
                 form=data.get("form", FORM_POLY),
                 time_coefficients=tuple(data.get("time_coefficients", ())),
                 provenance=dict(data.get("provenance", {})),
+                interaction_coefficients=tuple(data.get("interaction_coefficients", ())),
             )
         except KeyError as exc:
             raise ValueError(f"rescale function: missing field {exc.args[0]!r}") from None

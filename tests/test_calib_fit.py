@@ -22,6 +22,7 @@ from calib.fit import (
 )
 from calib.tables import load_traces, step_fraction
 from teacache.coefficients import load_packaged
+from teacache.gate import GateConfig
 from teacache.rescale import FORM_POLY_SIGMA, FORM_POLY_STEP, RescaleFunction
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -247,15 +248,22 @@ def test_cv_picks_poly_sigma_for_a_sigma_term():
 def test_candidates_report_every_score(full_fit):
     fit = full_fit["fit"]
     labels = [c["label"] for c in fit["candidates"]]
-    assert len(labels) == len(set(labels)) == 4 * 3 + 2 * 4 * 2  # poly x modes, two time forms x degrees
+    # poly degrees x modes; two time forms x degrees x (time degree 1-5, x*u degree 0..min(2, time degree)) x
+    # (free, monotone)
+    assert len(labels) == len(set(labels)) == 4 * 3 + 2 * 4 * 14 * 2
     assert sum(c["selected"] for c in fit["candidates"]) == 1
     for c in fit["candidates"]:
         for key in ("form", "degree", "mode", "coefficients", "time_coefficients", "r2", "cv_r2", "rmse",
                     "x_range", "n_prompts", "n_pairs"):  # fmt: skip
             assert key in c
         assert c["r2"] >= c["cv_r2"] - 1e-3  # held-out scores are not better than in-sample ones
-    best = max(c["cv_r2"] for c in fit["candidates"])
-    assert 1 - fit["selected"]["cv_r2"] <= (1 - best) * (1 + fitmod.TIE_TOLERANCE) + 1e-12
+    top = max(fit["candidates"], key=lambda c: c["cv_r2"])
+    best = top["cv_r2"]
+    # one-standard-error rule: within one SE of the best (never a band narrower than TIE_TOLERANCE) ...
+    limit = max((1 - best) * (1 + fitmod.TIE_TOLERANCE), (1 - best) + top["cv_r2_se"]) + 1e-12
+    assert 1 - fit["selected"]["cv_r2"] <= limit
+    # ... and no candidate with fewer parameters is inside that band
+    assert all(c["n_params"] >= fit["selected"]["n_params"] for c in fit["candidates"] if 1 - c["cv_r2"] <= limit)
     assert fit["selected"]["degree"] >= 2  # quadratic truth
     assert fit["selection"]["cv"] == "leave-one-prompt-out"
     assert fit["format_version"] == 1 and "date_utc" in fit["provenance"]
@@ -346,7 +354,9 @@ def test_branch_choice_and_minimal_columns(tmp_path, capsys):
     rc, _, err = run_fit([tmp_path / "m.csv", "--out", tmp_path / "m", "--no-plots"], capsys)
     assert rc == 0, err
     fit = json.loads((tmp_path / "m" / "fit.json").read_text())
-    assert {c["form"] for c in fit["candidates"]} == {"poly"}  # no num_steps/sigma: no time-aware forms
+    # no num_steps: inferred per run (and said), so poly+step is tried; no sigma: no poly+sigma
+    assert {c["form"] for c in fit["candidates"]} == {"poly", "poly+step"}
+    assert fit["data"]["num_steps_source"] == "inferred" and "inferred" in err
 
 
 def test_zero_x_is_a_warning(tmp_path, capsys):
@@ -392,10 +402,10 @@ def _bad_cases(tmp_path):
     text = good.astype({"x_rel_l1": object})
     text.loc[text.index[5], "x_rel_l1"] = "abc"
     cases["non-numeric"] = ([write(text, tmp_path / "text.csv")], [], ["x_rel_l1", "expected numbers", "'abc'"])
-    cases["time form without column"] = (
-        [write(good.drop(columns=["num_steps"]), tmp_path / "ns.parquet")],
-        ["--form", "poly+step"],
-        ["poly+step", "num_steps", "columns found"],
+    cases["time form without column"] = (  # sigma (unlike num_steps) cannot be inferred
+        [write(good.drop(columns=["sigma"]), tmp_path / "ns.parquet")],
+        ["--form", "poly+sigma"],
+        ["poly+sigma", "sigma", "columns found"],
     )
     cases["branch missing"] = ([write(cond_rows(good).drop(columns="branch"), tmp_path / "nb.parquet")],
                                ["--branch", "cond"], ["--branch", "no 'branch' column"])  # fmt: skip
@@ -497,3 +507,149 @@ def test_load_traces_drops_only_first_steps(tmp_path):
     traces = load_traces([write(frame, tmp_path / "t.parquet")])
     assert traces.dropped_first_steps == 6 * 2
     assert len(traces.frame) == len(frame) - 12 and traces.branch == "cond"
+
+
+# ------------------------------------------------------------------ time-aware family and selection
+
+
+def _interaction_truth(x, u, sigma):
+    return 0.05 + 0.4 * x + 1.2 * x * u + 0.3 * u**3  # the slope in x grows over the schedule
+
+
+def test_a_known_time_dependence_is_recovered():
+    for seed in range(3):
+        frame = cond_rows(make_traces(truth=_interaction_truth, noise=0.002, rng_seed=seed)).reset_index(drop=True)
+        frame = frame.drop(columns="sigma")
+        result = fit_frame(frame, candidate_specs(True, False))
+        sel = result["selected"]
+        assert sel["form"] == FORM_POLY_STEP and sel["interaction_degree"] >= 1, sel["label"]
+        rescale = rescale_from_fit({**result, "format_version": 1})
+        xs, us = np.meshgrid(np.linspace(0.02, 0.4, 21), np.linspace(0.0, 1.0, 12))
+        error = np.abs(rescale(xs.ravel(), us.ravel()) - _interaction_truth(xs.ravel(), us.ravel(), None))
+        assert error.max() < 5 * 0.002, (sel["label"], error.max())  # within a few noise sigmas everywhere
+        # the best x-only candidate is far behind: the x*u term is real
+        best_plain = max(c["cv_r2"] for c in result["candidates"] if c["form"] == "poly")
+        assert sel["cv_r2"] > best_plain + 0.05
+
+
+def test_with_no_time_dependence_the_plain_polynomial_is_chosen():
+    for seed in range(4):
+        sel = _selected(make_traces(noise=0.004, rng_seed=seed), drop=("sigma",))
+        assert sel["form"] == "poly" and sel["degree"] == 2, sel["label"]  # quadratic truth, no time term
+
+
+def test_the_parsimony_band_is_one_standard_error_of_the_best():
+    cands = [
+        {"cv_r2": 0.90, "cv_r2_se": 0.02, "n_params": 9},
+        {"cv_r2": 0.885, "cv_r2_se": 0.02, "n_params": 4},  # 0.015 below the best: inside one SE (0.02)
+        {"cv_r2": 0.875, "cv_r2_se": 0.02, "n_params": 2},  # 0.025 below: outside
+    ]
+    assert fitmod.select(cands) == 1
+    cands[0]["cv_r2_se"] = 0.01
+    assert fitmod.select(cands) == 0
+
+
+def test_cv_standard_error_is_the_spread_of_fold_errors():
+    from calib.selection import cv_standard_error
+
+    y = np.array([0.0, 1.0, 0.0, 1.0, 0.0, 1.0])
+    folds = np.array([0, 0, 1, 1, 2, 2])
+    oof = y + np.array([0.1, 0.1, 0.2, 0.2, 0.3, 0.3])  # fold MSEs 0.01, 0.04, 0.09
+    fold_mse = np.array([0.01, 0.04, 0.09])
+    expected = np.std(fold_mse, ddof=1) / np.sqrt(3) / np.var(y)
+    assert cv_standard_error(y, oof, folds) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("interaction", [0, 1, 2])
+def test_monotone_time_aware_candidate_never_decreases_in_x(interaction):
+    def truth(x, u, sigma):  # decreasing in x late in the schedule: the free fit follows it
+        return 0.3 + 0.8 * x - 2.0 * x * u**2 + 0.2 * u
+
+    frame = cond_rows(make_traces(truth=truth, noise=0.003)).reset_index(drop=True)
+    x, y, u = frame["x_rel_l1"].to_numpy(), frame["y_rel_l1"].to_numpy(), step_fraction(frame)
+    free = FittedModel.fit(CandidateSpec(FORM_POLY_STEP, 3, "free", 2, interaction), x, y, u)
+    mono = FittedModel.fit(CandidateSpec(FORM_POLY_STEP, 3, "monotone", 2, interaction), x, y, u)
+    xs = np.linspace(x.min(), x.max(), 2001)
+    slopes = [np.diff(mono.to_rescale()(xs, v)).min() for v in np.linspace(u.min(), u.max(), 41)]
+    assert min(slopes) >= -1e-12
+    free_slopes = [np.diff(free.to_rescale()(xs, v)).min() for v in np.linspace(u.min(), u.max(), 41)]
+    assert min(free_slopes) < 0  # the constraint had something to do
+    # least squares within the constraint: no worse than the free fit constrained by hand to a flat line
+    flat = np.sum((y - np.mean(y)) ** 2)
+    assert np.sum((mono.predict(x, u) - y) ** 2) <= flat
+
+
+def test_interaction_terms_reach_the_gate_through_the_same_function():
+    from teacache.gate import Gate
+
+    frame = cond_rows(make_traces(truth=_interaction_truth, noise=0.001)).reset_index(drop=True)
+    x, y, u = frame["x_rel_l1"].to_numpy(), frame["y_rel_l1"].to_numpy(), step_fraction(frame)
+    model = FittedModel.fit(CandidateSpec(FORM_POLY_STEP, 1, "free", 3, 1), x, y, u)
+    rescale = model.to_rescale()
+    assert len(rescale.interaction_coefficients) == 1
+    np.testing.assert_allclose(rescale(x, u), model.predict(x, u), rtol=1e-12, atol=1e-15)
+    assert RescaleFunction.from_dict(rescale.to_dict()) == rescale
+    gate = Gate(GateConfig(rel_l1_thresh=100.0, rescale=rescale))
+    d = gate.decide(step=5, num_steps=12, x=0.2)
+    assert d.rescaled == pytest.approx(model.predict(np.array([0.2]), np.array([5 / 11]))[0], rel=1e-12)
+    # the floor over a schedule is the minimum over every step's time input: here at the last step, where
+    # the x*u term has flattened the slope and the time term lowered the level
+    late = RescaleFunction((1.0, 0.1), x_range=(0.01, 0.3), form=FORM_POLY_STEP, time_coefficients=(-0.05,),
+                           interaction_coefficients=(-0.5,))  # fmt: skip
+    per_step = [late.floor(s / 11)[0] for s in range(12)]
+    floor = GateConfig(rel_l1_thresh=0.1, rescale=late).rescale_floor(12)
+    assert floor == min(per_step) == per_step[-1] == pytest.approx(0.01 * 0.5 + 0.05) and floor < per_step[0]
+
+
+def test_emit_writes_the_interaction_terms(tmp_path, capsys):
+    import importlib.util
+
+    from calib import emit as emitmod
+
+    frame = make_traces(truth=_interaction_truth, noise=0.002, branches=("cond",)).drop(columns="sigma")
+    args = [write(frame, tmp_path / "t.parquet"), "--out", tmp_path / "o", "--form", "poly+step", "--degree", 1,
+            "--time-degree", 3, "--interaction-degree", 1, "--mode", "free", "--no-plots"]  # fmt: skip
+    assert run_fit(args, capsys)[0] == 0
+    module_path = tmp_path / "tiny_flux1.py"
+    assert emitmod.main([str(tmp_path / "o"), "--variant", "tiny-flux1", "--out", str(module_path)]) == 0
+    spec = importlib.util.spec_from_file_location("emitted_interaction", module_path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert rescale_from_fit(tmp_path / "o") == module.RESCALE and module.RESCALE.interaction_coefficients
+
+
+def test_fit_json_with_interaction_terms_round_trips(tmp_path, capsys):
+    frame = make_traces(truth=_interaction_truth, noise=0.002, branches=("cond",)).drop(columns="sigma")
+    traces = write(frame, tmp_path / "t.parquet")
+    args = [traces, "--out", tmp_path / "o", "--form", "poly+step", "--degree", 1, "--time-degree", 3,
+            "--interaction-degree", 1, "--mode", "free", "--no-plots"]  # fmt: skip
+    rc, _, err = run_fit(args, capsys)
+    assert rc == 0, err
+    fit = json.loads((tmp_path / "o" / "fit.json").read_text())
+    sel = fit["selected"]
+    assert sel["label"] == "poly1+step3+x*step1" and len(sel["interaction_coefficients"]) == 1
+    assert rescale_from_fit(tmp_path / "o").interaction_coefficients == tuple(sel["interaction_coefficients"])
+
+
+def test_existing_fit_files_still_load():
+    from pathlib import Path
+
+    paths = sorted(Path(fitmod.__file__).resolve().parents[1].glob("results/**/fit/fit.json"))
+    assert paths
+    for path in paths:
+        rescale = rescale_from_fit(path)
+        assert rescale.interaction_coefficients == () and rescale.provenance["fitted_model"]
+
+
+def test_scatter_plot_draws_each_out_of_range_piece_on_its_own(full_fit):
+    from calib.fit_plots import scatter_figure
+
+    fit = full_fit["fit"]
+    frame = load_traces([full_fit["traces"]]).frame
+    lo, hi = fit["selected"]["x_range"]
+    assert lo > 0  # there is room left of the range, so both pieces exist
+    dashed = [line for line in scatter_figure(fit, frame).axes[0].get_lines() if line.get_linestyle() == "--"]
+    assert dashed
+    for line in dashed:
+        xs = np.asarray(line.get_xdata())
+        assert (xs < lo).all() or (xs > hi).all(), "a dashed piece spans the calibrated range"

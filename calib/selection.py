@@ -1,0 +1,231 @@
+"""Scoring and choosing rescale functions: grouped cross-validation, the one-standard-error rule, and
+scoring existing coefficients against a refit.
+
+Prompts are held out together (a fit that memorises the calibration prompts scores well in-sample and
+badly on the next prompt). Among all candidates, the one with the fewest parameters whose cross-validated
+error is within one standard error of the best (and never less than a 1% band) is selected, so an extra
+column has to earn its place by more than the noise of the CV estimate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from calib.candidates import TIME_COLUMN, CandidateSpec, FittedModel, design_matrix, fit_params
+from calib.errors import FitError
+from calib.tables import finite_or_none
+from calib.traces import step_fraction
+from teacache.rescale import FORM_POLY_SIGMA, FORM_POLY_STEP, RescaleFunction
+
+MIN_PROMPTS = 3
+LOO_MAX_PROMPTS = 20  # leave-one-prompt-out up to this many prompts, else DEFAULT_FOLDS folds
+DEFAULT_FOLDS = 10
+# The smallest parsimony band: cv MSE within 1% of the best one's counts as tied even when the standard
+# error is smaller, so noise never buys a spurious term.
+TIE_TOLERANCE = 0.01
+DEFAULT_MARGIN = 0.10
+VERDICT_REFIT = "refit recommended"
+VERDICT_OK = "packaged coefficients still fit"
+
+
+def group_folds(groups: Sequence, n_folds: int | None = None) -> np.ndarray:
+    """Fold index per row, whole groups per fold (like scikit-learn's GroupKFold).
+
+    Default: one fold per group up to LOO_MAX_PROMPTS groups, else DEFAULT_FOLDS folds; groups are
+    dealt largest first to the fold with the fewest rows, so the split is deterministic.
+    """
+    groups = np.asarray(groups)
+    names, inverse, counts = np.unique(groups, return_inverse=True, return_counts=True)
+    n_groups = len(names)
+    k = n_folds or (n_groups if n_groups <= LOO_MAX_PROMPTS else DEFAULT_FOLDS)
+    if not 2 <= k <= n_groups:
+        raise FitError(f"--folds: expected 2 to {n_groups} (the number of prompts), got {k}")
+    load = np.zeros(k)
+    fold_of_group = np.empty(n_groups, dtype=int)
+    for g in np.argsort(-counts, kind="stable"):
+        f = int(np.argmin(load))
+        fold_of_group[g] = f
+        load[f] += counts[g]
+    return fold_of_group[inverse]
+
+
+def time_input(form: str, frame: pd.DataFrame) -> np.ndarray | None:
+    """The per-row time input of a form, computed as the gate computes it at run time."""
+    if form == FORM_POLY_STEP:
+        if "num_steps" not in frame.columns:
+            raise FitError(f"form {form!r} needs column 'num_steps'; columns found: {', '.join(_cols(frame))}")
+        return step_fraction(frame)
+    if form == FORM_POLY_SIGMA:
+        if "sigma" not in frame.columns:
+            raise FitError(
+                f"form {form!r} needs column 'sigma' (finite on every row); columns found: {', '.join(_cols(frame))}"
+            )
+        return frame["sigma"].to_numpy(dtype=float)
+    return None
+
+
+def _cols(frame: pd.DataFrame) -> list[str]:
+    return [str(c) for c in frame.columns if not str(c).startswith("_")]
+
+
+def r2_score(y: np.ndarray, pred: np.ndarray) -> float:
+    ss_tot = float(np.sum((y - np.mean(y)) ** 2))
+    return 1.0 - float(np.sum((y - pred) ** 2)) / ss_tot
+
+
+def rmse(y: np.ndarray, pred: np.ndarray) -> float:
+    return float(np.sqrt(np.mean((y - pred) ** 2)))
+
+
+def evaluate_candidate(
+    spec: CandidateSpec, frame: pd.DataFrame, folds: np.ndarray, u: np.ndarray | None = None
+) -> dict:
+    """Fit on all rows (in-sample scores) and per fold (pooled out-of-fold scores and their standard error)."""
+    x = frame["x_rel_l1"].to_numpy(dtype=float)
+    y = frame["y_rel_l1"].to_numpy(dtype=float)
+    if u is None:
+        u = time_input(spec.form, frame)
+    return _evaluate(spec, x, y, u, folds, int(frame["prompt_id"].nunique()))
+
+
+def _evaluate(spec: CandidateSpec, x, y, u, folds: np.ndarray, n_prompts: int) -> dict:
+    model = FittedModel.fit(spec, x, y, u)
+    design = design_matrix(spec, x, u)
+    pred = model.predict(x, u)
+    oof = np.empty_like(y)
+    for k in np.unique(folds):
+        test = folds == k
+        train = ~test
+        params = fit_params(spec, x[train], y[train], None if u is None else u[train], design[train])
+        oof[test] = design[test] @ params
+    return {
+        "label": spec.label,
+        "form": spec.form,
+        "degree": spec.degree,
+        "mode": spec.mode,
+        "time_degree": spec.time_degree,
+        "interaction_degree": spec.interaction_degree,
+        "n_params": spec.n_params,
+        "coefficients": list(model.coefficients),
+        "time_coefficients": list(model.time_coefficients),
+        "interaction_coefficients": list(model.interaction_coefficients),
+        "r2": r2_score(y, pred),
+        "cv_r2": r2_score(y, oof),
+        "cv_r2_se": cv_standard_error(y, oof, folds),
+        "rmse": rmse(y, oof),
+        "rmse_in_sample": rmse(y, pred),
+        "x_range": list(model.x_range),
+        "n_prompts": n_prompts,
+        "n_pairs": len(y),
+        "selected": False,
+    }
+
+
+def cv_standard_error(y: np.ndarray, oof: np.ndarray, folds: np.ndarray) -> float:
+    """Standard error of the pooled cv MSE over folds, in R^2 units (divided by the variance of y).
+
+    The pooled MSE is the row-weighted mean of the fold MSEs; its standard error is estimated from
+    their spread (folds hold whole prompts, so rows within a fold are not independent; folds are).
+    """
+    names = np.unique(folds)
+    if len(names) < 2:
+        return 0.0
+    sq = (y - oof) ** 2
+    weights = np.array([np.mean(folds == k) for k in names])
+    fold_mse = np.array([sq[folds == k].mean() for k in names])
+    pooled = float(np.sum(weights * fold_mse))
+    var = float(len(names) / (len(names) - 1) * np.sum(weights**2 * (fold_mse - pooled) ** 2))
+    return float(np.sqrt(var) / np.mean((y - np.mean(y)) ** 2))
+
+
+def select(candidates: list[dict], tie_tolerance: float = TIE_TOLERANCE) -> int:
+    """Index of the selected candidate: the fewest parameters among those whose cv MSE (1 - cv R^2) is within
+    one standard error of the best, or within ``tie_tolerance`` relative of it when that is wider; then the
+    best cv R^2, then list order."""
+    best_i = max(range(len(candidates)), key=lambda i: (candidates[i]["cv_r2"], -i))
+    best = candidates[best_i]["cv_r2"]
+    se = float(candidates[best_i].get("cv_r2_se") or 0.0)
+    limit = max((1.0 - best) * (1.0 + tie_tolerance), (1.0 - best) + se) + 1e-12
+    within = [i for i, c in enumerate(candidates) if 1.0 - c["cv_r2"] <= limit]
+    return min(within, key=lambda i: (candidates[i]["n_params"], -candidates[i]["cv_r2"], i))
+
+
+def fit_frame(frame: pd.DataFrame, specs: list[CandidateSpec], n_folds: int | None = None) -> dict:
+    """Evaluate every candidate on a validated frame; return the selection part of fit.json."""
+    if not specs:
+        raise FitError(
+            "no candidate to fit: the --form/--degree/--mode/--time-degree/--interaction-degree combination "
+            "matches none"
+        )
+    n_prompts = int(frame["prompt_id"].nunique())
+    if n_prompts < MIN_PROMPTS:
+        raise FitError(
+            f"column 'prompt_id': {n_prompts} distinct prompt(s); cross-validation holds prompts out "
+            "and needs "
+            f"at least {MIN_PROMPTS}. Record more prompts."
+        )
+    x = frame["x_rel_l1"].to_numpy(dtype=float)
+    y = frame["y_rel_l1"].to_numpy(dtype=float)
+    if not np.max(x) > np.min(x):
+        raise FitError(f"column 'x_rel_l1': every row holds {x[0]!r}; a fit needs a spread of x values")
+    if not np.max(y) > np.min(y):
+        raise FitError(f"column 'y_rel_l1': every row holds {y[0]!r}; R^2 is undefined without a spread of y")
+    for spec in specs:
+        if spec.form in TIME_COLUMN and TIME_COLUMN[spec.form] not in frame.columns:
+            raise FitError(f"{spec.label}: needs column {TIME_COLUMN[spec.form]!r}")
+    folds = group_folds(frame["prompt_id"].to_numpy(), n_folds)
+    inputs = {form: time_input(form, frame) for form in {s.form for s in specs}}
+    candidates = [_evaluate(s, x, y, inputs[s.form], folds, n_prompts) for s in specs]
+    chosen = select(candidates)
+    candidates[chosen]["selected"] = True
+    best = max(c["cv_r2"] for c in candidates)
+    n_f = len(np.unique(folds))
+    return {
+        "selected": dict(candidates[chosen]),
+        "candidates": candidates,
+        "selection": {
+            "criterion": "cv_r2",
+            "cv": "leave-one-prompt-out" if n_f == n_prompts else f"{n_f}-fold grouped by prompt_id",
+            "n_folds": n_f,
+            "rule": "one standard error",
+            "best_cv_r2": best,
+            "tie_rule": (
+                "fewest parameters among candidates whose cv MSE is within one standard error of the best "
+                f"(at least {TIE_TOLERANCE:.0%} of it)"
+            ),
+        },
+    }
+
+
+def compare(rescale: RescaleFunction, source: str, frame: pd.DataFrame, selected: dict, margin: float) -> dict:
+    """Score existing coefficients on all rows against the new fit.
+
+    They were not fitted on these traces, so their in-sample score is an out-of-sample one.
+    """
+    x = frame["x_rel_l1"].to_numpy(dtype=float)
+    y = frame["y_rel_l1"].to_numpy(dtype=float)
+    u = time_input(rescale.form, frame) if rescale.is_time_aware else 0.0
+    pred = np.asarray(rescale(x, u), dtype=float)
+    old_rmse = rmse(y, pred)
+    new_rmse = float(selected["rmse"])
+    refit = old_rmse > new_rmse * (1.0 + margin)
+    lo, hi = rescale.x_range
+    return {
+        "source": source,
+        "form": rescale.form,
+        "coefficients": list(rescale.coefficients),
+        "time_coefficients": list(rescale.time_coefficients),
+        "interaction_coefficients": list(rescale.interaction_coefficients),
+        "x_range": [finite_or_none(lo), finite_or_none(hi)],
+        "rows_outside_x_range": int(np.count_nonzero((x < lo) | (x > hi))),
+        "r2": r2_score(y, pred),
+        "rmse": old_rmse,
+        "new_cv_rmse": new_rmse,
+        "new_cv_r2": float(selected["cv_r2"]),
+        "excess": finite_or_none(old_rmse / new_rmse - 1.0) if new_rmse > 0 else None,
+        "margin": margin,
+        "verdict": VERDICT_REFIT if refit else VERDICT_OK,
+    }
