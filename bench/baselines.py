@@ -333,3 +333,56 @@ def apply_step_cache(model, ratio: float) -> Iterator[StepCacheRun]:
                 object.__delattr__(model, "_predict")
         for lst in lists:
             lst[:] = [c for c in lst if c is not run]
+
+
+# ------------------------------------------------------------------------------------------------
+# Every arm of one (prompt, seed) pair against one vanilla run
+# ------------------------------------------------------------------------------------------------
+def measure_pair(model, pair: tuple[str, str, int], settings: dict, arms: list[Arm], repeats: int) -> list[dict]:
+    """Rows for the vanilla run and every arm of one pair, all measured against that vanilla run.
+
+    Interleaved like ``teacache-bench sweep``: each repeat runs vanilla and every arm once, the order
+    rotated from repeat to repeat. ``settings``: variant, model, steps, width, height, guidance.
+    Each row carries ``arm`` and ``arm_setting``; speedup is the median vanilla loop time over the
+    arm's median, ``ideal_speedup`` N over the steps whose transformer body ran.
+    """
+    import json
+    import statistics
+
+    from bench.sweep import image_metrics, latent_metrics
+
+    prompt_id, prompt, seed = pair
+    pair_id = f"{prompt_id}-s{seed}"
+    n = settings["steps"]
+    args = (prompt, seed, n, settings["width"], settings["height"], settings["guidance"])
+    order = [vanilla(), *arms]
+    times: dict[int, list[float]] = {i: [] for i in range(len(order))}
+    first: dict[int, ArmResult] = {}
+    for repeat in range(repeats):
+        shift = repeat % len(order)
+        for i in [*range(shift, len(order)), *range(shift)]:
+            result = run_arm(model, order[i], *args)
+            times[i].append(result.generation.loop_s)
+            if i in first and first[i].skipped_steps != result.skipped_steps:
+                what = f"{pair_id} {order[i].name} {order[i].setting}"
+                raise RuntimeError(f"{what}: the skip schedule changed between repeats")
+            first.setdefault(i, result)
+    ref = first[0].generation
+    vanilla_median = statistics.median(times[0])
+    rows = []
+    for i, arm in enumerate(order):
+        result, median = first[i], statistics.median(times[i])
+        gen = result.generation
+        rows.append({
+            "pair_id": pair_id, "variant": settings["variant"], "model": settings["model"], "prompt_id": prompt_id,
+            "prompt": prompt, "seed": seed, "num_steps": n,
+            "run_id": f"{pair_id}-{arm.name}" + (f"-{arm.setting}" if arm.setting else ""),
+            "kind": arm.name, "arm": arm.name, "arm_setting": arm.setting,
+            "threshold": arm.gate.rel_l1_thresh if arm.gate is not None else float("nan"),
+            "steps_run": result.steps_run, "computed": result.computed, "skipped": n - result.computed,
+            "skipped_steps": json.dumps(result.skipped_steps), "longest_skip_streak": result.longest_skip_streak,
+            "wall_s": times[i], "wall_s_median": median, "speedup": vanilla_median / median,
+            "ideal_speedup": n / result.computed,
+            **latent_metrics(gen.latents, ref.latents), **image_metrics(gen.image, ref.image),
+        })  # fmt: skip
+    return rows

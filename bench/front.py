@@ -167,3 +167,53 @@ def verdict(comparison: pd.DataFrame, baseline: str = "fewer-steps", quality: st
         listed = ", ".join(f"{t:g}" for t in uncompared["threshold"])
         parts.append(f"No {label} setting was as fast as TeaCache at threshold {listed}: not compared there.")
     return " ".join(parts)
+
+
+def hypervolume(speed, quality, ref_speed: float = 1.0, ref_quality: float = 0.0) -> float:
+    """Area that the points dominate above (ref_speed, ref_quality): one number per front, larger is better.
+
+    The union of the rectangles from the reference corner to each point; NaN points and points not
+    beyond the reference in both coordinates add nothing.
+    """
+    s = np.asarray(speed, dtype=float)
+    q = np.asarray(quality, dtype=float)
+    keep = ~(np.isnan(s) | np.isnan(q)) & (s > ref_speed) & (q > ref_quality)
+    area, reached = 0.0, ref_quality
+    for i in np.argsort(-s[keep], kind="stable"):  # fastest first: each higher point adds a strip
+        if q[keep][i] > reached:
+            area += (s[keep][i] - ref_speed) * (q[keep][i] - reached)
+            reached = q[keep][i]
+    return float(area)
+
+
+def rescale_areas(points: pd.DataFrame, quality: str = "ssim_median", speed: str = "speedup_median") -> pd.DataFrame:
+    """Per rescale function: the area its TeaCache front dominates (common reference: speed 1 and the
+    lowest quality of any of their points) and how many of its settings are on the joint front."""
+    tc = points[points["arm"] == TEACACHE]
+    if tc.empty or "rescale" not in tc.columns:
+        return pd.DataFrame(columns=["rescale", "settings", "area", "on_joint_front"])
+    ref_quality = float(np.nanmin(tc[quality].to_numpy(dtype=float)))
+    joint = mark_front(tc, quality=quality, speed=speed)
+    rows = []
+    for name, at in tc.groupby("rescale", sort=True):
+        rows.append({
+            "rescale": name, "settings": len(at),
+            "area": hypervolume(at[speed], at[quality], 1.0, ref_quality),
+            "on_joint_front": int(joint.loc[at.index].sum()),
+        })  # fmt: skip
+    return pd.DataFrame(rows).sort_values("area", ascending=False, ignore_index=True)
+
+
+def rescale_verdict(table: pd.DataFrame, selected: str, quality: str = "ssim_median") -> str:
+    """Does the rescale function chosen by cross-validation also give the better front?"""
+    if table.empty or selected not in set(table["rescale"]):
+        return f"No TeaCache runs with the rescale function {selected!r} to compare fronts with."
+    best = table.iloc[0]
+    mine = table[table["rescale"] == selected].iloc[0]
+    if best["rescale"] == selected:
+        others = ", ".join(f"{r['rescale']} {r['area']:.4g}" for _, r in table.iloc[1:].iterrows())
+        return (f"The rescale function selected by cross-validation ({selected}) also gives the best front: area "
+                f"{mine['area']:.4g} in speedup x {quality}" + (f" against {others}." if others else "."))  # fmt: skip
+    return (f"The rescale function selected by cross-validation ({selected}) does not give the best front: "
+            f"{best['rescale']} dominates more (area {best['area']:.4g} against {mine['area']:.4g} in speedup x "
+            f"{quality}).")  # fmt: skip

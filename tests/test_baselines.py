@@ -8,6 +8,7 @@ bodies), not by reading back the arm's own log.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import warnings
 from types import SimpleNamespace
@@ -299,3 +300,17 @@ def test_the_isolated_child_refuses_a_job_that_is_not_json(capsys):
 
     assert main(["{not json"]) == 2
     assert "JOB_JSON is not JSON" in capsys.readouterr().err
+
+
+def test_every_arm_of_a_pair_is_measured_against_the_same_vanilla_run(shapes):
+    settings = {"variant": "tiny-shapes", "model": "tiny-shapes", "steps": STEPS, "width": 32, "height": 32,
+                "guidance": 1.0}  # fmt: skip
+    arms = [baselines.fewer_steps(6, STEPS), baselines.static(StaticSchedule.evenly(STEPS, 6))]
+    rows = baselines.measure_pair(shapes, ("shapes-00", PROMPT, 0), settings, arms, repeats=1)
+    assert [(r["arm"], r["arm_setting"]) for r in rows] == [("vanilla", ""), ("fewer-steps", "6"), ("static", "even:6")]
+    vanilla, fewer, static = rows
+    assert vanilla["ssim"] == 1.0 and vanilla["speedup"] == 1.0 and vanilla["max_abs"] == 0.0
+    assert fewer["steps_run"] == 6 and fewer["computed"] == 6 and fewer["ideal_speedup"] == STEPS / 6
+    assert static["steps_run"] == STEPS and static["computed"] == 6 and len(json.loads(static["skipped_steps"])) == 6
+    for row in (fewer, static):  # measured against vanilla: a different image, a ratio of loop times
+        assert row["ssim"] < 1.0 and row["speedup"] == vanilla["wall_s_median"] / row["wall_s_median"]

@@ -147,3 +147,37 @@ def test_front_plots_draw_every_arm():
     assert {"TeaCache", "fewer steps", "a static schedule", "Pareto front"} <= set(labels)
     assert len(front_plots.front_panels(pts).axes) == 4
     assert front_plots.rescale_fronts(pts).axes[0].get_legend_handles_labels()[1] == ["TeaCache front"]
+
+
+def _union_area(pts, rs, rq) -> float:
+    """Exact area of the union of rectangles [rs, s] x [rq, q], cell by cell on the points' own grid."""
+    pts = [(s, q) for s, q in pts if not (math.isnan(s) or math.isnan(q)) and s > rs and q > rq]
+    xs = sorted({rs, *(s for s, _ in pts)})
+    ys = sorted({rq, *(q for _, q in pts)})
+    area = 0.0
+    for x0, x1 in zip(xs, xs[1:], strict=False):
+        for y0, y1 in zip(ys, ys[1:], strict=False):
+            if any(s >= x1 and q >= y1 for s, q in pts):
+                area += (x1 - x0) * (y1 - y0)
+    return area
+
+
+@settings(max_examples=200, deadline=None)
+@given(pts=point_lists)
+def test_the_front_area_is_the_union_of_what_each_point_dominates(pts):
+    speed, quality = [p[0] for p in pts], [p[1] for p in pts]
+    assert front.hypervolume(speed, quality, 1.0, 0.5) == pytest.approx(_union_area(pts, 1.0, 0.5), abs=1e-12)
+
+
+def test_the_rescale_comparison_says_whether_the_cv_choice_has_the_better_front():
+    runs = _runs({k: v for k, v in ARMS.items() if k[0] == "teacache"})
+    better = runs.assign(rescale="degree-4", ssim=runs["ssim"] + 0.01)
+    runs = pd.concat([runs.assign(rescale="fit.json"), better], ignore_index=True)
+    table = front.rescale_areas(front.points(runs))
+    assert list(table["rescale"]) == ["degree-4", "fit.json"] and table["area"].iloc[0] > table["area"].iloc[1]
+    assert list(table["on_joint_front"]) == [3, 0]
+    assert front.rescale_verdict(table, "fit.json").startswith(
+        "The rescale function selected by cross-validation (fit.json) does not give the best front: degree-4"
+    )
+    assert front.rescale_verdict(table, "degree-4").startswith("The rescale function selected by cross-validation "
+                                                               "(degree-4) also gives the best front")  # fmt: skip
