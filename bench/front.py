@@ -81,7 +81,7 @@ def _paired_difference(runs: pd.DataFrame, a: dict, b: dict, metric: str) -> np.
 
 
 COMPARISON_COLUMNS: tuple[str, ...] = (
-    "rescale", "threshold", "teacache_speedup", "teacache_quality", "baseline_arm", "baseline_setting",
+    "speed", "rescale", "threshold", "teacache_speedup", "teacache_quality", "baseline_arm", "baseline_setting",
     "baseline_speedup", "baseline_quality", "n_pairs", "difference", "ci_low", "ci_high", "outcome",
 )  # fmt: skip
 
@@ -94,6 +94,8 @@ def compare(
 ) -> pd.DataFrame:
     """For each TeaCache setting and baseline arm: the best baseline setting at equal or greater speed.
 
+    ``speed``: the measured median speedup, or ``"ideal_speedup_median"`` (N over computed steps) to
+    compare at equal work where timings are too noisy to order the settings.
     Best: highest median ``quality`` (ties: the faster). ``difference``: median over pairs of TeaCache's
     quality minus the baseline's, with a bootstrap CI (``bench.stats.bootstrap_median_ci``);
     ``outcome``: "beats" (CI above 0), "loses" (CI below 0), "tie" (CI holds 0), or "no baseline"
@@ -109,7 +111,7 @@ def compare(
         for arm in baselines:
             candidates = pts[(pts["arm"] == arm) & (pts[speed] >= point[speed])]
             row = {
-                "rescale": point.get("rescale"), "threshold": float(point["arm_setting"]),
+                "speed": speed, "rescale": point.get("rescale"), "threshold": float(point["arm_setting"]),
                 "teacache_speedup": point[speed], "teacache_quality": point[column], "baseline_arm": arm,
             }  # fmt: skip
             candidates = candidates[candidates[column].notna()]
@@ -137,16 +139,17 @@ def verdict(comparison: pd.DataFrame, baseline: str = "fewer-steps", quality: st
     label = ARM_LABELS.get(baseline, baseline)
     at = comparison[comparison["baseline_arm"] == baseline]
     if at.empty:
-        return f"No {label} runs to compare TeaCache with."
+        return f"No {baseline} runs to compare TeaCache with."
     compared = at[at["outcome"] != "no baseline"]
     uncompared = at[at["outcome"] == "no baseline"]
 
     def clause(row) -> str:
         sign = "+" if row["difference"] >= 0 else ""
+        x = "x ideal" if row.get("speed") == "ideal_speedup_median" else "x"
         return (
             f"{sign}{row['difference']:.3f} {quality} (95% CI {row['ci_low']:.3f}..{row['ci_high']:.3f}, "
-            f"n={row['n_pairs']}) at {row['teacache_speedup']:.2f}x (threshold {row['threshold']:g}, against "
-            f"{label} {row['baseline_setting']} at {row['baseline_speedup']:.2f}x)"
+            f"n={row['n_pairs']}) at {row['teacache_speedup']:.2f}{x} (threshold {row['threshold']:g}, against "
+            f"{baseline} {row['baseline_setting']} at {row['baseline_speedup']:.2f}{x})"
         )
 
     beats = compared[compared["outcome"] == "beats"]
@@ -165,7 +168,7 @@ def verdict(comparison: pd.DataFrame, baseline: str = "fewer-steps", quality: st
         parts.append(f"At threshold {row['threshold']:g} it {how} {label}: {clause(row)}.")
     if len(uncompared):
         listed = ", ".join(f"{t:g}" for t in uncompared["threshold"])
-        parts.append(f"No {label} setting was as fast as TeaCache at threshold {listed}: not compared there.")
+        parts.append(f"No {baseline} setting was as fast as TeaCache at threshold {listed}: not compared there.")
     return " ".join(parts)
 
 

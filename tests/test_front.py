@@ -117,12 +117,12 @@ def test_the_verdict_says_where_teacache_wins_loses_and_was_not_compared():
     table = front.compare(_runs(ARMS), baselines=("fewer-steps",))
     text = front.verdict(table, "fewer-steps")
     assert text.startswith("On this model TeaCache beats fewer steps at 1 of 2 thresholds compared: +0.010 ssim")
-    assert "at 2.00x (threshold 0.02, against fewer steps 13 at 2.10x)" in text
+    assert "at 2.00x (threshold 0.02, against fewer-steps 13 at 2.10x)" in text
     assert "At threshold 0.05 it loses to fewer steps: -0.020 ssim" in text
-    assert "No fewer steps setting was as fast as TeaCache at threshold 0.2" in text
+    assert "No fewer-steps setting was as fast as TeaCache at threshold 0.2" in text
     only_win = front.compare(_runs({k: v for k, v in ARMS.items() if k[1] != "0.05"}), baselines=("fewer-steps",))
     assert front.verdict(only_win).startswith("On this model TeaCache beats fewer steps at every threshold compared")
-    assert front.verdict(table, "step-cache") == "No mflux's step cache runs to compare TeaCache with."
+    assert front.verdict(table, "step-cache") == "No step-cache runs to compare TeaCache with."
 
 
 def test_points_summarise_each_setting_and_keep_rescale_functions_apart():
@@ -181,3 +181,11 @@ def test_the_rescale_comparison_says_whether_the_cv_choice_has_the_better_front(
     )
     assert front.rescale_verdict(table, "degree-4").startswith("The rescale function selected by cross-validation "
                                                                "(degree-4) also gives the best front")  # fmt: skip
+
+
+def test_comparing_at_equal_work_uses_the_ideal_speedup_and_says_so():
+    table = front.compare(_runs(ARMS), baselines=("fewer-steps",), speed="ideal_speedup_median")
+    at = table.set_index("threshold")
+    # ideal 28/13 for TeaCache 0.02: "13" (28/13) qualifies, "14" (2.0) does not
+    assert at.loc[0.02, "baseline_setting"] == "13" and at.loc[0.05, "baseline_setting"] == "7"
+    assert "at 2.15x ideal (threshold 0.02, against fewer-steps 13 at 2.15x ideal)" in front.verdict(table)
