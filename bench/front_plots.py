@@ -43,43 +43,52 @@ def _series(points: pd.DataFrame) -> list[tuple[str, pd.DataFrame, tuple[str, st
     return out
 
 
-def _draw(ax, points: pd.DataFrame, quality: str, label_settings: bool) -> None:
+SPEED_LABELS = {"speedup_median": "speedup vs paired vanilla (median, x)",
+                "ideal_speedup_median": "ideal speedup N / computed steps (median, x)"}  # fmt: skip
+
+
+def _draw(ax, points: pd.DataFrame, quality: str, label_settings: bool, speed: str = "speedup_median") -> None:
     finite = points[np.isfinite(points[quality].to_numpy(dtype=float))]
     for label, at, (colour, marker) in _series(finite):
-        ax.scatter(at["speedup_median"], at[quality], color=colour, marker=marker, s=30, label=label, zorder=3)
+        ax.scatter(at[speed], at[quality], color=colour, marker=marker, s=30, label=label, zorder=3)
         if label_settings:
             for _, p in at.iterrows():
-                ax.annotate(str(p["arm_setting"]), (p["speedup_median"], p[quality]), textcoords="offset points",
+                ax.annotate(str(p["arm_setting"]), (p[speed], p[quality]), textcoords="offset points",
                             xytext=(4, 3), fontsize=6, color=colour)  # fmt: skip
-    on = front.mark_front(finite, quality=quality).to_numpy() if len(finite) else np.array([], dtype=bool)
+    on = front.mark_front(finite, quality=quality, speed=speed).to_numpy() if len(finite) else np.array([], bool)
     if on.any():
-        best = finite[on].sort_values("speedup_median")
-        ax.plot(best["speedup_median"], best[quality], "-", color=FRONT_COLOUR, linewidth=1, label="Pareto front")
-        ax.scatter(best["speedup_median"], best[quality], facecolors="none", edgecolors=FRONT_COLOUR, s=110,
+        best = finite[on].sort_values(speed)
+        ax.plot(best[speed], best[quality], "-", color=FRONT_COLOUR, linewidth=1, label="Pareto front")
+        ax.scatter(best[speed], best[quality], facecolors="none", edgecolors=FRONT_COLOUR, s=110,
                    linewidths=1.1, zorder=4)  # fmt: skip
-    ax.set_xlabel("speedup vs paired vanilla (median, x)")
+    ax.set_xlabel(SPEED_LABELS.get(speed, speed))
     ax.ticklabel_format(axis="y", useOffset=False)
     ax.grid(alpha=0.3)
 
 
-def combined_front(points: pd.DataFrame, quality: str = "ssim_median", title: str = "") -> Figure:
-    """Every arm's settings at (median speedup, ``quality``); the Pareto front over all of them ringed."""
+def combined_front(
+    points: pd.DataFrame, quality: str = "ssim_median", title: str = "", speed: str = "speedup_median"
+) -> Figure:
+    """Every arm's settings at (median speedup, ``quality``); the Pareto front over all of them ringed.
+
+    ``speed="ideal_speedup_median"`` places them at equal work instead (N over computed steps).
+    """
     fig = Figure(figsize=(7.5, 5.5))
     ax = fig.add_subplot()
-    _draw(ax, points, quality, label_settings=True)
+    _draw(ax, points, quality, label_settings=True, speed=speed)
     ax.set_ylabel(quality.replace("_", " "))
     ax.set_title(title or f"Speed/quality front, every arm ({quality.replace('_', ' ')}; labels: settings)")
     ax.legend(fontsize=8, loc="best")
     return fig
 
 
-def front_panels(points: pd.DataFrame, title: str = "") -> Figure:
+def front_panels(points: pd.DataFrame, title: str = "", speed: str = "speedup_median") -> Figure:
     """The combined front four times: SSIM median and p5, cosine, PSNR."""
     fig = Figure(figsize=(12, 9))
     axes = fig.subplots(2, 2)
     for ax, (quality, name) in zip(axes.flat, PANELS, strict=True):
         if quality in points.columns:
-            _draw(ax, points, quality, label_settings=False)
+            _draw(ax, points, quality, label_settings=False, speed=speed)
         ax.set_ylabel(name)
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 6), fontsize=8)

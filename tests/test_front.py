@@ -146,6 +146,8 @@ def test_front_plots_draw_every_arm():
     labels = fig.axes[0].get_legend_handles_labels()[1]
     assert {"TeaCache", "fewer steps", "a static schedule", "Pareto front"} <= set(labels)
     assert len(front_plots.front_panels(pts).axes) == 4
+    ideal = front_plots.combined_front(pts, speed="ideal_speedup_median").axes[0]
+    assert ideal.get_xlabel().startswith("ideal speedup")
     assert front_plots.rescale_fronts(pts).axes[0].get_legend_handles_labels()[1] == ["TeaCache front"]
 
 
