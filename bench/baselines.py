@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from teacache.gate import GateConfig
 from teacache.rescale import RescaleFunction
@@ -73,9 +73,9 @@ class Arm:
         needs = {VANILLA: None, TEACACHE: "gate", FEWER_STEPS: "steps", STATIC: "schedule", STEP_CACHE: "ratio"}
         if self.name not in needs:
             raise ValueError(f"arm: expected one of {', '.join(needs)}, got {self.name!r}")
-        field = needs[self.name]
-        if field is not None and getattr(self, field) is None:
-            raise ValueError(f"arm {self.name!r}: needs {field}")
+        needed = needs[self.name]
+        if needed is not None and getattr(self, needed) is None:
+            raise ValueError(f"arm {self.name!r}: needs {needed}")
 
     def to_dict(self) -> dict:
         """JSON-ready: what a fresh process (``bench.isolate``) needs to run the same arm."""
@@ -170,6 +170,7 @@ class ArmResult:
     computed: int  # steps whose transformer body ran
     skipped_steps: list[int]
     longest_skip_streak: int
+    decisions: list = field(default_factory=list)  # teacache / static: the per-step decision log
 
 
 def _streak(skipped: list[int]) -> int:
@@ -212,7 +213,7 @@ def run_arm(model, arm: Arm, prompt: str, seed: int, steps: int, width: int, hei
         with handle:
             gen = generate(model, prompt, seed, steps, width, height, guidance)
     stats = handle.stats
-    return ArmResult(gen, steps, stats.computed, stats.skipped_steps, stats.longest_skip_streak)
+    return ArmResult(gen, steps, stats.computed, stats.skipped_steps, stats.longest_skip_streak, list(stats.log))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -250,6 +250,7 @@ def test_the_static_arm_computes_exactly_the_steps_of_its_schedule(shapes, monke
     result = baselines.run_arm(model, baselines.static(schedule), PROMPT, 0, STEPS, *SIZE, 1.0)
     assert ran == [s for s in range(STEPS) if s not in (2, 3, 5, 8, 9)]
     assert result.skipped_steps == [2, 3, 5, 8, 9] and result.computed == STEPS - 5
+    assert [d.step for d in result.decisions if not d.compute] == [2, 3, 5, 8, 9]
     assert model.transformer is not None and not isinstance(model.transformer, TeaCacheFlux2Transformer)
 
 
