@@ -64,14 +64,16 @@ class StepController:
 
     ``calibrate=True`` never skips and records, per step and branch, the rel-L1 signals that
     ``teacache-calib record`` writes: the same code path as the gate, minus the skip.
+    ``gate``: another decision rule with Gate's ``decide()`` interface (a fixed schedule,
+    ``teacache.schedule.ScheduleGate``); by default the TeaCache rule built from ``gate_config``.
     """
 
-    def __init__(self, gate_config: GateConfig, calibrate: bool = False, recipe: dict | None = None) -> None:
+    def __init__(self, gate_config: GateConfig, calibrate: bool = False, recipe: dict | None = None, gate=None) -> None:
         self.gate_config = gate_config
         self.calibrate = calibrate
         self.recipe = recipe  # the settings packaged coefficients were fitted on (None: user coefficients)
         self.fast_path = not gate_config.enabled and not calibrate
-        self.gate = Gate(gate_config)
+        self.gate = Gate(gate_config) if gate is None else gate
         self.history: list[TeaCacheStats] = []
         self.records: list[dict] = []
         self._warned: set[str] = set()
@@ -115,7 +117,7 @@ class StepController:
         # read once: a per-step .item() would sync the device every step (costly on a GPU)
         self._sigmas = [float(s) for s in config.scheduler.sigmas.astype(mx.float32).tolist()]
         self.history.append(TeaCacheStats())
-        if self.gate_config.enabled and not self.calibrate:
+        if self.gate_config.enabled and not self.calibrate and isinstance(self.gate, Gate):
             self._check_schedule()
             self._check_recipe(config)
 
