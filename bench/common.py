@@ -32,22 +32,37 @@ def parse_thresholds(text: str) -> list[float]:
     return sorted(values)
 
 
-def resolve_rescale(spec: str, variant: str) -> RescaleFunction:
-    """'packaged' (the variant's module), a fit.json from teacache-calib fit, or 'c4,c3,...,c0'."""
-    from teacache.coefficients import load_packaged
-
+def parse_coefficients(spec: str) -> str | Path | RescaleFunction:
+    """The form of a --coefficients value, checked without reading any file: 'packaged', a path or numbers."""
     if spec == "packaged":
-        return load_packaged(variant)
+        return spec
     if Path(spec).suffix == ".json":
-        from calib.fit import rescale_from_fit
-
-        if not Path(spec).exists():
-            raise ValueError(f"--coefficients: {spec} does not exist")
-        return rescale_from_fit(spec)
+        return Path(spec)
     try:
         coefficients = tuple(float(v) for v in spec.split(","))
     except ValueError:
         raise ValueError(
             f"--coefficients: expected 'packaged', a fit.json or numbers highest power first, got {spec!r}"
         ) from None
+    if not all(math.isfinite(c) for c in coefficients):
+        raise ValueError(f"--coefficients: expected finite numbers, got {spec!r}")
     return RescaleFunction(coefficients, provenance={"source": "command line"})
+
+
+def resolve_rescale(spec: str, variant: str | None) -> RescaleFunction:
+    """'packaged' (the variant's module), a fit.json from teacache-calib fit, or 'c4,c3,...,c0'."""
+    parsed = parse_coefficients(spec)
+    if isinstance(parsed, RescaleFunction):
+        return parsed
+    if isinstance(parsed, Path):
+        from calib.fit import rescale_from_fit
+
+        if not parsed.exists():
+            raise ValueError(f"--coefficients: {spec} does not exist")
+        try:
+            return rescale_from_fit(parsed)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"--coefficients: {spec} is not a usable fit.json ({exc})") from None
+    from teacache.coefficients import load_packaged
+
+    return load_packaged(variant)

@@ -44,6 +44,26 @@ class CommandParser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
+def add_model_arguments(parser: argparse.ArgumentParser, prompts: bool = True) -> None:
+    """--model and --base-model (and --prompts), with the registry's names and defaults in their help."""
+    from calib.prompts import SETS
+    from teacache import variants
+
+    parser.add_argument(
+        "--model",
+        default=variants.default_model(),
+        help=f"one of {', '.join(variants.load_names())}, or a local folder of mflux-format weights",
+    )
+    parser.add_argument("--base-model", default=None, help="the architecture of a local model folder (e.g. dev)")
+    if prompts:
+        parser.add_argument(
+            "--prompts",
+            default=None,
+            help=f"a built-in set ({', '.join(SETS)}) or a .txt/.json/.csv file (default: the model's own set, "
+            "from its variant spec)",
+        )
+
+
 def fail(prog: str, message: str) -> int:
     """Print one line for a refused input; the caller returns the exit code."""
     print(f"{prog}: {' '.join(str(message).split())}", file=sys.stderr)
@@ -94,52 +114,33 @@ def check_input_file(path: str | os.PathLike, arg: str) -> Path:
 
 
 def check_model(name: str, base_model: str | None = None) -> None:
-    """The model is an embedded one, a local folder with its architecture named, or a name mflux knows.
+    """The model is one the registry knows, or a local folder with its architecture named.
 
-    Loads nothing: mflux's ModelConfig resolves names without touching weights.
+    Loads nothing (the registry imports no mflux): a bad name costs milliseconds, not a model load.
     """
-    from teacache.loading import EMBEDDED
+    from teacache.loading import resolve_spec
 
-    if name in EMBEDDED:
-        if base_model is not None:
-            raise ValueError(f"--base-model: {name} is an embedded model; --base-model is for local folders")
-        return
-    if name.startswith("tiny-"):  # the embedded models' prefix: mflux has no model of that name
-        raise ValueError(f"--model: unknown embedded model {name!r}; embedded models: {', '.join(EMBEDDED)}")
     path = Path(name).expanduser()
-    if path.exists():
-        if not path.is_dir():
-            raise ValueError(f"--model: {name} is a file; a local model is a folder of mflux-format weights")
-        if base_model is None:
-            raise ValueError(f"--base-model: {name} is a local folder; name its architecture, e.g. dev or schnell")
-        _check_mflux_name(base_model, "--base-model")
-        return
-    if name.startswith(("/", ".", "~")) or name.count("/") > 1:  # a path, not an org/name of the Hub
-        raise ValueError(f"--model: no folder at {name}")
-    if base_model is not None:
-        raise ValueError(f"--base-model: only for a local model folder; {name} is a model name")
-    _check_mflux_name(name, "--model")
-
-
-def _check_mflux_name(name: str, arg: str) -> None:
-    from mflux.models.common.config.model_config import ModelConfig
-
-    from teacache.loading import EMBEDDED
-
+    if base_model is not None and not path.exists():
+        raise ValueError(f"--model: no folder at {name}; --base-model names the architecture of a local folder")
+    if base_model is not None and not path.is_dir():
+        raise ValueError(f"--model: {name} is a file; a local model is a folder of mflux-format weights")
     try:
-        ModelConfig.from_name(model_name=name)
-    except Exception:  # noqa: BLE001 - mflux raises several types for an unknown name
-        raise ValueError(
-            f"{arg}: unknown model {name!r}; expected an embedded model ({', '.join(EMBEDDED)}), an mflux model "
-            "name (dev, schnell, krea-dev, flux2-klein-4b, qwen-image, z-image) or a local folder with --base-model"
-        ) from None
+        resolve_spec(name, base_model)
+    except ValueError as exc:
+        message = str(exc)
+        for field, arg in (("base_model:", "--base-model:"), ("model:", "--model:")):
+            if message.startswith(field):
+                message = arg + message[len(field) :]
+                break
+        raise ValueError(message) from None
 
 
-def read_prompts(spec: str | None, model: str) -> dict[str, str]:
+def read_prompts(spec: str | None, model: str, base_model: str | None = None) -> dict[str, str]:
     """A prompt set or file (default: the model's own set), any failure to read it one line about --prompts."""
-    from calib.prompts import MODEL_DEFAULT_SET, load_prompts
+    from calib.prompts import default_set, load_prompts
 
-    spec = spec or MODEL_DEFAULT_SET.get(model, "default")
+    spec = spec or default_set(base_model or model)
     try:
         return load_prompts(spec)
     except ValueError as exc:

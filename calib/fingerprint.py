@@ -12,11 +12,12 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import hashlib
+import importlib
 import json
 import os
 import shutil
 from dataclasses import dataclass, field
-from importlib import metadata, util
+from importlib import metadata
 from pathlib import Path
 
 from teacache.io import FORMAT_VERSION, portable, write_json
@@ -78,26 +79,30 @@ def _folder_digest(folder: Path) -> str:
     return digest.hexdigest()
 
 
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def weights_identity(model: str, base_model: str | None = None) -> dict:
     """Which weights a model name stands for, without loading them."""
-    from teacache.loading import EMBEDDED
-
-    if model in EMBEDDED:
-        if model == "tiny-shapes":
-            spec = util.find_spec("teacache.models")
-            manifest = Path(next(iter(spec.submodule_search_locations))) / "weights" / "tiny-shapes.json"
-            sha = json.loads(manifest.read_text(encoding="utf-8"))["weights"]["sha256"]
-            return {"embedded": model, "sha256": sha}
-        return {"embedded": model, "weights": "random from seed 0 (this project's builder)"}
-    path = Path(model).expanduser()
-    if path.is_dir():
-        return {"folder": str(path.resolve()), "files_sha256": _folder_digest(path)}
-    from mflux.models.common.config.model_config import ModelConfig
-
+    from teacache.loading import resolve_spec
     from teacache.revisions import local_revision
 
-    repo = ModelConfig.from_name(model_name=model, base_model=base_model).model_name
-    return {"repo": repo, "revision": local_revision(repo) if repo else None}
+    path = Path(model).expanduser()
+    if base_model is not None and path.is_dir():
+        return {"folder": str(path.resolve()), "files_sha256": _folder_digest(path)}
+    spec = resolve_spec(model)
+    if spec.embedded:  # random weights come from the builder and a seed; trained ones from its weights file
+        module = importlib.import_module(spec.builder.split(":")[0])
+        weights = getattr(module, "DEFAULT_WEIGHTS", None)
+        identity = {"embedded": spec.name, "builder": spec.builder}
+        return {**identity, "weights_sha256": _file_sha256(Path(weights))} if weights else {**identity, "seed": 0}
+    repo = spec.mflux_names[0]
+    return {"repo": repo, "revision": local_revision(repo)}
 
 
 def environment(model: str, base_model: str | None = None) -> dict:

@@ -48,3 +48,27 @@ def generate(model, prompt: str, seed: int, steps: int, width: int, height: int,
             lst[:] = [c for c in lst if c is not probe]
     image = np.asarray(result.image.convert("RGB"), dtype=np.uint8)
     return Generation(latents=probe.latents, image=image, loop_s=probe.end - probe.start, total_s=total)
+
+
+# A wrapper or recorder only adds work, so a paired loop-time ratio below 1 is timing noise. A median
+# outside this band (as a fraction: recorded / vanilla - 1) says the machine was busy, not what the
+# wrapper costs: such a measurement is reported as unreliable and not stored as a figure.
+PLAUSIBLE_OVERHEAD = (-0.05, 1.0)
+
+
+def paired_overhead(ratios: list[float], band: tuple[float, float] = PLAUSIBLE_OVERHEAD) -> dict:
+    """Median/min/max overhead of paired (wrapped / vanilla) loop-time ratios, or why they are not a figure."""
+    import statistics
+
+    if not ratios:
+        raise ValueError("paired_overhead: expected at least one pair")
+    median = statistics.median(ratios) - 1.0
+    summary = {"pairs": len(ratios), "loop_time_ratios": [float(r) for r in ratios]}
+    lo, hi = band
+    if not lo <= median <= hi:
+        reason = (
+            f"median {100 * median:+.1f}% of {len(ratios)} pairs is outside the plausible band "
+            f"{100 * lo:+.0f}%..{100 * hi:+.0f}%: the machine was busy with other work; measure again when idle"
+        )
+        return {**summary, "reliable": False, "reason": reason, "median": None, "min": None, "max": None}
+    return {**summary, "reliable": True, "median": median, "min": min(ratios) - 1.0, "max": max(ratios) - 1.0}
