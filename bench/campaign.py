@@ -114,6 +114,12 @@ def plan_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swe
         save_images=True,
         force_new=force_new,
     )
+    default = variants.get(model).default_threshold
+    if default not in sweep.thresholds:  # the tolerances stage derives its constants at that threshold
+        raise ValueError(
+            f"--thresholds: include {model}'s default threshold {default:g}, where the tolerances are derived "
+            f"(got {', '.join(f'{t:g}' for t in sweep.thresholds)})"
+        )
     floor = arguments.check_fraction(ssim_floor, "--ssim-floor")
     return Campaign(model, out, record, sweep, floor)
 

@@ -213,9 +213,15 @@ def validate_runs(runs: pd.DataFrame) -> None:
         raise RecordError("; ".join(listed) + tail + "; re-run the sweep for those pairs")
 
 
-def read_table(path: str | Path, table: Table) -> pd.DataFrame:
-    """One table file, validated (runs get the full check of :func:`validate_runs`)."""
+def read_table(path: str | Path, table: Table, fill: dict | None = None) -> pd.DataFrame:
+    """One table file, validated (runs get the full check of :func:`validate_runs`).
+
+    ``fill``: columns older files lack, added with this value before the check (``{column: value}``).
+    """
     frame = _read_parquet(Path(path))
+    for column, value in (fill or {}).items():
+        if column not in frame.columns:
+            frame[column] = value
     if table is RUNS:
         validate_runs(frame)
     else:

@@ -392,6 +392,16 @@ def _part(parts: Path, pid: str, table: str) -> Path:
     return parts / f"{pid}.{table}.parquet"
 
 
+# Pair parts of earlier versions lack the predicted skips (added when the folder's table is assembled).
+PART_FILL = {"predicted_skipped": float("nan")}
+
+
+def read_part(path: Path, table):
+    from bench import records
+
+    return records.read_table(path, table, fill=PART_FILL if table is records.RUNS else None)
+
+
 def done_thresholds(parts: Path, pairs: list[tuple[str, str, int]]) -> dict[str, set[float]]:
     """Per pair, the thresholds its finished part holds (a runs part is written last: it marks them done)."""
     from bench import records
@@ -400,7 +410,7 @@ def done_thresholds(parts: Path, pairs: list[tuple[str, str, int]]) -> dict[str,
     for prompt_id, _text, seed in pairs:
         path = _part(parts, pair_id(prompt_id, seed), "runs")
         if path.is_file():
-            runs = records.read_table(path, records.RUNS)
+            runs = read_part(path, records.RUNS)
             done[pair_id(prompt_id, seed)] = {float(t) for t in runs.loc[runs["kind"] == "teacache", "threshold"]}
     return done
 
@@ -421,7 +431,7 @@ def save_pair(parts: Path, pid: str, rows: list[dict], decisions: list[dict], no
         path = parts / f"{pid}.{table.file}"
         frame = records.to_frame(table, fresh)
         if path.is_file():
-            old = records.read_table(path, table)
+            old = read_part(path, table)
             if table is records.NOOP:  # the proxy-noop of the first run of the pair stays
                 frame = old
             elif table is records.RUNS:
@@ -444,11 +454,35 @@ def _assemble(settings: SweepSettings, parts: Path):
     order = [pair_id(pid, seed) for pid, _t, seed in settings.pairs]
     tables = {}
     for table in (records.RUNS, records.DECISIONS, records.NOOP):
-        frames = [records.read_table(parts / f"{pid}.{table.file}", table) for pid in order]
+        frames = [read_part(parts / f"{pid}.{table.file}", table) for pid in order]
         tables[table.file] = pd.concat(frames, ignore_index=True)
     runs = tables[records.RUNS.file]
     keep = (runs["kind"] == "vanilla") | runs["threshold"].isin(settings.thresholds)
     return runs[keep].reset_index(drop=True), tables[records.DECISIONS.file], tables[records.NOOP.file]
+
+
+def check_parts_agree(settings: SweepSettings) -> None:
+    """A folder from before fingerprints: its finished pairs must say what its provenance.json says.
+
+    An earlier version resumed under any settings and rewrote the provenance, so a provenance alone
+    cannot vouch for the runs; their own steps and repeat counts can.
+    """
+    from bench import records
+
+    for path in sorted((settings.out / "pairs").glob("*.runs.parquet")):
+        runs = read_part(path, records.RUNS)
+        steps = sorted({int(n) for n in runs["num_steps"]})
+        repeats = sorted({len(w) for w in runs["wall_s"]})
+        if steps != [settings.steps] or repeats != [settings.repeats]:
+            raise fingerprint.SettingsMismatch(
+                f"--out: {settings.out} holds runs that disagree with its provenance.json ({path.name}: steps "
+                f"{_joined(steps)}, repeats {_joined(repeats)}; provenance: steps {settings.steps}, repeats "
+                f"{settings.repeats}); pass --force-new to start it afresh, or choose a new --out"
+            )
+
+
+def _joined(values) -> str:
+    return ",".join(str(v) for v in values)
 
 
 def todo_pairs(settings: SweepSettings) -> list[tuple[tuple[str, str, int], list[float]]]:
@@ -478,7 +512,9 @@ def run_sweep(settings: SweepSettings) -> Path:
             removed = fingerprint.clear(out, OUTPUTS)
             if removed:
                 print(f"--force-new: removed {', '.join(removed)} from {out}")
-        fingerprint.check(out, fingerprint_settings(settings, fixed_rescale), OUTPUTS, EXTENDABLE)
+        state = fingerprint.check(out, fingerprint_settings(settings, fixed_rescale), OUTPUTS, EXTENDABLE)
+        if state.status == "adopt":
+            check_parts_agree(settings)
         try:
             return _sweep(settings, traces, fixed_rescale)
         except interruptions():

@@ -121,10 +121,10 @@ def check_model(name: str, base_model: str | None = None) -> None:
     from teacache.loading import resolve_spec
 
     path = Path(name).expanduser()
+    if path.is_file():
+        raise ValueError(f"--model: {name} is a file; a local model is a folder of mflux-format weights")
     if base_model is not None and not path.exists():
         raise ValueError(f"--model: no folder at {name}; --base-model names the architecture of a local folder")
-    if base_model is not None and not path.is_dir():
-        raise ValueError(f"--model: {name} is a file; a local model is a folder of mflux-format weights")
     try:
         resolve_spec(name, base_model)
     except ValueError as exc:

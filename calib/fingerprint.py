@@ -10,7 +10,6 @@ stops with one line naming what differs.
 from __future__ import annotations
 
 import datetime as _dt
-import functools
 import hashlib
 import importlib
 import json
@@ -34,11 +33,13 @@ class SettingsMismatch(ValueError):
 class FolderState:
     """What a run does with the folder: start it, resume it, or extend it by new seeds/thresholds."""
 
-    status: str  # "new", "resume" or "extend"
+    status: str  # "new", "resume", "extend" or "adopt" (a folder from before fingerprints whose provenance matches)
     added: dict[str, list] = field(default_factory=dict)
     history: list[dict] = field(default_factory=list)
 
     def message(self, folder: Path) -> str | None:
+        if self.status == "adopt":
+            return f"resuming {folder}: made by an earlier version; its provenance.json matches these settings"
         if self.status != "extend":
             return None
         parts = [f"{key} {_show(values)}" for key, values in self.added.items()]
@@ -48,16 +49,14 @@ class FolderState:
 # ------------------------------------------------------------------------------------- what to record
 
 
-@functools.cache
 def project_version() -> str | None:
-    """This project's installed version, whatever its distribution is called (looked up once: slow)."""
-    names = metadata.packages_distributions().get("teacache") or []
-    for name in names:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
+    """This project's installed version, as provenance.json records it (``teacache.provenance.DISTRIBUTION``)."""
+    from teacache.provenance import DISTRIBUTION
+
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def versions() -> dict:
@@ -208,20 +207,63 @@ def check(
     folder = Path(folder)
     current = _canonical(settings)
     data = read(folder)
+    adopted = data is None and _has_results(folder, outputs)
+    if adopted:
+        data = _from_provenance(folder, current)
     if data is None:
-        if _has_results(folder, outputs):
-            raise SettingsMismatch(
-                f"--out: {folder} holds results without a settings fingerprint (an earlier version made them), so "
-                "they cannot be checked against this run; pass --force-new to start it afresh, or choose a new --out"
-            )
         return FolderState("new")
     differences, added = compare(data["settings"], current, extendable)
     if differences:
+        source = " (as its provenance.json from an earlier version says)" if adopted else ""
         raise SettingsMismatch(
-            f"--out: {folder} was made with other settings: {'; '.join(differences)}; pass --force-new to start "
-            "it afresh, or choose a new --out"
+            f"--out: {folder} was made with other settings{source}: {'; '.join(differences)}; pass --force-new to "
+            "start it afresh, or choose a new --out"
         )
-    return FolderState("extend" if added else "resume", added, list(data.get("history", [])))
+    status = "adopt" if adopted else "extend" if added else "resume"
+    return FolderState(status, added, list(data.get("history", [])))
+
+
+def _from_provenance(folder: Path, current: dict) -> dict:
+    """The settings of a folder from before fingerprints, as its provenance.json recorded them.
+
+    What an earlier version did not record (the weights' identity, a base model, the core count in the
+    hardware name) is taken from this run, and the fingerprint's history says so. Without a readable
+    provenance.json (an interrupted first run) the folder cannot be checked: SettingsMismatch.
+    """
+    from teacache.provenance import hardware_slug
+
+    try:
+        prov = json.loads((folder / "provenance.json").read_text(encoding="utf-8"))
+        versions = prov.get("versions") or {}
+        recorded = {
+            "model": prov["model"],
+            "quantize": prov.get("quantization"),
+            "steps": prov["steps"],
+            "size": prov["resolution"],
+            "guidance": prov["guidance"],
+            "prompts": {p["id"]: p["text"] for p in prov["prompts"]},
+            "seeds": prov["seeds"],
+            "variant": prov["variant"],
+            "versions": {
+                "mlx": versions.get("mlx"),
+                "mflux": versions.get("mflux"),
+                "project": versions.get("teacache"),
+            },
+            "hardware": hardware_slug({k: prov.get(k) for k in ("backend", "device_name", "cpu_count")}),
+        }
+        if "thresholds" in prov:
+            recorded |= {"thresholds": prov["thresholds"], "repeats": prov["repeats"]}
+            recorded["coefficients"] = {k: v for k, v in prov["rescale"].items() if k != "provenance"}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        raise SettingsMismatch(
+            f"--out: {folder} holds results without a settings fingerprint or a readable provenance.json (an earlier "
+            "version, interrupted), so they cannot be checked against this run; pass --force-new to start it "
+            "afresh, or choose a new --out"
+        ) from None
+    settings = {key: recorded.get(key, value) for key, value in current.items()}
+    assumed = sorted(set(current) - set(recorded))
+    note = f"settings read from provenance.json of an earlier version; not recorded then: {', '.join(assumed)}"
+    return {"settings": _canonical(settings), "history": [{"date_utc": prov.get("date_utc"), "adopted": note}]}
 
 
 def save(folder: str | os.PathLike, command: str, settings: dict, state: FolderState) -> dict:
@@ -231,7 +273,7 @@ def save(folder: str | os.PathLike, command: str, settings: dict, state: FolderS
     history = list(state.history)
     if state.status == "new":
         history = [{"date_utc": now, "started": True}]
-    elif state.status == "extend":
+    if state.added:
         history.append({"date_utc": now, "added": state.added})
     data = {"format_version": FORMAT_VERSION, "command": command, "settings": _canonical(settings), "history": history}
     if state.status != "resume" or read(folder) is None:

@@ -189,6 +189,21 @@ def describe_plan(settings: RecordSettings, todo: list) -> str:
     )
 
 
+def check_parts_agree(settings: RecordSettings) -> None:
+    """A folder from before fingerprints: its finished runs must have the steps its provenance.json says
+    (an earlier version resumed under any settings and rewrote the provenance)."""
+    import pandas as pd
+
+    for path in sorted((settings.out / "runs").glob("*.parquet")):
+        steps = sorted({int(n) for n in pd.read_parquet(path, columns=["num_steps"])["num_steps"]})
+        if steps != [settings.steps]:
+            raise fingerprint.SettingsMismatch(
+                f"--out: {settings.out} holds runs that disagree with its provenance.json ({path.name}: steps "
+                f"{','.join(map(str, steps))}; provenance: steps {settings.steps}); pass --force-new to start it "
+                "afresh, or choose a new --out"
+            )
+
+
 def run_record(settings: RecordSettings) -> Path:
     """Record (or resume, or extend by seeds) into ``settings.out``; returns traces.parquet's path.
 
@@ -202,7 +217,9 @@ def run_record(settings: RecordSettings) -> Path:
             removed = fingerprint.clear(out, OUTPUTS)
             if removed:
                 print(f"--force-new: removed {', '.join(removed)} from {out}")
-        fingerprint.check(out, fingerprint_settings(settings), OUTPUTS, EXTENDABLE)
+        state = fingerprint.check(out, fingerprint_settings(settings), OUTPUTS, EXTENDABLE)
+        if state.status == "adopt":
+            check_parts_agree(settings)
         try:
             return _record(settings)
         except interruptions():

@@ -163,13 +163,25 @@ def test_new_thresholds_and_seeds_extend_a_sweep(tmp_path, prompts, shared_model
     assert "to extend the folder, list all of its thresholds" in one_line(capsys.readouterr().err)
 
 
-def test_a_folder_from_before_fingerprints_is_not_resumed_blindly(tmp_path, prompts, shared_model, capsys):
+def test_a_folder_from_before_fingerprints_resumes_only_when_its_runs_agree(tmp_path, prompts, shared_model, capsys):
+    """An earlier version wrote no fingerprint, resumed under any settings and rewrote provenance.json."""
     out = tmp_path / "traces"
     assert record(out, prompts) == 0
     (out / "fingerprint.json").unlink()
     capsys.readouterr()
+    assert record(out, prompts) == 0  # provenance and runs agree with this run: adopted
+    assert "made by an earlier version; its provenance.json matches" in capsys.readouterr().out
+    history = json.loads((out / "fingerprint.json").read_text())["history"]
+    assert "not recorded then: base_model, weights" in history[0]["adopted"]
+    (out / "fingerprint.json").unlink()  # the journey of the bug: a rerun at 6 steps rewrote the provenance
+    provenance = json.loads((out / "provenance.json").read_text())
+    (out / "provenance.json").write_text(json.dumps({**provenance, "steps": 6}))
+    assert record(out, prompts, "--steps", "6") == 2
+    line = one_line(capsys.readouterr().err)
+    assert "disagree with its provenance.json" in line and "steps 4; provenance: steps 6" in line
+    (out / "provenance.json").unlink()  # an interrupted first run of an earlier version
     assert record(out, prompts) == 2
-    assert "without a settings fingerprint" in one_line(capsys.readouterr().err)
+    assert "without a settings fingerprint or a readable provenance.json" in one_line(capsys.readouterr().err)
 
 
 # ------------------------------------------------------------------------------------------- lock
@@ -271,3 +283,30 @@ def test_an_implausible_recording_overhead_is_not_stored_as_a_figure(tmp_path, p
     overhead = json.loads((out / "provenance.json").read_text())["recording_overhead"]
     assert overhead["reliable"] is False and overhead["median"] is None and overhead["min"] is None
     assert "-35.0%" in overhead["reason"]
+
+
+@pytest.mark.slow
+def test_sigint_to_a_real_recording_exits_130_in_one_line_and_the_rerun_resumes(tmp_path, prompts):
+    """The console script in its own process, stopped by a real SIGINT in the middle of a generation."""
+    import signal
+    import time
+
+    out = tmp_path / "traces"
+    argv = [sys.executable, "-m", "calib.cli", "record", *SMALL, "--steps", "40", "--prompts", str(prompts),
+            "--seeds", "0-9", "--overhead-pairs", "0", "--out", str(out)]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 300
+    while not list((out / "runs").glob("*.parquet")) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    saved = len(list((out / "runs").glob("*.parquet")))
+    assert one_line(err) == (
+        f"teacache-calib record: interrupted: {saved} of 20 runs are saved in {out / 'runs'}; "
+        "run the same command again to resume"
+    )
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert f"20 runs ({saved} already done)" in done.stdout
