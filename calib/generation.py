@@ -56,6 +56,17 @@ def generate(model, prompt: str, seed: int, steps: int, width: int, height: int,
 PLAUSIBLE_OVERHEAD = (-0.05, 1.0)
 
 
+def implausible(median: float, band: tuple[float, float] = PLAUSIBLE_OVERHEAD) -> str | None:
+    """Why a median overhead is not a figure; None when it lies in the plausible band."""
+    lo, hi = band
+    if lo <= median <= hi:
+        return None
+    return (
+        f"median {100 * median:+.1f}% is outside the plausible band {100 * lo:+.0f}%..{100 * hi:+.0f}%: the "
+        "machine was busy with other work; measure again when it is idle"
+    )
+
+
 def paired_overhead(ratios: list[float], band: tuple[float, float] = PLAUSIBLE_OVERHEAD) -> dict:
     """Median/min/max overhead of paired (wrapped / vanilla) loop-time ratios, or why they are not a figure."""
     import statistics
@@ -64,11 +75,7 @@ def paired_overhead(ratios: list[float], band: tuple[float, float] = PLAUSIBLE_O
         raise ValueError("paired_overhead: expected at least one pair")
     median = statistics.median(ratios) - 1.0
     summary = {"pairs": len(ratios), "loop_time_ratios": [float(r) for r in ratios]}
-    lo, hi = band
-    if not lo <= median <= hi:
-        reason = (
-            f"median {100 * median:+.1f}% of {len(ratios)} pairs is outside the plausible band "
-            f"{100 * lo:+.0f}%..{100 * hi:+.0f}%: the machine was busy with other work; measure again when idle"
-        )
+    reason = implausible(median, band)
+    if reason is not None:
         return {**summary, "reliable": False, "reason": reason, "median": None, "min": None, "max": None}
     return {**summary, "reliable": True, "median": median, "min": min(ratios) - 1.0, "max": max(ratios) - 1.0}

@@ -295,11 +295,21 @@ def describe_overhead(overhead: dict) -> str:
 
 
 def _previous_overhead(out: Path) -> dict | None:
-    """A resumed recording keeps the overhead its first run measured (a resume measures none)."""
+    """A resumed recording keeps the overhead its first run measured (a resume measures none); one an earlier
+    version stored without judging it is judged now, against the same band."""
+    from calib.generation import implausible
+
     try:
-        return json.loads((out / "provenance.json").read_text(encoding="utf-8")).get("recording_overhead")
+        previous = json.loads((out / "provenance.json").read_text(encoding="utf-8")).get("recording_overhead")
     except (OSError, ValueError, AttributeError):
         return None
+    if not isinstance(previous, dict) or "reliable" in previous or previous.get("median") is None:
+        return previous
+    reason = implausible(float(previous["median"]))
+    if reason is None:
+        return {**previous, "reliable": True}
+    return {**previous, "reliable": False, "reason": f"measured by an earlier version: {reason}", "median": None,
+            "min": None, "max": None}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

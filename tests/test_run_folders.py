@@ -310,3 +310,15 @@ def test_sigint_to_a_real_recording_exits_130_in_one_line_and_the_rerun_resumes(
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr
     assert f"20 runs ({saved} already done)" in done.stdout
+
+
+def test_a_resume_keeps_the_measured_overhead_and_judges_an_unjudged_one(tmp_path, prompts, shared_model):
+    out = tmp_path / "traces"
+    assert record(out, prompts) == 0
+    path = out / "provenance.json"
+    legacy = {"pairs": 3, "median": -0.117, "min": -0.25, "max": 0.39}  # as an earlier version stored it
+    path.write_text(json.dumps({**json.loads(path.read_text()), "recording_overhead": legacy}))
+    assert record(out, prompts) == 0  # nothing left to record: no new measurement
+    kept = json.loads(path.read_text())["recording_overhead"]
+    assert kept["reliable"] is False and kept["median"] is None and "-11.7%" in kept["reason"]
+    assert kept["pairs"] == 3
