@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from teacache.gate import check_threshold
 from teacache.rescale import RescaleFunction
 
 
@@ -19,11 +20,11 @@ def parse_thresholds(text: str) -> list[float]:
             value = float(part)
         except ValueError:
             raise ValueError(f"--thresholds: {part!r} is not a number") from None
-        if math.isnan(value) or math.isinf(value):
-            raise ValueError(f"--thresholds: {part!r} is not finite; thresholds are numbers >= 0")
-        if value < 0:
-            raise ValueError(f"--thresholds: {part} is negative; thresholds are numbers >= 0 (0 = no skipping)")
-        values.append(value)
+        try:
+            values.append(check_threshold(value, "--thresholds"))  # the gate's own rule
+        except ValueError:
+            why = f"{part!r} is not finite" if not math.isfinite(value) else f"{part} is negative"
+            raise ValueError(f"--thresholds: {why}; thresholds are numbers >= 0 (0 = no skipping)") from None
     if not values:
         raise ValueError("--thresholds: expected at least one threshold, like 0,0.1,0.2")
     duplicates = sorted({v for v in values if values.count(v) > 1})
