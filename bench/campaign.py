@@ -12,77 +12,178 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from bench import report as report_cmd
-from bench import sweep as sweep_cmd
-from bench import tolerances as tolerances_cmd
-from calib import fit as fit_cmd
-from calib import record as record_cmd
-from teacache import variants
-from teacache.provenance import hardware_slug
+from bench import sweep as sweep_stage
+from calib import arguments
+from calib import record as record_stage
+from calib.folder_lock import FolderLocked, folder_lock
+from calib.interrupts import Interrupted, interruptions
+from calib.prompts import SETS
+
+PROG = "teacache-bench campaign"
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 def campaign_models() -> list[str]:
     """The models with campaign sizes in their variant spec (the embedded ones)."""
+    from teacache import variants
+
     return sorted(spec.name for spec in variants.all_specs() if spec.campaign is not None)
 
 
 def default_out(variant: str) -> Path:
+    from teacache.provenance import hardware_slug
+
     return PROJECT_ROOT / "results" / hardware_slug() / variant / metadata.version("mflux")
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="teacache-bench campaign", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=variants.default_model(), choices=campaign_models())
+    from teacache import variants
+
+    per_model = "\n".join(
+        f"  {name}: record {c.record_prompts} x seeds {c.record_seeds}; sweep {c.sweep_prompts} x seeds "
+        f"{c.sweep_seeds}, thresholds {c.thresholds}, {c.repeats} repeats"
+        for name in campaign_models()
+        for c in [variants.get(name).campaign]
+    )
+    parser = arguments.CommandParser(
+        prog=PROG, description=__doc__.split("\n\n")[0], epilog=f"campaign settings per model:\n{per_model}"
+    )
+    parser.add_argument(
+        "--model", default=variants.default_model(), choices=campaign_models(), help="the embedded model to campaign"
+    )
     parser.add_argument("--out", type=Path, default=None, help="default: results/<hardware>/<variant>/<mflux>/")
-    parser.add_argument("--thresholds", default=None)
-    parser.add_argument("--record-seeds", default=None)
-    parser.add_argument("--sweep-seeds", default=None)
-    parser.add_argument("--sweep-prompts", default=None)
-    parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--ssim-floor", type=float, default=0.95)
+    parser.add_argument("--thresholds", default=None, help="sweep thresholds (default: the model's campaign set)")
+    parser.add_argument("--record-seeds", default=None, help="default: the model's campaign seeds")
+    parser.add_argument("--sweep-seeds", default=None, help="default: the model's campaign seeds")
+    parser.add_argument(
+        "--sweep-prompts", default=None, help=f"a built-in set ({', '.join(SETS)}) or a file (default: the model's)"
+    )
+    parser.add_argument("--repeats", type=int, default=None, help="default: the model's campaign repeats")
+    parser.add_argument("--ssim-floor", type=float, default=0.95, help="quality floor of the recommendation")
+    parser.add_argument(
+        "--force-new", action="store_true", help="discard earlier traces and sweep in OUT and start them afresh"
+    )
     return parser
 
 
+@dataclass(frozen=True)
+class Campaign:
+    """Every stage's settings, validated before the first stage runs."""
+
+    model: str
+    out: Path
+    record: record_stage.RecordSettings
+    sweep: sweep_stage.SweepSettings
+    ssim_floor: float
+
+    @property
+    def min_step(self) -> int:
+        """The fit's first step: the gate's skip_first_n_steps (earlier steps are always computed)."""
+        from teacache import variants
+
+        return variants.get(self.model).skip_first_n_steps
+
+
+def plan_campaign(model: str, out: Path, thresholds=None, record_seeds=None, sweep_seeds=None, repeats=None,
+                  ssim_floor: float = 0.95, sweep_prompts=None, force_new: bool = False) -> Campaign:  # fmt: skip
+    """Check the arguments of every stage at once; raise ValueError naming the first bad one."""
+    from teacache import variants
+
+    if model not in campaign_models():
+        raise ValueError(f"--model: expected one of {', '.join(campaign_models())}, got {model!r}")
+    cfg = variants.get(model).campaign
+    out = arguments.check_out_dir(out)
+    traces = out / "traces"
+    record = record_stage.plan(
+        model, traces, prompts=cfg.record_prompts, seeds=record_seeds or cfg.record_seeds, force_new=force_new
+    )
+    sweep = sweep_stage.plan(
+        model,
+        thresholds or cfg.thresholds,
+        out / "sweep",
+        prompts=sweep_prompts or cfg.sweep_prompts,
+        seeds=sweep_seeds or cfg.sweep_seeds,
+        repeats=cfg.repeats if repeats is None else repeats,
+        coefficients=str(out / "fit" / "fit.json"),
+        traces=traces / "traces.parquet",
+        save_images=True,
+        force_new=force_new,
+    )
+    default = variants.get(model).default_threshold
+    if default not in sweep.thresholds:  # the tolerances stage derives its constants at that threshold
+        raise ValueError(
+            f"--thresholds: include {model}'s default threshold {default:g}, where the tolerances are derived "
+            f"(got {', '.join(f'{t:g}' for t in sweep.thresholds)})"
+        )
+    floor = arguments.check_fraction(ssim_floor, "--ssim-floor")
+    return Campaign(model, out, record, sweep, floor)
+
+
+def fit_stage(traces: Path, out: Path, min_step: int) -> Path:
+    """teacache-calib fit on the recorded traces, compared with the packaged coefficients."""
+    from calib import fit as fit_cmd
+    from teacache.io import atomic_path, write_json
+
+    command = [str(traces), "--out", str(out), "--compare", "packaged", "--min-step", str(min_step)]
+    args = fit_cmd.setup_arg_parser().parse_args([str(traces), "--out", str(out)])  # the fit's own defaults
+    args.compare, args.min_step = "packaged", min_step
+    fit, plots = fit_cmd.run(args, command)
+    for message in fit["data"]["warnings"]:
+        print(f"fit: warning: {message}", file=sys.stderr)
+    for name, png in plots.items():
+        with atomic_path(out / fit_cmd.PLOT_FILES[name]) as tmp:
+            tmp.write_bytes(png)
+    path = out / "fit.json"
+    write_json(path, fit)
+    fit_cmd.print_summary(fit, path)
+    return path
+
+
+def tolerances_stage(sweep_dir: Path, out: Path) -> Path:
+    """The tolerance module of this sweep (teacache-bench tolerances)."""
+    from bench import tolerances
+    from teacache.io import write_text
+
+    derived = tolerances.derive(sweep_dir)
+    text = tolerances.render_module([derived])
+    compile(text, "<tolerances>", "exec")
+    write_text(out, text)
+    print(f"{derived['variant']}: {derived['status']}, {len(derived['constants'])} constants -> {out}")
+    return out
+
+
 def run_campaign(model: str, out: Path, thresholds=None, record_seeds=None, sweep_seeds=None, repeats=None,
-                 ssim_floor: float = 0.95, sweep_prompts=None) -> dict:  # fmt: skip
+                 ssim_floor: float = 0.95, sweep_prompts=None, force_new: bool = False) -> dict:  # fmt: skip
     """Run every stage; return the report summary (with the stage timings)."""
-    spec = variants.get(model)
-    cfg = spec.campaign
+    campaign = plan_campaign(
+        model, out, thresholds, record_seeds, sweep_seeds, repeats, ssim_floor, sweep_prompts, force_new
+    )
+    from bench import report  # after the checks: plotting libraries take seconds to import
+
+    out = campaign.out
     timings = {}
 
-    def stage(name: str, fn, argv: list[str]) -> None:
+    def stage(name: str, fn):
         start = time.perf_counter()
-        print(f"\n== {name}: {' '.join(argv)}", flush=True)
-        code = fn(argv)
-        if code:
-            raise SystemExit(f"teacache-bench campaign: stage {name!r} failed with exit code {code}")
+        print(f"\n== {name}", flush=True)
+        try:
+            result = fn()
+        except (ValueError, FolderLocked) as exc:
+            raise ValueError(f"{name}: {exc}") from None
         timings[name] = time.perf_counter() - start
+        return result
 
-    traces = out / "traces" / "traces.parquet"
-    stage("record", record_cmd.main, [
-        "--model", model, "--prompts", cfg.record_prompts, "--seeds", record_seeds or cfg.record_seeds,
-        "--out", str(out / "traces"),
-    ])  # fmt: skip
-    min_step = str(spec.skip_first_n_steps)
-    stage(
-        "fit", fit_cmd.main, [str(traces), "--out", str(out / "fit"), "--compare", "packaged", "--min-step", min_step]
-    )
-    stage("sweep", sweep_cmd.main, [
-        "--model", model, "--prompts", sweep_prompts or cfg.sweep_prompts,
-        "--seeds", sweep_seeds or cfg.sweep_seeds,
-        "--thresholds", thresholds or cfg.thresholds, "--repeats", str(repeats or cfg.repeats),
-        "--coefficients", str(out / "fit" / "fit.json"), "--traces", str(traces), "--save-images",
-        "--out", str(out / "sweep"),
-    ])  # fmt: skip
-    start = time.perf_counter()
-    summary = report_cmd.build_report(out / "sweep", out / "report", ssim_floor=ssim_floor)
-    timings["report"] = time.perf_counter() - start
-    stage("tolerances", tolerances_cmd.main, [str(out / "sweep"), "--out", str(out / "tolerances.py")])
+    with folder_lock(out, PROG):
+        traces = stage("record", lambda: record_stage.run_record(campaign.record))
+        stage("fit", lambda: fit_stage(traces, out / "fit", campaign.min_step))
+        stage("sweep", lambda: sweep_stage.run_sweep(campaign.sweep))
+        summary = stage("report", lambda: report.build_report(out / "sweep", out / "report", campaign.ssim_floor))
+        stage("tolerances", lambda: tolerances_stage(out / "sweep", out / "tolerances.py"))
     summary["timings_s"] = timings
     summary["report_path"] = str(out / "report" / "report.md")
     return summary
@@ -90,13 +191,26 @@ def run_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swee
 
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
-    out = args.out or default_out(args.model)
     start = time.perf_counter()
-    summary = run_campaign(
-        args.model, out, args.thresholds, args.record_seeds, args.sweep_seeds, args.repeats, args.ssim_floor,
-        args.sweep_prompts,
-    )  # fmt: skip
-    report_cmd.print_summary(summary)
+    try:
+        out = args.out or default_out(args.model)
+        summary = run_campaign(
+            args.model, out, args.thresholds, args.record_seeds, args.sweep_seeds, args.repeats, args.ssim_floor,
+            args.sweep_prompts, args.force_new,
+        )  # fmt: skip
+    except (ValueError, FolderLocked) as exc:
+        return arguments.fail(PROG, str(exc))
+    except Interrupted as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return arguments.EXIT_INTERRUPTED
+    except interruptions():
+        print(
+            f"{PROG}: interrupted; traces and sweep pairs are kept, the rest is rebuilt: run it again", file=sys.stderr
+        )
+        return arguments.EXIT_INTERRUPTED
+    from bench import report
+
+    report.print_summary(summary)
     print(f"\ncampaign done in {time.perf_counter() - start:.0f} s -> {summary['report_path']}")
     return 0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from teacache.rescale import RescaleFunction
+from teacache.gate import check_threshold
 
 
 def parse_thresholds(text: str) -> list[float]:
@@ -19,11 +19,11 @@ def parse_thresholds(text: str) -> list[float]:
             value = float(part)
         except ValueError:
             raise ValueError(f"--thresholds: {part!r} is not a number") from None
-        if math.isnan(value) or math.isinf(value):
-            raise ValueError(f"--thresholds: {part!r} is not finite; thresholds are numbers >= 0")
-        if value < 0:
-            raise ValueError(f"--thresholds: {part} is negative; thresholds are numbers >= 0 (0 = no skipping)")
-        values.append(value)
+        try:
+            values.append(check_threshold(value, "--thresholds"))  # the gate's own rule
+        except ValueError:
+            why = f"{part!r} is not finite" if not math.isfinite(value) else f"{part} is negative"
+            raise ValueError(f"--thresholds: {why}; thresholds are numbers >= 0 (0 = no skipping)") from None
     if not values:
         raise ValueError("--thresholds: expected at least one threshold, like 0,0.1,0.2")
     duplicates = sorted({v for v in values if values.count(v) > 1})
@@ -32,22 +32,18 @@ def parse_thresholds(text: str) -> list[float]:
     return sorted(values)
 
 
-def resolve_rescale(spec: str, variant: str) -> RescaleFunction:
-    """'packaged' (the variant's module), a fit.json from teacache-calib fit, or 'c4,c3,...,c0'."""
-    from teacache.coefficients import load_packaged
+def parse_coefficients(spec: str) -> str | Path | tuple[float, ...]:
+    """The form of a --coefficients value, checked without parsing any file: 'packaged', numbers or a path.
 
+    A path is a fit.json, an mlx-teacache calibration (``PATH#SIGNAL`` for one of its signals), a
+    coefficient module (.py) or a folder; ``calib.coefficient_sources.resolve_coefficients`` reads it.
+    """
     if spec == "packaged":
-        return load_packaged(variant)
-    if Path(spec).suffix == ".json":
-        from calib.fit import rescale_from_fit
-
-        if not Path(spec).exists():
-            raise ValueError(f"--coefficients: {spec} does not exist")
-        return rescale_from_fit(spec)
+        return spec
     try:
         coefficients = tuple(float(v) for v in spec.split(","))
     except ValueError:
-        raise ValueError(
-            f"--coefficients: expected 'packaged', a fit.json or numbers highest power first, got {spec!r}"
-        ) from None
-    return RescaleFunction(coefficients, provenance={"source": "command line"})
+        return Path(spec.split("#", 1)[0])  # a file, read (and checked to exist) by the command's input check
+    if not all(math.isfinite(c) for c in coefficients):
+        raise ValueError(f"--coefficients: expected finite numbers, got {spec!r}")
+    return coefficients

@@ -3,31 +3,33 @@
 Paired and interleaved in one process after a warm-up: vanilla, then the wrapper, alternating, for
 ``--pairs`` pairs. Two settings: threshold 0 (the fast path: the proxy delegates) and the proxy
 active with a threshold no step can reach (signal, decision and host sync every step, nothing skipped).
+A median outside the plausible band (calib.generation.PLAUSIBLE_OVERHEAD) is reported as unreliable.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 import warnings
 
-import teacache
-from teacache import apply_teacache, variants
+from calib import arguments
+
+PROG = "teacache-bench overhead"
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="teacache-bench overhead", description=__doc__)
-    parser.add_argument("--model", default=variants.default_model())
+    parser = arguments.CommandParser(prog=PROG, description=__doc__)
+    arguments.add_model_arguments(parser, prompts=False)
     parser.add_argument("--steps", type=int, default=28)
-    parser.add_argument("--size", type=int, default=None, help="image side in pixels (model default if unset)")
-    parser.add_argument("--pairs", type=int, default=10)
+    parser.add_argument("--size", type=int, default=None, help="image side in pixels (default: the model's own)")
+    parser.add_argument("--pairs", type=int, default=10, help="interleaved vanilla/wrapped pairs per setting")
     return parser
 
 
 def _generate_fn(model, steps: int, size: int | None):
     from calib.prompts import default_set, load_prompts
+    from teacache import variants
 
     prompt = next(iter(load_prompts(default_set(variants.variant_of(model))).values()))
     kwargs = {"num_inference_steps": steps}
@@ -45,6 +47,11 @@ def _generate_fn(model, steps: int, size: int | None):
 def measure(model, steps: int, size: int | None, pairs: int, proxy: bool) -> dict:
     """proxy=False: threshold 0 (fast path). proxy=True: the variant's default threshold with every step
     forced to compute (skip_first_n_steps = steps), so the signal, decision and host sync run each step."""
+    import statistics
+
+    from calib.generation import paired_overhead
+    from teacache import apply_teacache
+
     run = _generate_fn(model, steps, size)
     settings = {"rel_l1_thresh": None, "skip_first_n_steps": steps} if proxy else {"rel_l1_thresh": 0.0}
     run()
@@ -61,26 +68,45 @@ def measure(model, steps: int, size: int | None, pairs: int, proxy: bool) -> dic
             ratios.append(wrapped / vanilla)
             vanilla_times.append(vanilla)
             wrapped_times.append(wrapped)
+    summary = paired_overhead(ratios)
     return {
         "proxy": proxy,
-        "overhead_median": statistics.median(ratios) - 1.0,
-        "overhead_min": min(ratios) - 1.0,
-        "overhead_max": max(ratios) - 1.0,
+        "reliable": summary["reliable"],
+        "reason": summary.get("reason"),
+        "overhead_median": summary["median"],
+        "overhead_min": summary["min"],
+        "overhead_max": summary["max"],
         "vanilla_s": statistics.median(vanilla_times),
         "wrapped_s": statistics.median(wrapped_times),
     }
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Every argument, before the model loads."""
+    arguments.check_model(args.model, args.base_model)
+    arguments.check_at_least(args.steps, 2, "--steps", " steps")
+    arguments.check_at_least(args.pairs, 1, "--pairs")
+    if args.size is not None:
+        arguments.check_at_least(args.size, 1, "--size", " pixels")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
-    model = teacache.load_model(args.model)
+    try:
+        check_args(args)
+        model = arguments.load_model(args.model, args.base_model, None)
+    except ValueError as exc:
+        return arguments.fail(PROG, str(exc))
     print(f"{args.model}, {args.steps} steps, {args.pairs} interleaved pairs after warm-up")
     for label, proxy in (("threshold 0 (fast path)", False), ("proxy active, every step computed", True)):
         r = measure(model, args.steps, args.size, args.pairs, proxy)
+        timing = f"vanilla {1000 * r['vanilla_s']:.1f} ms, wrapped {1000 * r['wrapped_s']:.1f} ms"
+        if not r["reliable"]:
+            print(f"  {label:45s} overhead unreliable ({r['reason']}; {timing})")
+            continue
         print(
             f"  {label:45s} overhead median {100 * r['overhead_median']:+6.2f}%  "
-            f"(min {100 * r['overhead_min']:+.2f}%, max {100 * r['overhead_max']:+.2f}%; "
-            f"vanilla {1000 * r['vanilla_s']:.1f} ms, wrapped {1000 * r['wrapped_s']:.1f} ms)"
+            f"(min {100 * r['overhead_min']:+.2f}%, max {100 * r['overhead_max']:+.2f}%; {timing})"
         )
     return 0
 

@@ -2,9 +2,10 @@
 
 Per (prompt, seed) pair, in one process after a warm-up, interleaved: each repeat runs vanilla and
 every threshold once, the order rotated from repeat to repeat. Raw records only
-(runs.parquet, decisions.parquet, noop.parquet, provenance.json);
+(runs.parquet, decisions.parquet, noop.parquet, provenance.json; schemas in bench.records);
 ``teacache-bench report`` derives everything else. Resumable per pair: finished pairs live in
-``DIR/pairs/<pair_id>.*.parquet`` and are never redone.
+``DIR/pairs/<pair_id>.*.parquet`` and are never redone, as long as the settings are the same
+(``DIR/fingerprint.json``); new seeds or thresholds extend the folder.
 
 Metrics against the paired vanilla run: final latents max-abs, mean-abs, max-rel = max |a-b| / (|b| + eps)
 with eps = 1e-6, cosine; decoded uint8 RGB images: SSIM (scikit-image, data_range=255,
@@ -18,61 +19,62 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import statistics
 import sys
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
-import mlx.core as mx
 import numpy as np
-import pandas as pd
-from PIL import Image
-from rich.progress import Progress
-from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 
-import teacache  # noqa: F401  (OpenBLAS preload before MLX)
-from bench.common import parse_thresholds
-from bench.replay import predict_schedules, read_replay_traces
-from calib.coefficient_sources import parse_x_range, resolve_coefficients
-from calib.generation import generate
-from calib.prompts import default_set, load_prompts, parse_seeds, parse_size
-from teacache import apply_teacache, load_model, variants
-from teacache.gate import GateConfig
-from teacache.io import FORMAT_VERSION, write_json, write_parquet
+from bench.common import parse_coefficients, parse_thresholds
+from calib import arguments, fingerprint
+from calib.folder_lock import FolderLocked, folder_lock
+from calib.interrupts import Interrupted, interruptions
+from calib.prompts import parse_seeds, parse_size
 from teacache.loading import model_defaults
-from teacache.provenance import collect
-from teacache.variants import variant_of
 
+PROG = "teacache-bench sweep"
 MAX_REL_EPS = 1e-6
 SSIM_SETTINGS = {
     "data_range": 255,
     "channel_axis": -1,
     "note": "skimage.metrics.structural_similarity on uint8 RGB, per-channel SSIM averaged",
 }
+# What the sweep writes into its folder: --force-new removes exactly these.
+OUTPUTS = ("pairs", "images", "runs.parquet", "decisions.parquet", "noop.parquet", "provenance.json")
+EXTENDABLE = ("seeds", "thresholds")  # settings a rerun may add to
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="teacache-bench sweep", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=variants.default_model())
-    parser.add_argument("--base-model", default=None)
+    parser = arguments.CommandParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    arguments.add_model_arguments(parser)
     parser.add_argument("--thresholds", required=True, help="comma-separated, e.g. 0,0.1,0.2")
-    parser.add_argument("--prompts", default=None, help="built-in set or file (default: the model's own set)")
-    parser.add_argument("--seeds", default="0,1")
-    parser.add_argument("--steps", type=int, default=None)
-    parser.add_argument("--size", default=None, help="WIDTHxHEIGHT")
-    parser.add_argument("--guidance", type=float, default=None)
+    parser.add_argument("--seeds", default="0,1", help="comma-separated or ranges, e.g. 0-4")
+    parser.add_argument("--steps", type=int, default=None, help="default: the model's own")
+    parser.add_argument("--size", default=None, help="WIDTHxHEIGHT (default: the model's own)")
+    parser.add_argument("--guidance", type=float, default=None, help="default: the model's own")
     parser.add_argument("--quantize", type=int, default=None, choices=(3, 4, 5, 6, 8))
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="timed repeats of every run")
     parser.add_argument("--coefficients", default="packaged", help="packaged, a fit.json, or c4,...,c0")
     parser.add_argument("--x-range", default=None, metavar="LO,HI", help="calibrated x range of c4,...,c0")
-    parser.add_argument("--traces", type=Path, default=None, help="trace table: predict skips by replay")
-    parser.add_argument("--save-images", action="store_true")
-    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--traces", type=Path, default=None, help="trace table (any format): predict skips by replay")
+    parser.add_argument("--save-images", action="store_true", help="keep every decoded image under DIR/images")
+    parser.add_argument("--out", required=True, type=Path, help="the sweep folder")
+    parser.add_argument(
+        "--force-new", action="store_true", help="discard what DIR holds from an earlier sweep and start afresh"
+    )
     return parser
+
+
+# ------------------------------------------------------------------------------------------ metrics
 
 
 def _float64(values) -> np.ndarray:
     """MLX arrays (bfloat16 included: numpy has no such type) or numpy arrays, flattened to float64."""
+    import mlx.core as mx
+
     if isinstance(values, mx.array):
         values = np.array(values.astype(mx.float32))
     return np.asarray(values, dtype=np.float64).ravel()
@@ -92,6 +94,8 @@ def latent_metrics(latents, reference) -> dict:
 
 
 def image_metrics(image: np.ndarray, reference: np.ndarray) -> dict:
+    from skimage.metrics import peak_signal_noise_ratio, structural_similarity
+
     if min(image.shape[:2]) < 7:
         return {"ssim": float("nan"), "psnr": float("nan")}
     ssim = structural_similarity(reference, image, data_range=255, channel_axis=-1)
@@ -101,6 +105,8 @@ def image_metrics(image: np.ndarray, reference: np.ndarray) -> dict:
 
 
 def _adherence_fn(variant: str):
+    from teacache import variants
+
     if not variants.get(variant).scores_adherence:
         return None
     from bench.adherence import score_adherence
@@ -108,17 +114,181 @@ def _adherence_fn(variant: str):
     return lambda image, prompt: float(score_adherence(image, prompt)["score"])
 
 
-def run_pair(model, settings, pair, thresholds, configs, repeats, adherence, images_dir):
-    """All runs of one (prompt, seed) pair, interleaved over repeats. Returns (runs rows, decision rows)."""
+# ---------------------------------------------------------------------------------------- settings
+
+
+@dataclass(frozen=True)
+class SweepSettings:
+    """Everything one sweep needs, validated: built by :func:`plan`, run by :func:`run_sweep`."""
+
+    model: str
+    thresholds: list[float]
+    prompts: dict[str, str]
+    seeds: list[int]
+    steps: int
+    width: int
+    height: int
+    guidance: float
+    repeats: int
+    out: Path
+    coefficients: str = "packaged"
+    traces: Path | None = None
+    x_range: tuple[float, float] | None = None
+    base_model: str | None = None
+    quantize: int | None = None
+    save_images: bool = False
+    force_new: bool = False
+
+    @property
+    def pairs(self) -> list[tuple[str, str, int]]:
+        return [(pid, text, seed) for pid, text in self.prompts.items() for seed in self.seeds]
+
+    @property
+    def generation(self) -> tuple:
+        return self.steps, self.width, self.height, self.guidance
+
+
+def pair_id(prompt_id: str, seed: int) -> str:
+    return f"{prompt_id}-s{seed}"
+
+
+def plan(
+    model: str,
+    thresholds: str,
+    out: Path,
+    prompts: str | None = None,
+    seeds: str = "0,1",
+    steps: int | None = None,
+    size: str | None = None,
+    guidance: float | None = None,
+    repeats: int = 3,
+    coefficients: str = "packaged",
+    traces: Path | None = None,
+    base_model: str | None = None,
+    quantize: int | None = None,
+    save_images: bool = False,
+    force_new: bool = False,
+    x_range: str | None = None,
+) -> SweepSettings:
+    """Check every argument (nothing is read but the prompt file, nothing loads); raise ValueError."""
+    arguments.check_model(model, base_model)
+    defaults = model_defaults(model, base_model)
+    width, height = parse_size(size) if size else (defaults["width"], defaults["height"])
+    steps = steps if steps is not None else defaults["steps"]
+    arguments.check_at_least(steps, 3, "--steps", " steps")
+    arguments.check_at_least(repeats, 1, "--repeats")
+    guidance = guidance if guidance is not None else defaults["guidance"]
+    if not math.isfinite(guidance):
+        raise ValueError(f"--guidance: expected a finite number, got {guidance}")
+    parse_coefficients(coefficients)
+    return SweepSettings(
+        model=model,
+        thresholds=parse_thresholds(thresholds),
+        prompts=arguments.read_prompts(prompts, model, base_model),
+        seeds=parse_seeds(seeds),
+        steps=steps,
+        width=width,
+        height=height,
+        guidance=float(guidance),
+        repeats=repeats,
+        out=arguments.check_out_dir(out),
+        coefficients=coefficients,
+        traces=traces,
+        x_range=_parse_x_range(x_range),
+        base_model=base_model,
+        quantize=quantize,
+        save_images=save_images,
+        force_new=force_new,
+    )
+
+
+def _parse_x_range(text: str | None):
+    from calib.coefficient_sources import parse_x_range
+
+    return parse_x_range(text) if text is not None else None
+
+
+def settings_from_args(args: argparse.Namespace) -> SweepSettings:
+    return plan(
+        model=args.model, thresholds=args.thresholds, out=args.out, prompts=args.prompts, seeds=args.seeds,
+        steps=args.steps, size=args.size, guidance=args.guidance, repeats=args.repeats,
+        coefficients=args.coefficients, traces=args.traces, base_model=args.base_model, quantize=args.quantize,
+        save_images=args.save_images, force_new=args.force_new, x_range=args.x_range,
+    )  # fmt: skip
+
+
+def read_traces(path: Path, steps: int):
+    """The traces predictions replay, read and validated by the one trace reader, for runs of ``steps`` steps."""
+    from bench.replay import read_replay_traces
+    from calib.traces import TraceError
+
+    arguments.check_input_file(path, "--traces")
+    try:
+        return read_replay_traces([path], steps, num_steps_arg="--steps")
+    except TraceError as exc:  # the reader names its input TRACES; here it is the --traces argument
+        raise ValueError(f"--traces: {str(exc).removeprefix('TRACES: ')}") from None
+
+
+def check_inputs(settings: SweepSettings):
+    """The input files, read and checked before the model loads: (traces frame or None, fixed rescale or None)."""
+    traces = read_traces(settings.traces, settings.steps) if settings.traces is not None else None
+    rescale = None
+    if settings.coefficients != "packaged" or settings.x_range is not None:
+        from calib.coefficient_sources import resolve_coefficients
+
+        if isinstance(parse_coefficients(settings.coefficients), Path):
+            arguments.check_input_file(Path(settings.coefficients.split("#", 1)[0]), "--coefficients")
+        rescale = resolve_coefficients(settings.coefficients, None, settings.x_range)[0]
+    return traces, rescale
+
+
+def _rescale_settings(rescale) -> dict:
+    return {k: v for k, v in rescale.to_dict().items() if k != "provenance"}
+
+
+def fingerprint_settings(settings: SweepSettings, rescale=None, variant: str | None = None) -> dict:
+    """What makes two sweeps the same sweep. Before the model loads the variant (and so the packaged
+    coefficients) may be unknown; those keys join once it has."""
+    fp = {
+        "model": settings.model,
+        "base_model": settings.base_model,
+        "quantize": settings.quantize,
+        "steps": settings.steps,
+        "size": f"{settings.width}x{settings.height}",
+        "guidance": settings.guidance,
+        "prompts": settings.prompts,
+        "seeds": settings.seeds,
+        "thresholds": settings.thresholds,
+        "repeats": settings.repeats,
+        **fingerprint.environment(settings.model, settings.base_model),
+    }
+    if variant is not None:
+        fp["variant"] = variant
+    if rescale is not None:
+        fp["coefficients"] = _rescale_settings(rescale)
+    return fp
+
+
+# ------------------------------------------------------------------------------------------- one pair
+
+
+def run_pair(model, settings: SweepSettings, pair, thresholds, configs, adherence, images_dir, variant: str):
+    """All runs of one (prompt, seed) pair, interleaved over repeats. Returns (runs rows, decision rows, noop)."""
+    import mlx.core as mx
+
+    from calib.generation import generate
+    from teacache import apply_teacache
+    from teacache.io import FORMAT_VERSION
+
     prompt_id, prompt, seed = pair
-    pair_id = f"{prompt_id}-s{seed}"
-    args = (prompt, seed, settings["steps"], settings["width"], settings["height"], settings["guidance"])
+    pid = pair_id(prompt_id, seed)
+    args = (prompt, seed, *settings.generation)
     times: dict = {"vanilla": []} | {t: [] for t in thresholds}
     first: dict = {}
     logs: dict = {}
     vanilla_equal: list[bool] = []
     order: list = ["vanilla", *thresholds]
-    for repeat in range(repeats):
+    for repeat in range(settings.repeats):
         # rotate the order each repeat so no setting always runs first (cache and allocator effects)
         for t in order[repeat % len(order) :] + order[: repeat % len(order)]:
             if t == "vanilla":
@@ -134,30 +304,30 @@ def run_pair(model, settings, pair, thresholds, configs, repeats, adherence, ima
             times[t].append(gen.loop_s)
             stats = handle.stats
             if t in logs and logs[t][0].skipped_steps != stats.skipped_steps:
-                raise RuntimeError(f"{pair_id} threshold {t}: the skip schedule changed between repeats")
+                raise RuntimeError(f"{pid} threshold {t}: the skip schedule changed between repeats")
             first.setdefault(t, gen)
             logs.setdefault(t, (stats, handle.controller.num_steps))
     ref = first["vanilla"]
     base = {
-        "format_version": FORMAT_VERSION, "pair_id": pair_id, "variant": settings["variant"],
-        "model": settings["model"], "prompt_id": prompt_id, "prompt": prompt, "seed": seed,
-        "num_steps": settings["steps"],
+        "format_version": FORMAT_VERSION, "pair_id": pid, "variant": variant,
+        "model": settings.model, "prompt_id": prompt_id, "prompt": prompt, "seed": seed,
+        "num_steps": settings.steps,
     }  # fmt: skip
     vanilla_median = statistics.median(times["vanilla"])
     rows = [
         {
-            **base, "run_id": f"{pair_id}-vanilla", "kind": "vanilla", "threshold": float("nan"),
-            "computed": settings["steps"], "skipped": 0, "skipped_steps": "[]", "longest_skip_streak": 0,
+            **base, "run_id": f"{pid}-vanilla", "kind": "vanilla", "threshold": float("nan"),
+            "computed": settings.steps, "skipped": 0, "skipped_steps": "[]", "longest_skip_streak": 0,
             "wall_s": times["vanilla"], "wall_s_median": vanilla_median, "speedup": 1.0, "ideal_speedup": 1.0,
             **latent_metrics(ref.latents, ref.latents), **image_metrics(ref.image, ref.image),
             "adherence": adherence(ref.image, prompt) if adherence else float("nan"),
-            "image_path": _save(images_dir, f"{pair_id}-vanilla", ref.image),
+            "image_path": _save(images_dir, f"{pid}-vanilla", ref.image),
         }
     ]  # fmt: skip
     decisions = []
     for t in thresholds:
         gen, (stats, n) = first[t], logs[t]
-        run_id = f"{pair_id}-t{t:g}"
+        run_id = f"{pid}-t{t:g}"
         median = statistics.median(times[t])
         skipped = len(stats.skipped_steps)
         rows.append({
@@ -175,12 +345,17 @@ def run_pair(model, settings, pair, thresholds, configs, repeats, adherence, ima
     return rows, decisions, noop
 
 
-def proxy_noop(model, args, config: GateConfig, ref, base: dict) -> dict:
+def proxy_noop(model, args, config, ref, base: dict) -> dict:
     """The proxy fully active (signal, decision, residual) with every step forced to compute.
 
     Where the integration re-walks the forward or swaps a compiled predict for an uncompiled one,
     this measures how far that execution path alone moves the result (oracle 3 of the test pyramid).
     """
+    import mlx.core as mx
+
+    from calib.generation import generate
+    from teacache import apply_teacache
+
     steps = base["num_steps"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -201,6 +376,8 @@ def proxy_noop(model, args, config: GateConfig, ref, base: dict) -> dict:
 def _save(images_dir: Path | None, name: str, image: np.ndarray) -> str | None:
     if images_dir is None:
         return None
+    from PIL import Image
+
     from teacache.io import atomic_path
 
     path = images_dir / f"{name}.png"
@@ -212,56 +389,179 @@ def _save(images_dir: Path | None, name: str, image: np.ndarray) -> str | None:
     return str(Path("images") / path.name)
 
 
-def resolve(args) -> dict:
-    defaults = model_defaults(args.model, args.base_model)
-    width, height = parse_size(args.size) if args.size else (defaults["width"], defaults["height"])
-    steps = args.steps if args.steps is not None else defaults["steps"]
-    if steps < 3:
-        raise ValueError(f"--steps: expected at least 3 steps, got {steps}")
-    if args.repeats < 1:
-        raise ValueError(f"--repeats: expected at least 1, got {args.repeats}")
-    return {
-        "traces": read_replay_traces([args.traces], steps, num_steps_arg="--steps") if args.traces else None,
-        "x_range": parse_x_range(args.x_range),
-        "model": args.model,
-        "thresholds": parse_thresholds(args.thresholds),
-        "prompts": load_prompts(args.prompts or default_set(args.model)),
-        "seeds": parse_seeds(args.seeds),
-        "steps": steps,
-        "width": width,
-        "height": height,
-        "guidance": args.guidance if args.guidance is not None else defaults["guidance"],
-    }
+# --------------------------------------------------------------------------------------- the folder
 
 
-def run_sweep(args) -> Path:
-    settings = resolve(args)
-    pairs = [(pid, text, seed) for pid, text in settings["prompts"].items() for seed in settings["seeds"]]
-    parts = args.out / "pairs"
-    done = {p.name.split(".")[0] for p in parts.glob("*.runs.parquet")} if parts.exists() else set()
-    todo = [p for p in pairs if f"{p[0]}-s{p[2]}" not in done]
-    thresholds = settings["thresholds"]
+def _part(parts: Path, pid: str, table: str) -> Path:
+    return parts / f"{pid}.{table}.parquet"
+
+
+# Pair parts of earlier versions lack the predicted skips (added when the folder's table is assembled).
+PART_FILL = {"predicted_skipped": float("nan")}
+
+
+def read_part(path: Path, table):
+    from bench import records
+
+    return records.read_table(path, table, fill=PART_FILL if table is records.RUNS else None)
+
+
+def done_thresholds(parts: Path, pairs: list[tuple[str, str, int]]) -> dict[str, set[float]]:
+    """Per pair, the thresholds its finished part holds (a runs part is written last: it marks them done)."""
+    from bench import records
+
+    done = {}
+    for prompt_id, _text, seed in pairs:
+        path = _part(parts, pair_id(prompt_id, seed), "runs")
+        if path.is_file():
+            runs = read_part(path, records.RUNS)
+            done[pair_id(prompt_id, seed)] = {float(t) for t in runs.loc[runs["kind"] == "teacache", "threshold"]}
+    return done
+
+
+def save_pair(parts: Path, pid: str, rows: list[dict], decisions: list[dict], noop: dict) -> None:
+    """Write one pair's tables, merged with what an earlier run of the pair left (an extension by thresholds).
+
+    Decisions and noop first, runs last: a runs part marks the pair's thresholds done, and a rerun after
+    an interruption between the writes recomputes them (rows of the same run_id are replaced, not doubled).
+    """
+    import pandas as pd
+
+    from bench import records
+
+    new_ids = {r["run_id"] for r in rows}
+    merged = {}
+    for table, fresh in ((records.DECISIONS, decisions), (records.NOOP, [noop]), (records.RUNS, rows)):
+        path = parts / f"{pid}.{table.file}"
+        frame = records.to_frame(table, fresh)
+        if path.is_file():
+            old = read_part(path, table)
+            if table is records.NOOP:  # the proxy-noop of the first run of the pair stays
+                frame = old
+            elif table is records.RUNS:
+                keep = old[~old["run_id"].isin(new_ids) & (old["kind"] != "vanilla")]
+                vanilla = old[old["kind"] == "vanilla"]  # the pair's reference run stays the first one measured
+                teacache = pd.concat([keep, frame[frame["kind"] == "teacache"]], ignore_index=True)
+                frame = pd.concat([vanilla, teacache.sort_values("threshold", kind="stable")], ignore_index=True)
+            else:
+                frame = pd.concat([old[~old["run_id"].isin(new_ids)], frame], ignore_index=True)
+        merged[table.file] = frame
+    for table in (records.DECISIONS, records.NOOP, records.RUNS):
+        records.write_table(parts / f"{pid}.{table.file}", table, merged[table.file])
+
+
+def _assemble(settings: SweepSettings, parts: Path):
+    import pandas as pd
+
+    from bench import records
+
+    order = [pair_id(pid, seed) for pid, _t, seed in settings.pairs]
+    tables = {}
+    for table in (records.RUNS, records.DECISIONS, records.NOOP):
+        frames = [read_part(parts / f"{pid}.{table.file}", table) for pid in order]
+        tables[table.file] = pd.concat(frames, ignore_index=True)
+    runs = tables[records.RUNS.file]
+    keep = (runs["kind"] == "vanilla") | runs["threshold"].isin(settings.thresholds)
+    return runs[keep].reset_index(drop=True), tables[records.DECISIONS.file], tables[records.NOOP.file]
+
+
+def check_parts_agree(settings: SweepSettings) -> None:
+    """A folder from before fingerprints: its finished pairs must say what its provenance.json says.
+
+    An earlier version resumed under any settings and rewrote the provenance, so a provenance alone
+    cannot vouch for the runs; their own steps and repeat counts can.
+    """
+    from bench import records
+
+    for path in sorted((settings.out / "pairs").glob("*.runs.parquet")):
+        runs = read_part(path, records.RUNS)
+        steps = sorted({int(n) for n in runs["num_steps"]})
+        repeats = sorted({len(w) for w in runs["wall_s"]})
+        if steps != [settings.steps] or repeats != [settings.repeats]:
+            raise fingerprint.SettingsMismatch(
+                f"--out: {settings.out} holds runs that disagree with its provenance.json ({path.name}: steps "
+                f"{_joined(steps)}, repeats {_joined(repeats)}; provenance: steps {settings.steps}, repeats "
+                f"{settings.repeats}); pass --force-new to start it afresh, or choose a new --out"
+            )
+
+
+def _joined(values) -> str:
+    return ",".join(str(v) for v in values)
+
+
+def todo_pairs(settings: SweepSettings) -> list[tuple[tuple[str, str, int], list[float]]]:
+    """The pairs with work left, each with the thresholds it lacks (all of them for a new pair)."""
+    done = done_thresholds(settings.out / "pairs", settings.pairs)
+    todo = []
+    for pair in settings.pairs:
+        pid = pair_id(pair[0], pair[2])
+        missing = [t for t in settings.thresholds if t not in done.get(pid, set())]
+        if pid not in done or missing:
+            todo.append((pair, missing))
+    return todo
+
+
+def run_sweep(settings: SweepSettings) -> Path:
+    """Run (or resume, or extend) the sweep into ``settings.out``; returns runs.parquet's path.
+
+    Raises ValueError for bad input and FolderLocked when another process writes the folder, both
+    before the model loads; Interrupted on Ctrl-C, saying what is saved.
+    """
+    traces, fixed_rescale = check_inputs(settings)
+    out = settings.out
+    with folder_lock(out, PROG) as lock:
+        if lock.stale_message():
+            print(lock.stale_message())
+        if settings.force_new:
+            removed = fingerprint.clear(out, OUTPUTS)
+            if removed:
+                print(f"--force-new: removed {', '.join(removed)} from {out}")
+        state = fingerprint.check(out, fingerprint_settings(settings, fixed_rescale), OUTPUTS, EXTENDABLE)
+        if state.status == "adopt":
+            check_parts_agree(settings)
+        try:
+            return _sweep(settings, traces, fixed_rescale)
+        except interruptions():
+            saved = len(settings.pairs) - len(todo_pairs(settings))
+            raise Interrupted(
+                f"interrupted: {saved} of {len(settings.pairs)} pairs are saved in {out / 'pairs'}; "
+                "run the same command again to resume"
+            ) from None
+
+
+def _sweep(settings: SweepSettings, traces, fixed_rescale) -> Path:
+    from rich.progress import Progress
+
+    from bench import records
+    from bench.replay import predict_schedules
+    from calib.generation import generate
+    from teacache import apply_teacache, variants
+    from teacache.gate import GateConfig
+    from teacache.io import write_json
+    from teacache.provenance import collect
+
+    out, parts, thresholds = settings.out, settings.out / "pairs", settings.thresholds
+    todo = todo_pairs(settings)
+    extending = sum(1 for (pid, _t, seed), _m in todo if _part(parts, pair_id(pid, seed), "runs").is_file())
     print(
-        f"sweep {settings['model']}: {len(pairs)} pairs ({len(pairs) - len(todo)} done) x "
-        f"(vanilla + {len(thresholds)} thresholds) x {args.repeats} repeats, {settings['steps']} steps"
+        f"sweep {settings.model}: {len(settings.pairs)} pairs ({len(settings.pairs) - len(todo)} done"
+        + (f", {extending} to extend" if extending else "")
+        + f") x (vanilla + {len(thresholds)} thresholds) x {settings.repeats} repeats, {settings.steps} steps"
     )
-    model = load_model(args.model, base_model=args.base_model, quantize=args.quantize)
-    spec = variants.get(variant_of(model))
-    settings["variant"] = variant = spec.name
-    default_threshold, skip_first = spec.default_threshold, spec.skip_first_n_steps
-    rescale = resolve_coefficients(args.coefficients, variant, settings["x_range"])[0]
+    model = arguments.load_model(settings.model, settings.base_model, settings.quantize)
+    spec = variants.get(variants.variant_of(model))
+    variant, default_threshold, skip_first = spec.name, spec.default_threshold, spec.skip_first_n_steps
+    rescale = fixed_rescale or variants.get(variant).rescale()
+    fp = fingerprint_settings(settings, rescale, variant)
+    state = fingerprint.check(out, fp, OUTPUTS, EXTENDABLE)
+    if state.message(out):
+        print(state.message(out))
+    recorded = fingerprint.save(out, PROG, fp, state)
     configs = {t: GateConfig(t, rescale, skip_first_n_steps=skip_first) for t in thresholds}
     adherence = _adherence_fn(variant)
-    images_dir = args.out / "images" if args.save_images else None
+    images_dir = out / "images" if settings.save_images else None
     if todo:  # warm-up: compile and JIT once before anything is timed
-        warm = (
-            todo[0][1],
-            todo[0][2],
-            settings["steps"],
-            settings["width"],
-            settings["height"],
-            settings["guidance"],
-        )
+        warm = (todo[0][0][1], todo[0][0][2], *settings.generation)
         generate(model, *warm)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -269,67 +569,60 @@ def run_sweep(args) -> Path:
                 generate(model, *warm)
     with Progress() as progress:
         task = progress.add_task("sweep", total=len(todo))
-        for pair in todo:
-            rows, decisions, noop = run_pair(
-                model, settings, pair, thresholds, configs, args.repeats, adherence, images_dir
-            )
-            pair_id = f"{pair[0]}-s{pair[2]}"
-            write_parquet(parts / f"{pair_id}.decisions.parquet", pd.DataFrame(decisions, columns=_DECISION_COLUMNS))
-            write_parquet(parts / f"{pair_id}.noop.parquet", pd.DataFrame([noop]))
-            write_parquet(parts / f"{pair_id}.runs.parquet", pd.DataFrame(rows))  # last: marks the pair done
+        for pair, missing in todo:
+            rows, decisions, noop = run_pair(model, settings, pair, missing, configs, adherence, images_dir, variant)
+            save_pair(parts, pair_id(pair[0], pair[2]), rows, decisions, noop)
             progress.advance(task)
-    order = [f"{p[0]}-s{p[2]}" for p in pairs]
-    runs = pd.concat([pd.read_parquet(parts / f"{pid}.runs.parquet") for pid in order], ignore_index=True)
-    decisions = pd.concat([pd.read_parquet(parts / f"{pid}.decisions.parquet") for pid in order], ignore_index=True)
-    noop = pd.concat([pd.read_parquet(parts / f"{pid}.noop.parquet") for pid in order], ignore_index=True)
+    runs, decisions, noop = _assemble(settings, parts)
     runs["predicted_skipped"] = float("nan")
-    if args.traces is not None:
-        predicted = predict_schedules(settings["traces"], configs)
+    if traces is not None:
+        predicted = predict_schedules(traces, configs)
         predicted["pair_id"] = predicted["prompt_id"] + "-s" + predicted["seed"].astype(str)
         lookup = predicted.set_index(["pair_id", "threshold"])["predicted_skipped"]
         keys = list(zip(runs["pair_id"], runs["threshold"], strict=True))
         runs["predicted_skipped"] = [float(lookup.get(k, float("nan"))) for k in keys]
     provenance = collect(
-        model=settings["model"],
+        model=settings.model,
         variant=variant,
-        steps=settings["steps"],
-        guidance=settings["guidance"],
-        resolution=f"{settings['width']}x{settings['height']}",
+        steps=settings.steps,
+        guidance=settings.guidance,
+        resolution=f"{settings.width}x{settings.height}",
         thresholds=thresholds,
-        prompts=[{"id": k, "text": v} for k, v in settings["prompts"].items()],
-        seeds=settings["seeds"],
-        repeats=args.repeats,
+        prompts=[{"id": k, "text": v} for k, v in settings.prompts.items()],
+        seeds=settings.seeds,
+        repeats=settings.repeats,
         max_rel_eps=MAX_REL_EPS,
         ssim=SSIM_SETTINGS,
         rescale=rescale.to_dict(),
-        rescale_floor=configs[thresholds[-1]].rescale_floor(settings["steps"]),
+        rescale_floor=configs[thresholds[-1]].rescale_floor(settings.steps),
         default_threshold=default_threshold,
         skip_first_n_steps=skip_first,
-        quantization=args.quantize,
+        quantization=settings.quantize,
         timing="denoising loop, before_loop to after_loop callbacks, after a warm-up",
-        traces=str(args.traces) if args.traces else None,
-        traces_num_steps=settings["traces"].num_steps if args.traces else None,
+        traces=str(settings.traces) if settings.traces else None,
+        traces_num_steps=traces.num_steps if traces is not None else None,
+        settings_fingerprint=fingerprint.digest(recorded),
+        history=recorded["history"],
     )
-    write_parquet(args.out / "decisions.parquet", decisions)
-    write_parquet(args.out / "noop.parquet", noop)
-    write_parquet(args.out / "runs.parquet", runs)
-    write_json(args.out / "provenance.json", provenance)
-    return args.out / "runs.parquet"
-
-
-_DECISION_COLUMNS = [
-    "run_id", "step", "num_steps", "sigma", "x", "x_used", "rescaled", "accumulated", "compute", "reason",
-]  # fmt: skip
+    records.write_table(out / records.DECISIONS.file, records.DECISIONS, decisions)
+    records.write_table(out / records.NOOP.file, records.NOOP, noop)
+    records.write_table(out / records.RUNS.file, records.RUNS, runs)
+    write_json(out / "provenance.json", provenance)
+    return out / records.RUNS.file
 
 
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
     try:
-        path = run_sweep(args)
-    except ValueError as exc:
-        print(f"teacache-bench sweep: {exc}", file=sys.stderr)
-        return 2
-    runs = pd.read_parquet(path)
+        path = run_sweep(settings_from_args(args))
+    except (ValueError, FolderLocked) as exc:
+        return arguments.fail(PROG, str(exc))
+    except Interrupted as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return arguments.EXIT_INTERRUPTED
+    from bench import records
+
+    runs = records.read_table(path, records.RUNS)
     table = runs[runs["kind"] == "teacache"].groupby("threshold")[["skipped", "speedup", "ssim", "cosine"]].median()
     print(table.to_string(float_format=lambda v: f"{v:.4f}"))
     print(f"wrote {path}")

@@ -19,5 +19,11 @@ def dispatch(prog: str, subcommands: dict[str, str], argv: list[str] | None = No
             print(f"{prog}: unknown command {argv[0]!r}; expected one of: {names}", file=sys.stderr)
             return 2
         return 0
-    module = importlib.import_module(subcommands[argv[0]])
-    return module.main(argv[1:]) or 0
+    from calib.interrupts import interruptions
+
+    try:
+        module = importlib.import_module(subcommands[argv[0]])
+        return module.main(argv[1:]) or 0
+    except interruptions():  # commands that save as they go say so themselves
+        print(f"{prog} {argv[0]}: interrupted before it finished; run it again", file=sys.stderr)
+        return 130

@@ -4,69 +4,137 @@ For every (prompt, seed) run and every gated step: x_rel_l1 (rel-L1 of block 0's
 against the previous step, the gate's own function), y_rel_l1 (of the transformer output), the
 cached residual's rel-L1 and the norms behind them; per CFG branch. Nothing is skipped: the recorder
 is the gate's proxy in calibration mode, which is bit-exact with vanilla (tests/test_flux1.py).
-Resumable per run: finished runs live in ``DIR/runs/<run_id>.parquet`` and are never redone.
+Resumable per run: finished runs live in ``DIR/runs/<run_id>.parquet`` and are never redone, as long
+as the settings are the same (``DIR/fingerprint.json``); new seeds extend the folder.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
+import json
+import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
-from rich.progress import Progress
-
-import teacache  # noqa: F401  (OpenBLAS preload before MLX)
-from calib.generation import generate
-from calib.prompts import default_set, load_prompts, parse_seeds, parse_size
-from teacache import apply_teacache, load_model, variants
-from teacache.io import FORMAT_VERSION, write_json, write_parquet
+from calib import arguments, fingerprint
+from calib.folder_lock import FolderLocked, folder_lock
+from calib.interrupts import Interrupted, interruptions
+from calib.prompts import parse_seeds, parse_size
 from teacache.loading import model_defaults
-from teacache.provenance import collect
 
+PROG = "teacache-calib record"
 BRANCHES = {0: "cond", 1: "uncond"}
 COLUMNS = [
     "run_id", "variant", "model", "prompt_id", "prompt", "seed", "step", "num_steps", "sigma", "branch",
     "x_rel_l1", "y_rel_l1", "residual_rel_l1", "x_norm", "y_norm", "residual_norm",
 ]  # fmt: skip
+OUTPUTS = ("runs", "traces.parquet", "provenance.json")  # what --force-new removes
+EXTENDABLE = ("seeds",)
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="teacache-calib record", description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--model", default=variants.default_model(), help=f"one of {', '.join(variants.load_names())} or a folder"
-    )
-    parser.add_argument("--base-model", default=None, help="architecture of a local model folder")
-    parser.add_argument("--prompts", default=None, help="built-in set or file (default: the model's own set)")
-    parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--steps", type=int, default=None)
-    parser.add_argument("--size", default=None, help="WIDTHxHEIGHT")
-    parser.add_argument("--guidance", type=float, default=None)
+    parser = arguments.CommandParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    arguments.add_model_arguments(parser)
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated or ranges, e.g. 0-4")
+    parser.add_argument("--steps", type=int, default=None, help="default: the model's own")
+    parser.add_argument("--size", default=None, help="WIDTHxHEIGHT (default: the model's own)")
+    parser.add_argument("--guidance", type=float, default=None, help="default: the model's own")
     parser.add_argument("--quantize", type=int, default=None, choices=(3, 4, 5, 6, 8))
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+    parser.add_argument("--out", required=True, type=Path, help="the traces folder")
+    parser.add_argument("--dry-run", action="store_true", help="check the arguments, print the plan and exit")
     parser.add_argument("--overhead-pairs", type=int, default=3, help="paired vanilla/recorded runs timed (0: skip)")
+    parser.add_argument(
+        "--force-new", action="store_true", help="discard what DIR holds from an earlier recording and start afresh"
+    )
     return parser
 
 
-def resolve_settings(args) -> dict:
-    defaults = model_defaults(args.model, args.base_model)
-    width, height = parse_size(args.size) if args.size else (defaults["width"], defaults["height"])
-    steps = args.steps if args.steps is not None else defaults["steps"]
-    if steps < 2:
-        raise ValueError(f"--steps: expected at least 2 steps (a trace needs consecutive steps), got {steps}")
-    prompts = load_prompts(args.prompts or default_set(args.model))
-    return {
-        "model": args.model,
-        "prompts": prompts,
-        "seeds": parse_seeds(args.seeds),
-        "steps": steps,
-        "width": width,
-        "height": height,
-        "guidance": args.guidance if args.guidance is not None else defaults["guidance"],
-        "quantize": args.quantize,
+@dataclass(frozen=True)
+class RecordSettings:
+    """Everything one recording needs, validated: built by :func:`plan`, run by :func:`run_record`."""
+
+    model: str
+    prompts: dict[str, str]
+    seeds: list[int]
+    steps: int
+    width: int
+    height: int
+    guidance: float
+    out: Path
+    base_model: str | None = None
+    quantize: int | None = None
+    overhead_pairs: int = 3
+    force_new: bool = False
+
+    @property
+    def runs(self) -> list[tuple[str, str, int]]:
+        return [(pid, text, seed) for pid, text in self.prompts.items() for seed in self.seeds]
+
+
+def plan(
+    model: str,
+    out: Path,
+    prompts: str | None = None,
+    seeds: str = "0,1,2",
+    steps: int | None = None,
+    size: str | None = None,
+    guidance: float | None = None,
+    base_model: str | None = None,
+    quantize: int | None = None,
+    overhead_pairs: int = 3,
+    force_new: bool = False,
+) -> RecordSettings:
+    """Check every argument (nothing loads); raise ValueError with one line naming the argument."""
+    arguments.check_model(model, base_model)
+    defaults = model_defaults(model, base_model)
+    width, height = parse_size(size) if size else (defaults["width"], defaults["height"])
+    steps = steps if steps is not None else defaults["steps"]
+    arguments.check_at_least(steps, 2, "--steps", " steps (a trace needs consecutive steps)")
+    arguments.check_at_least(overhead_pairs, 0, "--overhead-pairs")
+    guidance = guidance if guidance is not None else defaults["guidance"]
+    if not math.isfinite(guidance):
+        raise ValueError(f"--guidance: expected a finite number, got {guidance}")
+    return RecordSettings(
+        model=model,
+        prompts=arguments.read_prompts(prompts, model, base_model),
+        seeds=parse_seeds(seeds),
+        steps=steps,
+        width=width,
+        height=height,
+        guidance=float(guidance),
+        out=arguments.check_out_dir(out),
+        base_model=base_model,
+        quantize=quantize,
+        overhead_pairs=overhead_pairs,
+        force_new=force_new,
+    )
+
+
+def settings_from_args(args: argparse.Namespace) -> RecordSettings:
+    return plan(
+        model=args.model, out=args.out, prompts=args.prompts, seeds=args.seeds, steps=args.steps, size=args.size,
+        guidance=args.guidance, base_model=args.base_model, quantize=args.quantize,
+        overhead_pairs=args.overhead_pairs, force_new=args.force_new,
+    )  # fmt: skip
+
+
+def fingerprint_settings(settings: RecordSettings, variant: str | None = None) -> dict:
+    """What makes two recordings the same recording (the variant joins once the model has loaded)."""
+    fp = {
+        "model": settings.model,
+        "base_model": settings.base_model,
+        "quantize": settings.quantize,
+        "steps": settings.steps,
+        "size": f"{settings.width}x{settings.height}",
+        "guidance": settings.guidance,
+        "prompts": settings.prompts,
+        "seeds": settings.seeds,
+        **fingerprint.environment(settings.model, settings.base_model),
     }
+    if variant is not None:
+        fp["variant"] = variant
+    return fp
 
 
 def run_id(prompt_id: str, seed: int) -> str:
@@ -74,6 +142,10 @@ def run_id(prompt_id: str, seed: int) -> str:
 
 
 def record_run(model, handle, settings: dict, prompt_id: str, prompt: str, seed: int, variant: str):
+    import pandas as pd
+
+    from calib.generation import generate
+
     before = len(handle.records)
     gen = generate(model, prompt, seed, settings["steps"], settings["width"], settings["height"], settings["guidance"])
     rows = handle.records[before:]
@@ -88,75 +160,176 @@ def record_run(model, handle, settings: dict, prompt_id: str, prompt: str, seed:
 
 def measure_overhead(model, settings: dict, prompt: str, pairs: int) -> dict:
     """Paired, interleaved loop times: vanilla against the recorder, after a warm-up of each."""
+    from calib.generation import generate, paired_overhead
+    from teacache import apply_teacache
+
     args = (settings["steps"], settings["width"], settings["height"], settings["guidance"])
     generate(model, prompt, 0, *args)
+    with apply_teacache(model, calibrate=True):
+        generate(model, prompt, 0, *args)
     ratios = []
     for _ in range(pairs):
         vanilla = generate(model, prompt, 0, *args).loop_s
         with apply_teacache(model, calibrate=True):
             recorded = generate(model, prompt, 0, *args).loop_s
         ratios.append(recorded / vanilla)
-    return {
-        "pairs": pairs,
-        "median": statistics.median(ratios) - 1,
-        "min": min(ratios) - 1,
-        "max": max(ratios) - 1,
-    }
+    return paired_overhead(ratios)
+
+
+def _todo(settings: RecordSettings) -> list[tuple[str, str, int]]:
+    parts = settings.out / "runs"
+    return [item for item in settings.runs if not (parts / f"{run_id(item[0], item[2])}.parquet").is_file()]
+
+
+def describe_plan(settings: RecordSettings, todo: list) -> str:
+    return (
+        f"record {settings.model}: {len(settings.prompts)} prompts x {len(settings.seeds)} seeds = "
+        f"{len(settings.runs)} runs ({len(settings.runs) - len(todo)} already done), {settings.steps} steps, "
+        f"{settings.width}x{settings.height}, guidance {settings.guidance} -> {settings.out}"
+    )
+
+
+def check_parts_agree(settings: RecordSettings) -> None:
+    """A folder from before fingerprints: its finished runs must have the steps its provenance.json says
+    (an earlier version resumed under any settings and rewrote the provenance)."""
+    import pandas as pd
+
+    for path in sorted((settings.out / "runs").glob("*.parquet")):
+        steps = sorted({int(n) for n in pd.read_parquet(path, columns=["num_steps"])["num_steps"]})
+        if steps != [settings.steps]:
+            raise fingerprint.SettingsMismatch(
+                f"--out: {settings.out} holds runs that disagree with its provenance.json ({path.name}: steps "
+                f"{','.join(map(str, steps))}; provenance: steps {settings.steps}); pass --force-new to start it "
+                "afresh, or choose a new --out"
+            )
+
+
+def run_record(settings: RecordSettings) -> Path:
+    """Record (or resume, or extend by seeds) into ``settings.out``; returns traces.parquet's path.
+
+    ValueError / FolderLocked before the model loads; Interrupted on Ctrl-C, saying what is saved.
+    """
+    out = settings.out
+    with folder_lock(out, PROG) as lock:
+        if lock.stale_message():
+            print(lock.stale_message())
+        if settings.force_new:
+            removed = fingerprint.clear(out, OUTPUTS)
+            if removed:
+                print(f"--force-new: removed {', '.join(removed)} from {out}")
+        state = fingerprint.check(out, fingerprint_settings(settings), OUTPUTS, EXTENDABLE)
+        if state.status == "adopt":
+            check_parts_agree(settings)
+        try:
+            return _record(settings)
+        except interruptions():
+            saved = len(settings.runs) - len(_todo(settings))
+            raise Interrupted(
+                f"interrupted: {saved} of {len(settings.runs)} runs are saved in {out / 'runs'}; "
+                "run the same command again to resume"
+            ) from None
+
+
+def _record(settings: RecordSettings) -> Path:
+    import pandas as pd
+    from rich.progress import Progress
+
+    from teacache import apply_teacache, variants
+    from teacache.io import FORMAT_VERSION, write_json, write_parquet
+    from teacache.provenance import collect
+
+    out, parts = settings.out, settings.out / "runs"
+    todo = _todo(settings)
+    print(describe_plan(settings, todo))
+    model = arguments.load_model(settings.model, settings.base_model, settings.quantize)
+    variant = variants.variant_of(model)
+    fp = fingerprint_settings(settings, variant)
+    state = fingerprint.check(out, fp, OUTPUTS, EXTENDABLE)
+    if state.message(out):
+        print(state.message(out))
+    recorded = fingerprint.save(out, PROG, fp, state)
+    gen_settings = {
+        "model": settings.model, "steps": settings.steps, "width": settings.width, "height": settings.height,
+        "guidance": settings.guidance,
+    }  # fmt: skip
+    overhead = _previous_overhead(out)
+    if todo and settings.overhead_pairs > 0:
+        overhead = measure_overhead(model, gen_settings, settings.runs[0][1], settings.overhead_pairs)
+        print(describe_overhead(overhead))
+    with apply_teacache(model, calibrate=True) as handle, Progress() as progress:
+        task = progress.add_task("recording", total=len(todo))
+        for pid, text, seed in todo:
+            frame, _ = record_run(model, handle, gen_settings, pid, text, seed, variant)
+            write_parquet(parts / f"{run_id(pid, seed)}.parquet", frame)
+            progress.advance(task)
+    frames = [pd.read_parquet(parts / f"{run_id(pid, seed)}.parquet") for pid, _t, seed in settings.runs]
+    traces = pd.concat(frames, ignore_index=True)
+    provenance = collect(
+        model=settings.model,
+        variant=variant,
+        model_path=settings.model if Path(settings.model).exists() else None,
+        quantization=settings.quantize,
+        dtype=_dtype(),
+        resolution=f"{settings.width}x{settings.height}",
+        steps=settings.steps,
+        guidance=settings.guidance,
+        scheduler=_scheduler_name(model),
+        prompts=[{"id": k, "text": v} for k, v in settings.prompts.items()],
+        seeds=settings.seeds,
+        n_runs=len(settings.runs),
+        recording_overhead=overhead,
+        columns=COLUMNS,
+        settings_fingerprint=fingerprint.digest(recorded),
+        history=recorded["history"],
+    )
+    write_parquet(out / "traces.parquet", traces)
+    write_json(out / "provenance.json", provenance)
+    print(f"wrote {out / 'traces.parquet'} ({len(traces)} rows, format_version {FORMAT_VERSION})")
+    return out / "traces.parquet"
+
+
+def describe_overhead(overhead: dict) -> str:
+    if not overhead["reliable"]:
+        return f"recording overhead: unreliable, not stored ({overhead['reason']})"
+    return f"recording overhead (loop time, {overhead['pairs']} pairs): median {100 * overhead['median']:+.2f}%"
+
+
+def _previous_overhead(out: Path) -> dict | None:
+    """A resumed recording keeps the overhead its first run measured (a resume measures none); one an earlier
+    version stored without judging it is judged now, against the same band."""
+    from calib.generation import implausible
+
+    try:
+        previous = json.loads((out / "provenance.json").read_text(encoding="utf-8")).get("recording_overhead")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(previous, dict) or "reliable" in previous or previous.get("median") is None:
+        return previous
+    reason = implausible(float(previous["median"]))
+    if reason is None:
+        return {**previous, "reliable": True}
+    return {**previous, "reliable": False, "reason": f"measured by an earlier version: {reason}", "median": None,
+            "min": None, "max": None}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
     try:
-        settings = resolve_settings(args)
-    except ValueError as exc:
-        print(f"teacache-calib record: {exc}", file=sys.stderr)
-        return 2
-    plan = [(pid, text, seed) for pid, text in settings["prompts"].items() for seed in settings["seeds"]]
-    parts = args.out / "runs"
-    done = {p.stem for p in parts.glob("*.parquet")} if parts.exists() else set()
-    todo = [item for item in plan if run_id(item[0], item[2]) not in done]
-    print(
-        f"record {settings['model']}: {len(settings['prompts'])} prompts x {len(settings['seeds'])} seeds = "
-        f"{len(plan)} runs ({len(plan) - len(todo)} already done), {settings['steps']} steps, "
-        f"{settings['width']}x{settings['height']}, guidance {settings['guidance']} -> {args.out}"
-    )
-    if args.dry_run:
-        for pid, _text, seed in todo:
-            print(f"  would record {run_id(pid, seed)}")
-        return 0
-    model = load_model(args.model, base_model=args.base_model, quantize=args.quantize)
-    overhead = None
-    if todo and args.overhead_pairs > 0:
-        overhead = measure_overhead(model, settings, plan[0][1], args.overhead_pairs)
-        print(f"recording overhead (loop time, {overhead['pairs']} pairs): median {100 * overhead['median']:+.2f}%")
-    with apply_teacache(model, calibrate=True) as handle, Progress() as progress:
-        task = progress.add_task("recording", total=len(todo))
-        for pid, text, seed in todo:
-            frame, _ = record_run(model, handle, settings, pid, text, seed, handle.variant)
-            write_parquet(parts / f"{run_id(pid, seed)}.parquet", frame)
-            progress.advance(task)
-        variant = handle.variant
-    frames = [pd.read_parquet(parts / f"{run_id(pid, seed)}.parquet") for pid, _t, seed in plan]
-    traces = pd.concat(frames, ignore_index=True)
-    provenance = collect(
-        model=settings["model"],
-        variant=variant,
-        model_path=args.model if Path(args.model).exists() else None,
-        quantization=settings["quantize"],
-        dtype=_dtype(),
-        resolution=f"{settings['width']}x{settings['height']}",
-        steps=settings["steps"],
-        guidance=settings["guidance"],
-        scheduler=_scheduler_name(model),
-        prompts=[{"id": k, "text": v} for k, v in settings["prompts"].items()],
-        seeds=settings["seeds"],
-        n_runs=len(plan),
-        recording_overhead=overhead,
-        columns=COLUMNS,
-    )
-    write_parquet(args.out / "traces.parquet", traces)
-    write_json(args.out / "provenance.json", provenance)
-    print(f"wrote {args.out / 'traces.parquet'} ({len(traces)} rows, format_version {FORMAT_VERSION})")
+        settings = settings_from_args(args)
+        if args.dry_run:
+            if not settings.force_new:
+                fingerprint.check(settings.out, fingerprint_settings(settings), OUTPUTS, EXTENDABLE)
+            todo = _todo(settings)
+            print(describe_plan(settings, todo))
+            for pid, _text, seed in todo:
+                print(f"  would record {run_id(pid, seed)}")
+            return 0
+        run_record(settings)
+    except (ValueError, FolderLocked) as exc:
+        return arguments.fail(PROG, str(exc))
+    except Interrupted as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return arguments.EXIT_INTERRUPTED
     return 0
 
 

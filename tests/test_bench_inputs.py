@@ -112,3 +112,180 @@ def test_tolerances_refuse_a_threshold_that_was_not_swept(tmp_path, capsys):
     assert tolerances_cmd.main([str(tmp_path), "--out", str(tmp_path / "t.py")]) == 2
     assert "no runs.parquet" in capsys.readouterr().err
     assert not (tmp_path / "t.py").exists()
+
+
+# ------------------------------------------------------------------ bad input before any model loads
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Any model load fails the test: every check below must come before one."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the bad input was refused")
+
+    import teacache
+    import teacache.loading
+
+    for target in (teacache, teacache.loading):
+        monkeypatch.setattr(target, "load_model", refuse)
+    for module in (record_cmd, sweep_cmd):  # where a command imported the loader by name
+        monkeypatch.setattr(module, "load_model", refuse, raising=False)
+
+
+@pytest.fixture
+def paths(tmp_path) -> dict:
+    (tmp_path / "file").write_text("not a folder")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "bad.json").write_text("{not json")
+    pd.DataFrame({"run_id": ["a"], "prompt_id": ["a"], "seed": [0], "step": [0]}).to_parquet(tmp_path / "nox.parquet")
+    names = {"file": "file", "folder": "folder", "bad_json": "bad.json", "no_x": "nox.parquet", "new": "new/out",
+             "missing": "nothing.parquet"}  # fmt: skip
+    return {key: tmp_path / name for key, name in names.items()}
+
+
+def _commands():
+    from bench import campaign as campaign_cmd
+    from bench import overhead as overhead_cmd
+
+    return {"sweep": sweep_cmd.main, "record": record_cmd.main, "overhead": overhead_cmd.main,
+            "campaign": campaign_cmd.main}  # fmt: skip
+
+
+T = ["--thresholds", "0,0.1"]
+BAD_INPUT = [
+    ("sweep", [*T, "--out", "{file}"], "--out: {file} is a file"),
+    ("record", ["--out", "{file}"], "--out: {file} is a file"),
+    ("campaign", ["--out", "{file}"], "--out: {file} is a file"),
+    ("sweep", [*T, "--out", "{file}/sub"], "--out: cannot create"),
+    ("sweep", [*T, "--traces", "{no_x}", "--out", "{new}"], "--traces: nox.parquet lacks column(s) x_rel_l1"),
+    ("sweep", [*T, "--traces", "{missing}", "--out", "{new}"], "--traces: {missing} does not exist"),
+    ("sweep", [*T, "--coefficients", "{missing}.json", "--out", "{new}"], "--coefficients: {missing}.json does not"),
+    ("sweep", [*T, "--coefficients", "1,nan", "--out", "{new}"], "--coefficients: expected finite numbers"),
+    ("sweep", [*T, "--prompts", "{folder}", "--out", "{new}"], "--prompts: cannot read {folder}"),
+    ("sweep", [*T, "--prompts", "{bad_json}", "--out", "{new}"], "--prompts: {bad_json} is not a usable prompt file"),
+    ("sweep", [*T, "--model", "tiny-foo", "--out", "{new}"], "--model: unknown model 'tiny-foo'"),
+    ("sweep", [*T, "--model", "dev", "--base-model", "schnell", "--out", "{new}"], "--model: no folder at dev"),
+    ("sweep", [*T, "--model", "{folder}", "--out", "{new}"], "--base-model: {folder} is a local folder"),
+    ("sweep", [*T, "--model", "{file}", "--out", "{new}"], "--model: {file} is a file"),
+    ("sweep", [*T, "--repeats", "0", "--out", "{new}"], "--repeats: expected at least 1"),
+    ("sweep", [*T, "--quantize", "7", "--out", "{new}"], "argument --quantize: invalid choice"),
+    ("record", ["--model", "tiny-foo", "--out", "{new}"], "--model: unknown model 'tiny-foo'"),
+    ("record", ["--model", "tiny-foo", "--dry-run", "--out", "{new}"], "--model: unknown model 'tiny-foo'"),
+    ("record", ["--steps", "1", "--out", "{new}"], "--steps: expected at least 2 steps"),
+    ("overhead", ["--model", "tiny-foo"], "--model: unknown model 'tiny-foo'"),
+    ("overhead", ["--pairs", "0"], "--pairs: expected at least 1"),
+    ("campaign", ["--thresholds=-1", "--out", "{new}"], "--thresholds: -1 is negative"),
+    ("campaign", ["--ssim-floor", "nan", "--out", "{new}"], "--ssim-floor: expected a number in (0, 1]"),
+    ("campaign", ["--ssim-floor", "2", "--out", "{new}"], "--ssim-floor: expected a number in (0, 1]"),
+    ("campaign", ["--ssim-floor", "0", "--out", "{new}"], "--ssim-floor: expected a number in (0, 1]"),
+    ("campaign", ["--record-seeds", "0,0", "--out", "{new}"], "--seeds: expected distinct"),
+    ("campaign", ["--model", "tiny-flux1", "--thresholds", "0,0.3", "--out", "{new}"], "--thresholds: include"),
+]
+
+
+def _run(command: str, argv: list[str]) -> int:
+    try:
+        return _commands()[command](argv)
+    except SystemExit as exc:  # argparse's own refusals
+        return int(exc.code)
+
+
+def _listing(root) -> list:
+    return sorted(str(p) for p in root.rglob("*"))
+
+
+@pytest.mark.parametrize(("command", "argv", "message"), BAD_INPUT, ids=[f"{c}-{i}" for i, (c, _a, _m) in
+                                                                          enumerate(BAD_INPUT)])  # fmt: skip
+def test_bad_input_is_one_line_exit_2_before_any_model_loads(command, argv, message, paths, no_model, tmp_path,
+                                                               capsys):  # fmt: skip
+    argv = [a.format(**paths) for a in argv]
+    before = _listing(tmp_path)
+    start = time.perf_counter()
+    assert _run(command, argv) == 2
+    elapsed = time.perf_counter() - start
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert message.format(**paths) in err[0]
+    assert _listing(tmp_path) == before  # no partial file, no folder left behind
+    assert elapsed < 2.0
+
+
+def _read_only(folder) -> bool:
+    """Make a folder unwritable for this process (chmod, or chattr +i for root); False when neither works."""
+    import os
+    import subprocess
+    import tempfile
+
+    os.chmod(folder, 0o555)
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError:
+        return True
+    subprocess.run(["chattr", "+i", str(folder)], capture_output=True, check=False)
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("command", ["sweep", "record"])
+def test_a_read_only_output_folder_is_refused_before_any_model_loads(command, tmp_path, no_model, capsys):
+    import subprocess
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    if not _read_only(folder):
+        pytest.skip("cannot make a folder read-only for this user here")
+    try:
+        argv = [*T, "--out", str(folder / "out")] if command == "sweep" else ["--out", str(folder)]
+        assert _run(command, argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"--out: cannot write in {folder}" in err[0], err
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)], capture_output=True, check=False)
+        folder.chmod(0o755)
+
+
+def test_a_fresh_process_refuses_bad_input_without_importing_the_heavy_modules(tmp_path):
+    """What a user sees: a new interpreter, the console script, one line, exit 2, none of the big imports."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "file").write_text("x")
+    script = (
+        "import json, sys, time\n"
+        "start = time.perf_counter()\n"
+        "from bench.cli import main\n"
+        "code = main(sys.argv[1:])\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'pandas', 'scipy', 'skimage', 'matplotlib', "
+        "'mflux', 'PIL', 'pyarrow'})\n"
+        "print(json.dumps({'code': code, 'seconds': time.perf_counter() - start, 'heavy': heavy}))\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    for argv in (["sweep", *T, "--out", str(tmp_path / "file")], ["overhead", "--model", "tiny-foo"],
+                 ["campaign", "--thresholds=-1", "--out", str(tmp_path / "c")]):  # fmt: skip
+        done = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, cwd=root,
+                              env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}, timeout=60)  # fmt: skip
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        assert result["code"] == 2 and len(done.stderr.strip().splitlines()) == 1, (argv, done.stderr)
+        assert result["heavy"] == [], argv
+        assert result["seconds"] < 2.0, (argv, result)
+
+
+def test_help_shows_the_defaults_and_the_prompt_sets(capsys):
+    from calib.prompts import SETS
+
+    for command in ("sweep", "record", "campaign"):
+        assert _run(command, ["--help"]) == 0
+        text = " ".join(capsys.readouterr().out.split())
+        assert all(name in text for name in SETS), command
+        assert "(default: tiny-shapes)" in text, command
+    assert _run("sweep", ["--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: 0,1)" in text and "(default: 3)" in text and "(default: packaged)" in text

@@ -1,0 +1,281 @@
+"""The sweep folder's tables: one declared schema per table, one writer and one reader for each.
+
+``runs.parquet`` (one row per run), ``decisions.parquet`` (one row per gated step of a TeaCache run,
+the columns of :class:`teacache.gate.StepDecision`) and ``noop.parquet`` (one proxy-noop run per
+pair), plus ``provenance.json``. The sweep writes them through :func:`write_table`; the report, the
+tolerances and the notebook read them through :func:`read_sweep`, so a column the writer drops or
+renames fails at the reader with one message instead of deep inside a plot.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from teacache.gate import StepDecision
+from teacache.io import FORMAT_VERSION, write_parquet
+
+KINDS = ("vanilla", "teacache")
+MAX_LISTED = 5  # offending rows named in one error message before "and N more"
+SWEEP_FILES = ("runs.parquet", "decisions.parquet", "noop.parquet", "provenance.json")
+
+
+class RecordError(ValueError):
+    """A sweep table cannot be read; the message names the file, the column and what was expected."""
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    dtype: str  # "int", "float" (None is NaN), "bool", "str" (None allowed), "list" (of floats)
+    required: bool = True  # False: readers accept tables without it (the writer always writes it)
+
+
+@dataclass(frozen=True)
+class Table:
+    file: str
+    columns: tuple[Column, ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    @property
+    def required(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns if c.required)
+
+
+def _from_hint(hint) -> str:
+    """The column dtype of a StepDecision field: int, float (optional floats too), bool or str."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+    kind = args[0]
+    return {int: "int", float: "float", bool: "bool", str: "str"}[kind]
+
+
+def _decision_columns() -> tuple[Column, ...]:
+    hints = typing.get_type_hints(StepDecision)
+    fields = [f.name for f in dataclasses.fields(StepDecision)]
+    # x_used joined the log after the first synthetic fixtures; nothing downstream needs it
+    return (Column("run_id", "str"),) + tuple(Column(n, _from_hint(hints[n]), required=n != "x_used") for n in fields)
+
+
+_PAIR_BASE = (
+    Column("format_version", "int"),
+    Column("pair_id", "str"),
+    Column("variant", "str"),
+    Column("model", "str"),
+    Column("prompt_id", "str"),
+    Column("prompt", "str"),
+    Column("seed", "int"),
+    Column("num_steps", "int"),
+    Column("run_id", "str"),
+    Column("kind", "str"),
+)
+_QUALITY = tuple(Column(n, "float") for n in ("max_abs", "mean_abs", "max_rel", "cosine", "ssim", "psnr"))
+
+RUNS = Table(
+    "runs.parquet",
+    _PAIR_BASE
+    + (
+        Column("threshold", "float"),  # NaN for vanilla
+        Column("computed", "int"),
+        Column("skipped", "int"),
+        Column("skipped_steps", "str"),  # JSON list of step indices
+        Column("longest_skip_streak", "int"),
+        Column("wall_s", "list"),  # loop time of every repeat, in measured order
+        Column("wall_s_median", "float"),
+        Column("speedup", "float"),
+        Column("ideal_speedup", "float"),
+    )
+    + _QUALITY
+    + (
+        Column("adherence", "float"),
+        Column("image_path", "str"),
+        Column("predicted_skipped", "float"),  # NaN without --traces
+    ),
+)
+DECISIONS = Table("decisions.parquet", _decision_columns())
+NOOP = Table(
+    "noop.parquet",
+    _PAIR_BASE
+    + (Column("bit_exact", "bool"), Column("wall_s_median", "float"))
+    + _QUALITY
+    + (Column("vanilla_repeats_equal", "bool"),),
+)
+
+
+# ---------------------------------------------------------------------------------------------- write
+
+
+def to_frame(table: Table, rows: list[dict] | pd.DataFrame) -> pd.DataFrame:
+    """Rows as a frame with exactly the table's columns, in its order and dtypes; refuse unknown columns."""
+    frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
+    unknown = [c for c in frame.columns if c not in table.names]
+    if unknown:
+        raise RecordError(f"{table.file}: the writer got undeclared columns {', '.join(unknown)}")
+    frame = frame.reindex(columns=list(table.names))
+    for column in table.columns:
+        if column.dtype == "int":
+            frame[column.name] = frame[column.name].astype("int64")
+        elif column.dtype == "float":
+            frame[column.name] = pd.to_numeric(frame[column.name]).astype("float64")
+        elif column.dtype == "bool":
+            frame[column.name] = frame[column.name].astype(bool)
+    return frame
+
+
+def write_table(path: str | Path, table: Table, rows: list[dict] | pd.DataFrame) -> pd.DataFrame:
+    """Write ``rows`` atomically as ``table``; returns the frame written."""
+    frame = to_frame(table, rows)
+    write_parquet(path, frame)
+    return frame
+
+
+# ----------------------------------------------------------------------------------------------- read
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    try:
+        return pd.read_parquet(path)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises many types for a damaged file
+        raise RecordError(f"cannot read {path}: {exc}") from None
+
+
+def _dtype_problem(series: pd.Series, dtype: str) -> str | None:
+    values = series.dropna() if dtype in ("str", "list") else series
+    if dtype == "int" and not (pd.api.types.is_integer_dtype(series) and not pd.api.types.is_bool_dtype(series)):
+        return "whole numbers"
+    if dtype == "float" and not (pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series)):
+        return "numbers"
+    if dtype == "bool" and not pd.api.types.is_bool_dtype(series):
+        return "true/false values"
+    if dtype == "str" and not all(isinstance(v, str) for v in values):
+        return "text"
+    if dtype == "list" and not all(hasattr(v, "__len__") and not isinstance(v, str) for v in values):
+        return "lists of numbers"
+    return None
+
+
+def validate(frame: pd.DataFrame, table: Table) -> None:
+    """Refuse a frame whose columns are missing or of the wrong kind, naming the first problem."""
+    missing = [c for c in table.required if c not in frame.columns]
+    if missing:
+        raise RecordError(f"{table.file} lacks columns: {', '.join(missing)}")
+    for column in table.columns:
+        if column.name in frame.columns:
+            expected = _dtype_problem(frame[column.name], column.dtype)
+            if expected is not None:
+                raise RecordError(
+                    f"{table.file}: column {column.name!r} holds {frame[column.name].dtype} values; expected {expected}"
+                )
+
+
+def validate_runs(runs: pd.DataFrame) -> None:
+    """The runs table: its version, columns and kinds, and a vanilla run for every TeaCache run's pair."""
+    if "format_version" in runs.columns:
+        versions = sorted({int(v) for v in runs["format_version"].dropna().unique()})
+        if versions != [FORMAT_VERSION] and versions:
+            found = ", ".join(str(v) for v in versions)
+            raise RecordError(
+                f"runs table from another tool version: format_version {found}, this tool reads "
+                f"{FORMAT_VERSION}; re-run the sweep"
+            )
+    missing = [c for c in RUNS.required if c not in runs.columns]
+    if missing:
+        raise RecordError(f"runs.parquet lacks columns: {', '.join(missing)}")
+    if runs.empty:
+        raise RecordError("runs.parquet has no rows: the sweep recorded no run")
+    validate(runs, RUNS)
+    bad_kind = sorted(set(runs["kind"]) - set(KINDS))
+    if bad_kind:
+        raise RecordError(f"runs.parquet: unknown kind {', '.join(map(repr, bad_kind))}; expected {KINDS}")
+    tc = runs[runs["kind"] == "teacache"]
+    if tc.empty:
+        raise RecordError("runs.parquet has no TeaCache runs (kind == 'teacache'): nothing to report")
+    no_threshold = tc[pd.to_numeric(tc["threshold"], errors="coerce").isna()]
+    if not no_threshold.empty:
+        raise RecordError(f"TeaCache run_id {no_threshold['run_id'].iloc[0]} has no threshold")
+    vanilla_pairs = set(runs.loc[runs["kind"] == "vanilla", "pair_id"])
+    orphans = tc[~tc["pair_id"].isin(vanilla_pairs)]
+    if not orphans.empty:
+        listed = [
+            f"missing vanilla pair for run_id {r.run_id} (prompt_id {r.prompt_id}, seed {r.seed})"
+            for r in orphans.head(MAX_LISTED).itertuples()
+        ]
+        more = len(orphans) - len(listed)
+        tail = f"; and {more} more" if more > 0 else ""
+        raise RecordError("; ".join(listed) + tail + "; re-run the sweep for those pairs")
+
+
+def read_table(path: str | Path, table: Table, fill: dict | None = None) -> pd.DataFrame:
+    """One table file, validated (runs get the full check of :func:`validate_runs`).
+
+    ``fill``: columns older files lack, added with this value before the check (``{column: value}``).
+    """
+    frame = _read_parquet(Path(path))
+    for column, value in (fill or {}).items():
+        if column not in frame.columns:
+            frame[column] = value
+    if table is RUNS:
+        validate_runs(frame)
+    else:
+        validate(frame, table)
+    return frame
+
+
+def read_provenance(folder: Path) -> dict:
+    path = folder / "provenance.json"
+    if not path.is_file():
+        raise RecordError(f"no provenance.json in {folder}: a report needs to say where its runs came from")
+    try:
+        provenance = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise RecordError(f"cannot read {path}: {exc}") from None
+    if not isinstance(provenance, dict):
+        raise RecordError(f"{path}: expected a JSON object")
+    if provenance.get("format_version") != FORMAT_VERSION:
+        raise RecordError(
+            f"provenance.json from another tool version: format_version {provenance.get('format_version')}, "
+            f"this tool reads {FORMAT_VERSION}; re-run the sweep"
+        )
+    return provenance
+
+
+@dataclass(frozen=True)
+class SweepRecords:
+    """The raw records of one sweep folder, validated."""
+
+    runs: pd.DataFrame
+    decisions: pd.DataFrame | None  # None: the folder has no decisions.parquet
+    noop: pd.DataFrame | None  # None: the folder has no noop.parquet
+    provenance: dict
+    runs_sha256: str
+
+
+def read_sweep(folder: str | Path) -> SweepRecords:
+    """Read and validate a sweep folder; raises RecordError with one clear message."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise RecordError(f"no sweep folder at {folder}")
+    runs_path = folder / RUNS.file
+    if not runs_path.is_file():
+        raise RecordError(f"no runs.parquet in {folder}: point at the folder `teacache-bench sweep` wrote (…/sweep)")
+    runs = read_table(runs_path, RUNS)
+    provenance = read_provenance(folder)
+    optional = {}
+    for table in (DECISIONS, NOOP):
+        path = folder / table.file
+        optional[table.file] = read_table(path, table) if path.is_file() else None
+    return SweepRecords(
+        runs=runs,
+        decisions=optional[DECISIONS.file],
+        noop=optional[NOOP.file],
+        provenance=provenance,
+        runs_sha256=hashlib.sha256(runs_path.read_bytes()).hexdigest(),
+    )

@@ -1,0 +1,176 @@
+"""Checks of command-line arguments that every command shares, run before any model loads.
+
+A bad argument costs a second and one line naming it, never a model load or a partial file: the
+parser prints argparse's own errors on one line, and ``--help`` shows every default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Appends "(default: X)" to every option that has a default worth showing."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        shown = default not in (None, False, argparse.SUPPRESS) and not isinstance(action, argparse._HelpAction)
+        if shown and "%(default)" not in text and "default" not in text and action.option_strings:
+            text += " (default: %(default)s)"
+        return text
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        import textwrap
+
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)  # keep set names whole
+
+
+class CommandParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (no usage block) and exit 2."""
+
+    def __init__(self, prog: str, description: str | None = None, **kwargs) -> None:
+        super().__init__(prog=prog, description=description, formatter_class=HelpFormatter, **kwargs)
+
+    def error(self, message: str):
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def add_model_arguments(parser: argparse.ArgumentParser, prompts: bool = True) -> None:
+    """--model and --base-model (and --prompts), with the registry's names and defaults in their help."""
+    from calib.prompts import SETS
+    from teacache import variants
+
+    parser.add_argument(
+        "--model",
+        default=variants.default_model(),
+        help=f"one of {', '.join(variants.load_names())}, or a local folder of mflux-format weights",
+    )
+    parser.add_argument("--base-model", default=None, help="the architecture of a local model folder (e.g. dev)")
+    if prompts:
+        parser.add_argument(
+            "--prompts",
+            default=None,
+            help=f"a built-in set ({', '.join(SETS)}) or a .txt/.json/.csv file (default: the model's own set, "
+            "from its variant spec)",
+        )
+
+
+def fail(prog: str, message: str) -> int:
+    """Print one line for a refused input; the caller returns the exit code."""
+    print(f"{prog}: {' '.join(str(message).split())}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def _nearest_existing(path: Path) -> Path:
+    for folder in (path, *path.parents):
+        if folder.exists():
+            return folder
+    return Path.cwd()
+
+
+def check_out_dir(path: str | os.PathLike, arg: str = "--out") -> Path:
+    """A folder this command may write into: a folder or nothing yet, under a folder we can write to.
+
+    Probes with a temporary file (removed at once), because a permission check alone says yes to root
+    on a read-only or immutable folder. Creates nothing that stays.
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{arg}: {path} is a file; expected a folder (a new one, or one this command wrote)")
+    existing = _nearest_existing(path)
+    if not existing.is_dir():
+        raise ValueError(f"{arg}: cannot create {path}: {existing} is a file, not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=existing, prefix=".write-probe-"):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or exc
+        raise ValueError(f"{arg}: cannot write in {existing} ({reason}); choose a writable folder") from None
+    return path
+
+
+def check_input_file(path: str | os.PathLike, arg: str) -> Path:
+    """A file that exists and can be read."""
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"{arg}: {path} does not exist")
+    if not path.is_file():
+        raise ValueError(f"{arg}: {path} is not a file")
+    try:
+        with path.open("rb") as handle:
+            handle.read(1)
+    except OSError as exc:
+        raise ValueError(f"{arg}: cannot read {path} ({exc.strerror or exc})") from None
+    return path
+
+
+def check_model(name: str, base_model: str | None = None) -> None:
+    """The model is one the registry knows, or a local folder with its architecture named.
+
+    Loads nothing (the registry imports no mflux): a bad name costs milliseconds, not a model load.
+    """
+    from teacache.loading import resolve_spec
+
+    path = Path(name).expanduser()
+    if path.is_file():
+        raise ValueError(f"--model: {name} is a file; a local model is a folder of mflux-format weights")
+    if base_model is not None and not path.exists():
+        raise ValueError(f"--model: no folder at {name}; --base-model names the architecture of a local folder")
+    try:
+        resolve_spec(name, base_model)
+    except ValueError as exc:
+        message = str(exc)
+        for field, arg in (("base_model:", "--base-model:"), ("model:", "--model:")):
+            if message.startswith(field):
+                message = arg + message[len(field) :]
+                break
+        raise ValueError(message) from None
+
+
+def read_prompts(spec: str | None, model: str, base_model: str | None = None) -> dict[str, str]:
+    """A prompt set or file (default: the model's own set), any failure to read it one line about --prompts."""
+    from calib.prompts import default_set, load_prompts
+
+    spec = spec or default_set(base_model or model)
+    try:
+        return load_prompts(spec)
+    except ValueError as exc:
+        if str(exc).startswith("--prompts"):
+            raise
+        raise ValueError(f"--prompts: {spec} is not a usable prompt file ({exc})") from None
+    except (OSError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"--prompts: cannot read {spec} ({type(exc).__name__}: {exc})") from None
+
+
+def load_model(name: str, base_model: str | None, quantize: int | None):
+    """teacache.load_model, with a failure to get the weights (network, disk, format) said in one line."""
+    from teacache import load_model as _load
+
+    try:
+        return _load(name, base_model=base_model, quantize=quantize)
+    except ValueError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - mflux and the Hub raise many types (network, disk, format)
+        raise ValueError(f"--model: cannot load {name} ({type(exc).__name__}: {exc})") from None
+
+
+def check_fraction(value: float, arg: str) -> float:
+    """A number in (0, 1], like a quality floor."""
+    if not isinstance(value, int | float) or not math.isfinite(value) or not 0 < value <= 1:
+        raise ValueError(f"{arg}: expected a number in (0, 1], got {value!r}")
+    return float(value)
+
+
+def check_at_least(value: int, minimum: int, arg: str, why: str = "") -> int:
+    if value < minimum:
+        raise ValueError(f"{arg}: expected at least {minimum}{why}, got {value}")
+    return value

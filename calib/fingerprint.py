@@ -1,0 +1,301 @@
+"""A folder's settings fingerprint: a rerun resumes only work that was made with the same settings.
+
+Resuming blindly mixes runs made with other settings (steps, size, weights, versions) under a
+provenance that describes only the last command. ``fingerprint.json`` records the settings before
+the first generation; a later run into the folder compares its own with them and either resumes
+(the same), extends (only new seeds or thresholds were added: said, and recorded with the date) or
+stops with one line naming what differs.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import importlib
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+from teacache.io import FORMAT_VERSION, portable, write_json
+
+FILE = "fingerprint.json"
+MAX_SHOWN = 8  # values of one list shown in a message before "..."
+
+
+class SettingsMismatch(ValueError):
+    """The folder holds results made with other settings; the message names them and the way out."""
+
+
+@dataclass(frozen=True)
+class FolderState:
+    """What a run does with the folder: start it, resume it, or extend it by new seeds/thresholds."""
+
+    status: str  # "new", "resume", "extend" or "adopt" (a folder from before fingerprints whose provenance matches)
+    added: dict[str, list] = field(default_factory=dict)
+    history: list[dict] = field(default_factory=list)
+
+    def message(self, folder: Path) -> str | None:
+        if self.status == "adopt":
+            return f"resuming {folder}: made by an earlier version; its provenance.json matches these settings"
+        if self.status != "extend":
+            return None
+        parts = [f"{key} {_show(values)}" for key, values in self.added.items()]
+        return f"extending {folder}: adding {' and '.join(parts)}; everything else matches, finished work is kept"
+
+
+# ------------------------------------------------------------------------------------- what to record
+
+
+def project_version() -> str | None:
+    """This project's installed version, as provenance.json records it (``teacache.provenance.DISTRIBUTION``)."""
+    from teacache.provenance import DISTRIBUTION
+
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def versions() -> dict:
+    import mlx.core as mx
+
+    try:
+        mflux = metadata.version("mflux")
+    except metadata.PackageNotFoundError:
+        mflux = None
+    return {"mlx": mx.__version__, "mflux": mflux, "project": project_version()}
+
+
+def _folder_digest(folder: Path) -> str:
+    """Names, sizes and modification times of every file: cheap, and changes when any weight file does."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        stat = path.stat()
+        digest.update(f"{path.relative_to(folder)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def weights_identity(model: str, base_model: str | None = None) -> dict:
+    """Which weights a model name stands for, without loading them."""
+    from teacache.loading import resolve_spec
+    from teacache.revisions import local_revision
+
+    path = Path(model).expanduser()
+    if base_model is not None and path.is_dir():
+        return {"folder": str(path.resolve()), "files_sha256": _folder_digest(path)}
+    spec = resolve_spec(model)
+    if spec.embedded:  # random weights come from the builder and a seed; trained ones from its weights file
+        module = importlib.import_module(spec.builder.split(":")[0])
+        weights = getattr(module, "DEFAULT_WEIGHTS", None)
+        identity = {"embedded": spec.name, "builder": spec.builder}
+        return {**identity, "weights_sha256": _file_sha256(Path(weights))} if weights else {**identity, "seed": 0}
+    repo = spec.mflux_names[0]
+    return {"repo": repo, "revision": local_revision(repo)}
+
+
+def environment(model: str, base_model: str | None = None) -> dict:
+    """The settings every fingerprint holds besides the command's own: weights, versions, hardware."""
+    from teacache.provenance import hardware_slug
+
+    return {"weights": weights_identity(model, base_model), "versions": versions(), "hardware": hardware_slug()}
+
+
+# ---------------------------------------------------------------------------------------- comparison
+
+
+def _canonical(settings: dict) -> dict:
+    """As the file will hold it: JSON types, and machine paths written portably (teacache.io.portable)."""
+    return json.loads(portable(json.dumps(settings, sort_keys=True, default=str)))
+
+
+def _same(a, b) -> bool:
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def _show(value) -> str:
+    if isinstance(value, list):
+        items = [f"{v:g}" if isinstance(v, float) else str(v) for v in value]
+        return ",".join(items[:MAX_SHOWN]) + (",..." if len(items) > MAX_SHOWN else "")
+    if value is None:
+        return "none"
+    return str(value)
+
+
+def _difference(key: str, stored, current) -> str:
+    if key == "prompts" and isinstance(stored, dict) and isinstance(current, dict):
+        if list(stored) != list(current):
+            return f"prompts {_show(list(stored))} (this run: {_show(list(current))})"
+        changed = [k for k in stored if stored[k] != current[k]]
+        return f"prompts: the text of {_show(changed)} (this run: other text)"
+    if isinstance(stored, dict) and isinstance(current, dict):
+        keys = [k for k in {**stored, **current} if not _same(stored.get(k), current.get(k))]
+        return "; ".join(_difference(f"{key}.{k}", stored.get(k), current.get(k)) for k in keys)
+    return f"{key} {_show(stored)} (this run: {_show(current)})"
+
+
+def compare(stored: dict, current: dict, extendable: tuple[str, ...] = ()) -> tuple[list[str], dict[str, list]]:
+    """(what differs, what was added) between recorded and current settings; only keys of ``current``."""
+    differences, added = [], {}
+    for key, value in current.items():
+        if key not in stored:
+            differences.append(f"{key} not recorded (this run: {_show(value)})")
+            continue
+        old = stored[key]
+        if _same(old, value):
+            continue
+        if key in extendable and isinstance(old, list) and isinstance(value, list):
+            new = [v for v in value if v not in old]
+            if all(v in value for v in old):
+                added[key] = new
+                continue
+            differences.append(
+                f"{key} {_show(old)} (this run: {_show(value)}; to extend the folder, list all of its {key} "
+                "plus the new ones)"
+            )
+            continue
+        differences.append(_difference(key, old, value))
+    return differences, added
+
+
+# ----------------------------------------------------------------------------------------- the folder
+
+
+def _has_results(folder: Path, outputs: tuple[str, ...]) -> bool:
+    for name in outputs:
+        path = folder / name
+        if path.is_file() or (path.is_dir() and any(path.iterdir())):
+            return True
+    return False
+
+
+def read(folder: Path) -> dict | None:
+    path = folder / FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SettingsMismatch(f"--out: cannot read {path} ({exc}); pass --force-new to start afresh") from None
+    if not isinstance(data, dict) or data.get("format_version") != FORMAT_VERSION or "settings" not in data:
+        raise SettingsMismatch(
+            f"--out: {path} is from another tool version; pass --force-new to start afresh, or choose a new --out"
+        )
+    return data
+
+
+def check(
+    folder: str | os.PathLike,
+    settings: dict,
+    outputs: tuple[str, ...],
+    extendable: tuple[str, ...] = (),
+) -> FolderState:
+    """Compare ``settings`` with the folder's fingerprint; raise SettingsMismatch naming every difference.
+
+    ``settings`` may be partial (before the model loads, its variant is unknown): only its keys count.
+    """
+    folder = Path(folder)
+    current = _canonical(settings)
+    data = read(folder)
+    adopted = data is None and _has_results(folder, outputs)
+    if adopted:
+        data = _from_provenance(folder, current)
+    if data is None:
+        return FolderState("new")
+    differences, added = compare(data["settings"], current, extendable)
+    if differences:
+        source = " (as its provenance.json from an earlier version says)" if adopted else ""
+        raise SettingsMismatch(
+            f"--out: {folder} was made with other settings{source}: {'; '.join(differences)}; pass --force-new to "
+            "start it afresh, or choose a new --out"
+        )
+    status = "adopt" if adopted else "extend" if added else "resume"
+    return FolderState(status, added, list(data.get("history", [])))
+
+
+def _from_provenance(folder: Path, current: dict) -> dict:
+    """The settings of a folder from before fingerprints, as its provenance.json recorded them.
+
+    What an earlier version did not record (the weights' identity, a base model, the core count in the
+    hardware name) is taken from this run, and the fingerprint's history says so. Without a readable
+    provenance.json (an interrupted first run) the folder cannot be checked: SettingsMismatch.
+    """
+    from teacache.provenance import hardware_slug
+
+    try:
+        prov = json.loads((folder / "provenance.json").read_text(encoding="utf-8"))
+        versions = prov.get("versions") or {}
+        recorded = {
+            "model": prov["model"],
+            "quantize": prov.get("quantization"),
+            "steps": prov["steps"],
+            "size": prov["resolution"],
+            "guidance": prov["guidance"],
+            "prompts": {p["id"]: p["text"] for p in prov["prompts"]},
+            "seeds": prov["seeds"],
+            "variant": prov["variant"],
+            "versions": {
+                "mlx": versions.get("mlx"),
+                "mflux": versions.get("mflux"),
+                "project": versions.get("teacache"),
+            },
+            "hardware": hardware_slug({k: prov.get(k) for k in ("backend", "device_name", "cpu_count")}),
+        }
+        if "thresholds" in prov:
+            recorded |= {"thresholds": prov["thresholds"], "repeats": prov["repeats"]}
+            recorded["coefficients"] = {k: v for k, v in prov["rescale"].items() if k != "provenance"}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        raise SettingsMismatch(
+            f"--out: {folder} holds results without a settings fingerprint or a readable provenance.json (an earlier "
+            "version, interrupted), so they cannot be checked against this run; pass --force-new to start it "
+            "afresh, or choose a new --out"
+        ) from None
+    settings = {key: recorded.get(key, value) for key, value in current.items()}
+    assumed = sorted(set(current) - set(recorded))
+    note = f"settings read from provenance.json of an earlier version; not recorded then: {', '.join(assumed)}"
+    return {"settings": _canonical(settings), "history": [{"date_utc": prov.get("date_utc"), "adopted": note}]}
+
+
+def save(folder: str | os.PathLike, command: str, settings: dict, state: FolderState) -> dict:
+    """Write the fingerprint (before the first generation); an extension is appended to its history."""
+    folder = Path(folder)
+    now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    history = list(state.history)
+    if state.status == "new":
+        history = [{"date_utc": now, "started": True}]
+    if state.added:
+        history.append({"date_utc": now, "added": state.added})
+    data = {"format_version": FORMAT_VERSION, "command": command, "settings": _canonical(settings), "history": history}
+    if state.status != "resume" or read(folder) is None:
+        write_json(folder / FILE, data)
+    return data
+
+
+def digest(data: dict) -> str:
+    """A short name of a fingerprint's settings, for provenance."""
+    return hashlib.sha256(json.dumps(data["settings"], sort_keys=True).encode()).hexdigest()
+
+
+def clear(folder: str | os.PathLike, outputs: tuple[str, ...]) -> list[str]:
+    """--force-new: remove what this command wrote into the folder (its outputs and fingerprint), nothing else."""
+    folder = Path(folder)
+    removed = []
+    for name in (*outputs, FILE):
+        path = folder / name
+        if path.is_dir():
+            shutil.rmtree(path)
+            removed.append(name)
+        elif path.exists():
+            path.unlink()
+            removed.append(name)
+    return removed

@@ -1,0 +1,20 @@
+"""Ctrl-C during a long command: one line that says what is saved and how to resume, exit 130.
+
+mflux turns a KeyboardInterrupt inside its denoising loop into StopImageGenerationException; both
+mean the user stopped the command.
+"""
+
+from __future__ import annotations
+
+
+class Interrupted(Exception):
+    """The user stopped the command; the message says what is saved and how to resume."""
+
+
+def interruptions() -> tuple[type[BaseException], ...]:
+    """The exception types a Ctrl-C arrives as (for an ``except`` clause)."""
+    try:
+        from mflux.utils.exceptions import StopImageGenerationException
+    except ImportError:  # mflux not importable: only Python's own
+        return (KeyboardInterrupt,)
+    return (KeyboardInterrupt, StopImageGenerationException)
