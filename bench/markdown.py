@@ -83,8 +83,14 @@ def capfirst(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def header(*names: str, align: str | None = None) -> str:
+def _flat(items: tuple) -> list:
+    """Cells given one by one or as lists (jinja calls take no positional argument after ``*cells``)."""
+    return [c for item in items for c in (item if isinstance(item, list | tuple) else (item,))]
+
+
+def header(*names, align: str | None = None) -> str:
     """A table's header row and its separator; ``align`` is one letter per column (l, r, c), default l."""
+    names = _flat(names)
     align = align or "l" * len(names)
     if len(align) != len(names):
         raise ValueError(f"align {align!r} has {len(align)} letters for {len(names)} columns")
@@ -92,8 +98,8 @@ def header(*names: str, align: str | None = None) -> str:
 
 
 def row(*cells) -> str:
-    """One table row; a | inside a cell is escaped so it cannot split the cell."""
-    return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+    """One table row (cells one by one or as lists); a | inside a cell is escaped so it cannot split the cell."""
+    return "| " + " | ".join(str(c).replace("|", "\\|") for c in _flat(cells)) + " |"
 
 
 FILTERS = {
