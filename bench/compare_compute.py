@@ -148,8 +148,8 @@ def _constants(module, variant: str) -> dict:
     p = prefix(variant) + "_"
     out = {}
     for name in sorted(vars(module)):
-        if not name.startswith(p) or not name.isupper():
-            continue
+        if not name.startswith(p) or not name.isupper() or name.endswith("_CASES"):
+            continue  # the cases a module was measured on are compared as "sweep prompts x seeds"
         value = getattr(module, name)
         if isinstance(value, dict):
             for key in sorted(value):
@@ -164,7 +164,13 @@ def _difference(a, b) -> tuple[bool, object, object]:
     """(same, difference b - a, relative difference) for two constants of one name."""
     if isinstance(a, bool) or isinstance(b, bool) or isinstance(a, str) or isinstance(b, str):
         return a == b, None, None
-    if isinstance(a, tuple | list) and isinstance(b, tuple | list) and len(a) == len(b):
+    numbers = (int, float)
+    if (
+        isinstance(a, tuple | list)
+        and isinstance(b, tuple | list)
+        and len(a) == len(b)
+        and all(isinstance(v, numbers) and not isinstance(v, bool) for v in (*a, *b))
+    ):
         diff = [float(y) - float(x) for x, y in zip(a, b, strict=True)]
         return all(d == 0 for d in diff), diff, None
     if isinstance(a, int | float) and isinstance(b, int | float):
