@@ -1,9 +1,10 @@
-"""``teacache-bench campaign``: record, fit, sweep, report and derive tolerances for one model into one folder.
+"""``teacache-bench campaign``: record, fit, sweep and report for one model into one folder.
 
 Layout: ``OUT/traces`` (teacache-calib record), ``OUT/fit`` (teacache-calib fit, compared with the
 packaged coefficients), ``OUT/sweep`` (teacache-bench sweep with the new fit, predicted skips from
-the traces), ``OUT/report`` (teacache-bench report), ``OUT/tolerances.py`` (teacache-bench
-tolerances). Each stage resumes where it stopped; the derived stages are rebuilt every time.
+the traces), ``OUT/report`` (teacache-bench report). Each stage resumes where it stopped; the derived
+stages are rebuilt every time. The test tolerances are derived from the sweeps of every variant at once
+into tests/tolerances/<hardware>.py (teacache-bench tolerances), not per campaign.
 The default OUT is ``results/<hardware>/<variant>/<mflux-version>/``.
 """
 
@@ -17,7 +18,6 @@ from pathlib import Path
 
 from bench import report as report_cmd
 from bench import sweep as sweep_cmd
-from bench import tolerances as tolerances_cmd
 from calib import fit as fit_cmd
 from calib import record as record_cmd
 from teacache import variants
@@ -82,7 +82,6 @@ def run_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swee
     start = time.perf_counter()
     summary = report_cmd.build_report(out / "sweep", out / "report", ssim_floor=ssim_floor)
     timings["report"] = time.perf_counter() - start
-    stage("tolerances", tolerances_cmd.main, [str(out / "sweep"), "--out", str(out / "tolerances.py")])
     summary["timings_s"] = timings
     summary["report_path"] = str(out / "report" / "report.md")
     return summary
