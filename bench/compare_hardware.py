@@ -6,8 +6,9 @@ campaigns), variant folders or campaign folders (``teacache-bench campaign`` out
 functions and their cross-validated R^2 (and how each fit scores on the other hardware's traces),
 the skip schedules at the thresholds both swept, the quality distributions, the per-step time and the
 speedups against the ideal bound N/(N-k), and the generated tolerance constants (a campaign's own
-``tolerances.py``, else ``tests/tolerances/<hardware>.py``): which differ and by how much. Writes ``compare.md``, ``compare.json`` and ``speedup_vs_threshold.png`` into ``--out``
-(default ``results/comparisons/<A>-vs-<B>/``), each atomically and only when every input reads.
+``tolerances.py``, else ``tests/tolerances/<hardware>.py``): which differ and by how much. Writes
+``compare.md``, ``compare.json`` and ``speedup_vs_threshold.png`` into ``--out`` (default
+``results/comparisons/<A>-vs-<B>/``), each atomically and only when every input reads.
 
 Jobs: ``bench.compare_input`` finds and reads the campaigns, ``bench.compare_compute`` computes the
 comparison, ``bench.compare_render`` draws and formats it; this module is the command that writes it.
