@@ -19,11 +19,17 @@ SAFE_CALLS = {"float": float}  # the one call a literal may hold: float("inf"), 
 
 
 def string(text: str) -> str:
-    """A str literal in double quotes, or single quotes where the text holds a double quote and no single one."""
-    single = repr(text)
-    if single.startswith("'") and '"' not in text:
-        return '"' + single[1:-1] + '"'  # repr escaped no quote: swapping the delimiters changes nothing else
-    return single
+    """A str literal as ruff format writes it: double quotes unless the text holds more of them than single."""
+    quote = "'" if text.count('"') > text.count("'") else '"'
+    out = []
+    for ch in text:
+        if ch == "\\" or ch == quote:
+            out.append("\\" + ch)
+        elif ch in "'\"":
+            out.append(ch)
+        else:
+            out.append(repr(ch)[1:-1])  # Python's own escape for newlines, tabs and unprintable characters
+    return quote + "".join(out) + quote
 
 
 def scalar(value) -> str:
@@ -38,7 +44,7 @@ def scalar(value) -> str:
             return 'float("nan")'
         if math.isinf(value):
             return 'float("inf")' if value > 0 else 'float("-inf")'
-        return repr(value)
+        return repr(value).replace("e+", "e")  # 1e+16 -> 1e16, as the formatter writes exponents
     if isinstance(value, str):
         return string(value)
     raise TypeError(f"no literal for {type(value).__name__} {value!r}")
