@@ -7,6 +7,7 @@ Pure computation over what ``bench.compare_input`` reads; nothing here formats o
 
 from __future__ import annotations
 
+import hashlib
 import math
 from pathlib import Path
 
@@ -218,6 +219,22 @@ def _shown(path: Path | None) -> str | None:
         return str(path)
 
 
+# the files of a campaign a comparison reads, besides the tolerance module
+INPUTS = (
+    "sweep/runs.parquet",
+    "sweep/provenance.json",
+    "fit/fit.json",
+    "traces/traces.parquet",
+    "traces/provenance.json",
+)
+
+
+def input_hashes(campaign: Path, tolerances: Path | None) -> dict[str, str]:
+    """sha256 of every file a variant's comparison reads: a rebuild from the same hashes gives the same compare.md."""
+    paths = [campaign / name for name in INPUTS] + ([tolerances] if tolerances else [])
+    return {_shown(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in paths if p.is_file()}
+
+
 def compare_variant(variant: str, camp_a: Path, camp_b: Path, label_a: str, label_b: str, floor: float) -> dict:
     out: dict = {
         "variant": variant,
@@ -252,8 +269,10 @@ def compare_variant(variant: str, camp_a: Path, camp_b: Path, label_a: str, labe
             "recommended_a": recommended(runs_a, floor),
             "recommended_b": recommended(runs_b, floor),
         }
-    rows, sources, note = tolerance_rows(tolerance_source(camp_a, label_a), tolerance_source(camp_b, label_b), variant)
+    tol_a, tol_b = tolerance_source(camp_a, label_a), tolerance_source(camp_b, label_b)
+    rows, sources, note = tolerance_rows(tol_a, tol_b, variant)
     out["tolerances"] = {"sources": sources, "constants": rows, "not_compared": note}
+    out["inputs"] = {"a": input_hashes(camp_a, tol_a), "b": input_hashes(camp_b, tol_b)}
     return out
 
 

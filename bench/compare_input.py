@@ -24,7 +24,7 @@ def _is_campaign(folder: Path) -> bool:
     return (folder / "sweep" / "runs.parquet").is_file() or (folder / "fit" / "fit.json").is_file()
 
 
-def _version_key(name: str):
+def version_key(name: str):
     try:
         from packaging.version import Version
 
@@ -65,7 +65,7 @@ def find_campaigns(root: Path) -> dict[str, Path]:
         for folder in candidates:
             if _is_campaign(folder):
                 found.setdefault(_variant_of(folder), []).append(folder)
-    return {v: max(paths, key=lambda p: _version_key(p.name)) for v, paths in sorted(found.items())}
+    return {v: max(paths, key=lambda p: version_key(p.name)) for v, paths in sorted(found.items())}
 
 
 def hardware_label(root: Path, campaigns: dict[str, Path]) -> str:
