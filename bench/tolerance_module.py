@@ -70,10 +70,14 @@ class ModuleSource:
 def read_module(path: str | Path) -> ModuleSource:
     """Read a generated module's literal constants and their comments without importing it."""
     path = Path(path)
-    source = path.read_text(encoding="utf-8")
+    try:
+        source = path.read_text(encoding="utf-8")
+        tree = ast.parse(source, filename=str(path))
+    except (OSError, UnicodeDecodeError, SyntaxError) as exc:
+        raise ValueError(f"{path} is not a readable tolerance module: {exc}") from None
     lines = source.splitlines()
     module = ModuleSource(path)
-    for node in ast.parse(source, filename=str(path)).body:
+    for node in tree.body:
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
             continue
         try:

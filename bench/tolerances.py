@@ -195,38 +195,6 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = setup_arg_parser().parse_args(argv)
-    try:
-        derived = [derive(path, args.threshold, args.provisional) for path in args.runs]
-        hardware = {d["hardware"] for d in derived}
-        if len(hardware) > 1:
-            raise ValueError(f"RUNS: sweeps from different hardware ({', '.join(sorted(hardware))}); one module each")
-        variants = [d["variant"] for d in derived]
-        if len(set(variants)) != len(variants):
-            raise ValueError(f"RUNS: two sweeps of the same variant ({', '.join(variants)})")
-        out = args.out or module_path(derived[0]["hardware"])
-        kept, provisional_from = complete(derived, out, TOLERANCES_DIR)
-        text = render_module(derived, kept, provisional_from)
-        compile(text, "<tolerances>", "exec")
-    except ValueError as exc:
-        print(f"teacache-bench tolerances: {exc}", file=sys.stderr)
-        return 2
-    write_text(out, text)
-    for d in derived:
-        print(f"{d['variant']}: {d['status']}, {len(d['constants'])} constants")
-    for variant in kept:
-        print(f"{variant}: provisional, kept from the previous module (not in these sweeps)")
-    for variant, source in provisional_from.items():
-        print(f"{variant}: provisional, read at import from {source}'s module (not in these sweeps)")
-    print(f"wrote {out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def check_run(tol, variant: str, run: dict) -> dict[str, bool]:
     """Which tolerances one measured run satisfies. ``run`` may hold: skipped, ssim, psnr (at the
     tolerance threshold), proxy_noop_bit_exact / proxy_noop_cosine / proxy_noop_max_abs, restore_ok."""
@@ -261,3 +229,35 @@ def load_module(path: Path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = setup_arg_parser().parse_args(argv)
+    try:
+        derived = [derive(path, args.threshold, args.provisional) for path in args.runs]
+        hardware = {d["hardware"] for d in derived}
+        if len(hardware) > 1:
+            raise ValueError(f"RUNS: sweeps from different hardware ({', '.join(sorted(hardware))}); one module each")
+        variants = [d["variant"] for d in derived]
+        if len(set(variants)) != len(variants):
+            raise ValueError(f"RUNS: two sweeps of the same variant ({', '.join(variants)})")
+        out = args.out or module_path(derived[0]["hardware"])
+        kept, provisional_from = complete(derived, out, TOLERANCES_DIR)
+        text = render_module(derived, kept, provisional_from)
+        compile(text, "<tolerances>", "exec")
+    except ValueError as exc:
+        print(f"teacache-bench tolerances: {exc}", file=sys.stderr)
+        return 2
+    write_text(out, text)
+    for d in derived:
+        print(f"{d['variant']}: {d['status']}, {len(d['constants'])} constants")
+    for variant in kept:
+        print(f"{variant}: provisional, kept from the previous module (not in these sweeps)")
+    for variant, source in provisional_from.items():
+        print(f"{variant}: provisional, read at import from {source}'s module (not in these sweeps)")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
