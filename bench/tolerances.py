@@ -242,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
         if len(set(variants)) != len(variants):
             raise ValueError(f"RUNS: two sweeps of the same variant ({', '.join(variants)})")
         out = args.out or module_path(derived[0]["hardware"])
+        if out.is_dir():
+            raise ValueError(f"--out: {out} is a folder; expected the path of the .py module to write")
         kept, provisional_from = complete(derived, out, TOLERANCES_DIR)
         text = render_module(derived, kept, provisional_from)
         compile(text, "<tolerances>", "exec")
