@@ -1,9 +1,10 @@
-"""``teacache-bench campaign``: record, fit, sweep, report and derive tolerances for one model into one folder.
+"""``teacache-bench campaign``: record, fit, sweep and report for one model into one folder.
 
 Layout: ``OUT/traces`` (teacache-calib record), ``OUT/fit`` (teacache-calib fit, compared with the
 packaged coefficients), ``OUT/sweep`` (teacache-bench sweep with the new fit, predicted skips from
-the traces), ``OUT/report`` (teacache-bench report), ``OUT/tolerances.py`` (teacache-bench
-tolerances). Each stage resumes where it stopped; the derived stages are rebuilt every time.
+the traces), ``OUT/report`` (teacache-bench report). Each stage resumes where it stopped; the derived
+stages are rebuilt every time. The test tolerances are derived from the sweeps of every variant at once
+into tests/tolerances/<hardware>.py (teacache-bench tolerances), not per campaign.
 The default OUT is ``results/<hardware>/<variant>/<mflux-version>/``.
 """
 
@@ -115,7 +116,7 @@ def plan_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swe
         force_new=force_new,
     )
     default = variants.get(model).default_threshold
-    if default not in sweep.thresholds:  # the tolerances stage derives its constants at that threshold
+    if default not in sweep.thresholds:  # teacache-bench tolerances derives its constants there
         raise ValueError(
             f"--thresholds: include {model}'s default threshold {default:g}, where the tolerances are derived "
             f"(got {', '.join(f'{t:g}' for t in sweep.thresholds)})"
@@ -144,19 +145,6 @@ def fit_stage(traces: Path, out: Path, min_step: int) -> Path:
     return path
 
 
-def tolerances_stage(sweep_dir: Path, out: Path) -> Path:
-    """The tolerance module of this sweep (teacache-bench tolerances)."""
-    from bench import tolerances
-    from teacache.io import write_text
-
-    derived = tolerances.derive(sweep_dir)
-    text = tolerances.render_module([derived])
-    compile(text, "<tolerances>", "exec")
-    write_text(out, text)
-    print(f"{derived['variant']}: {derived['status']}, {len(derived['constants'])} constants -> {out}")
-    return out
-
-
 def run_campaign(model: str, out: Path, thresholds=None, record_seeds=None, sweep_seeds=None, repeats=None,
                  ssim_floor: float = 0.95, sweep_prompts=None, force_new: bool = False) -> dict:  # fmt: skip
     """Run every stage; return the report summary (with the stage timings)."""
@@ -183,7 +171,6 @@ def run_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swee
         stage("fit", lambda: fit_stage(traces, out / "fit", campaign.min_step))
         stage("sweep", lambda: sweep_stage.run_sweep(campaign.sweep))
         summary = stage("report", lambda: report.build_report(out / "sweep", out / "report", campaign.ssim_floor))
-        stage("tolerances", lambda: tolerances_stage(out / "sweep", out / "tolerances.py"))
     summary["timings_s"] = timings
     summary["report_path"] = str(out / "report" / "report.md")
     return summary

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from bench import markdown
 from bench.mutants import MUTANTS, Mutant, apply_mutant, leftovers
 from bench.sweep import image_metrics, latent_metrics
 from bench.tolerances import PROJECT_ROOT, check_run, load_module, prefix
@@ -45,6 +46,11 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seeds", default="0")
     parser.add_argument("--max-prompts", type=int, default=4)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--render-only",
+        action="store_true",
+        help="rebuild OUT/gapcheck.md from OUT/gapcheck.json (a finished gap check) without running a model",
+    )
     return parser
 
 
@@ -162,40 +168,51 @@ def _describe(values: pd.Series) -> str:
     return f"{v.min():.6g}..{v.max():.6g}" if v.min() != v.max() else f"{v.min():.6g}"
 
 
+def _mutant_cells(entry: dict) -> list[str]:
+    """One cell per mutant: its values, caught or passes, and *for* where the tolerance exists to catch it."""
+    cells = []
+    for m in MUTANTS:
+        v = entry["mutants"][m.name]
+        mark = "**caught**" if v["caught"] else "passes"
+        cells.append(f"{v['value']} {mark}{' *for*' if v['exists_for'] else ''}")
+    return cells
+
+
 def render_markdown(summary: dict, provenance: dict) -> str:
-    lines = [
-        f"# Gap check: {summary['variant']}",
-        "",
-        f"Tolerances: `{Path(summary['tolerances']).name}`; pairs: {', '.join(summary['pairs'])}; "
-        f"{provenance['date_utc']} on {provenance['backend']} {provenance['device_name']}, mlx "
-        f"{provenance['versions']['mlx']}, mflux {provenance['versions']['mflux']}.",
-        "",
-        "For each tolerance: the correct wrapper's values (the noise), each mutant's values, and whether the",
-        "tolerance catches it (**caught**). *for* marks the mutants the tolerance exists to catch.",
-        "",
-        "| tolerance | noise (correct) | " + " | ".join(m.name for m in MUTANTS) + " | verdict |",
-        "|---|---|" + "---|" * len(MUTANTS) + "---|",
-    ]
-    for name, entry in summary["table"].items():
-        cells = []
-        for m in MUTANTS:
-            v = entry["mutants"][m.name]
-            mark = "**caught**" if v["caught"] else "passes"
-            cells.append(f"{v['value']} {mark}{' *for*' if v['exists_for'] else ''}")
-        noise = f"{entry['noise']} ({'passes' if entry['noise_passes'] else 'FAILS'})"
-        verdict = "FLAG: catches none of its mutants" if entry["flag"] else ("separates" if entry["separates"] else "-")
-        lines.append(f"| {name} | {noise} | " + " | ".join(cells) + f" | {verdict} |")
-    lines.append("")
-    if summary["uncaught_mutants"]:
-        lines.append(f"**Mutants no tolerance catches: {', '.join(summary['uncaught_mutants'])}.**")
-    else:
-        lines.append("Every mutant is caught by at least one tolerance.")
-    lines.append("")
-    return "\n".join(lines)
+    """gapcheck.md: a row per tolerance (in TOLERANCES order), a column per mutant, and the verdicts."""
+    table = [(name, summary["table"][name]) for name in TOLERANCES if name in summary["table"]]
+    return markdown.render(
+        "gapcheck.md.j2",
+        summary=summary,
+        provenance=provenance,
+        tolerances_name=Path(summary["tolerances"]).name,
+        mutants=[m.name for m in MUTANTS],
+        table=table,
+        mutant_cells=_mutant_cells,
+    )
+
+
+def rerender(folder: Path) -> str:
+    """gapcheck.md rebuilt from the gapcheck.json beside it (its summary and provenance), without a model."""
+    path = Path(folder) / "gapcheck.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return render_markdown(data["summary"], data["provenance"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"--out: cannot rebuild from {path}: {exc}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
+    if args.render_only:
+        try:
+            text = rerender(args.out)
+        except ValueError as exc:
+            print(f"teacache-bench gapcheck: {exc}", file=sys.stderr)
+            return 2
+        write_text(args.out / "gapcheck.md", text)
+        print(f"wrote {args.out / 'gapcheck.md'}")
+        return 0
     try:
         result = run_gapcheck(args)
     except ValueError as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import teacache  # noqa: F401  (first: OpenBLAS preload before MLX)
-from tests.tolerances import load_tolerances
+from tests.tolerances import describe, load_tolerances
 
 
 class FinalLatents:
@@ -57,7 +57,7 @@ def pytest_report_header(config):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         module = load_tolerances()
-    line = f"tolerances: {module.__name__.replace('.', '/')}.py ({module.STATUS}) for hardware {hardware_slug()}"
+    line = f"tolerances: {describe(module)} for hardware {hardware_slug()}"
     if caught:
         line += f"\nPROVISIONAL: {caught[0].message}"
     return line

@@ -177,3 +177,27 @@ def test_bad_input_exits_2_and_writes_nothing(two_hardware, tmp_path, capsys, ca
     assert {"no-campaign": "holds no campaign", "no-common-variant": "no variant in both",
             "missing": "is not a folder"}[case] in err  # fmt: skip
     assert not out.exists()
+
+
+@pytest.mark.parametrize("floor", ["nan", "1.5", "-1"])
+def test_a_floor_outside_0_1_is_refused_in_one_line(two_hardware, tmp_path, capsys, floor):
+    hw_a, hw_b, _, _ = two_hardware
+    out = tmp_path / "out"
+    assert compare_hardware.main([str(hw_a), str(hw_b), "--out", str(out), "--ssim-floor", floor]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err == f"teacache-bench compare-hardware: --ssim-floor {float(floor)!r}: expected a number from 0 to 1 "
+        "(a floor on p5 ssim)"
+    )
+    assert not out.exists()
+
+
+def test_measured_cases_are_not_compared_as_tolerance_constants(two_hardware, tmp_path):
+    hw_a, hw_b, camp_a, camp_b = two_hardware
+    for camp, seeds in ((camp_a, (0, 1)), (camp_b, (0,))):
+        cases = tuple(("p0", "a red fox", s) for s in seeds)
+        path = camp / "tolerances.py"
+        path.write_text(path.read_text() + f"TINY_SHAPES_CASES = {cases!r}\n")
+    data, md = run(hw_a, hw_b, tmp_path / "out", "--no-plot")
+    rows = {r["constant"] for r in data["variants"]["tiny-shapes"]["tolerances"]["constants"]}
+    assert "TINY_SHAPES_CASES" not in rows and "TINY_SHAPES_SSIM_FLOOR" in rows and "CASES" not in md

@@ -407,3 +407,22 @@ def test_missing_sweep_folder(tmp_path, capsys):
     assert report.main([str(tmp_path / "nowhere"), "--out", str(tmp_path / "out")]) == 2
     assert "no sweep folder at" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("floor", ["nan", "2", "-1", "inf"])
+def test_a_floor_outside_the_metric_range_is_refused_in_one_line_before_reading(tmp_path, capsys, floor):
+    out = tmp_path / "out"
+    assert report.main([str(tmp_path / "nowhere"), "--out", str(out), "--ssim-floor", floor]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        f"teacache-bench report: --ssim-floor {float(floor)!r}: expected a number from 0 to 1 (a floor on p5 ssim)"
+    )
+    assert not out.exists()
+
+
+def test_a_psnr_floor_is_in_decibels(sweep_dir, tmp_path, no_png):
+    summary = report.build_report(sweep_dir, tmp_path / "out", ssim_floor=30.0, metric="psnr")
+    assert summary["floor"] == 30.0 and summary["metric"] == "psnr"
+    with pytest.raises(report.ReportInputError, match="expected a finite number >= 0"):
+        report.build_report(sweep_dir, tmp_path / "out2", ssim_floor=-3.0, metric="psnr")
+    assert not (tmp_path / "out2").exists()

@@ -5,9 +5,9 @@ Each constant: what was measured, where and with what, the measured distribution
 and calibrated (>= 8 prompt x seed pairs on this hardware) or provisional.
 """
 
-HARDWARE = 'cpu-amd-epyc-2c'
-STATUS = 'calibrated'
-VARIANTS = ('tiny-shapes', 'tiny-flux1', 'tiny-flux2', 'tiny-qwen-image', 'tiny-z-image')
+HARDWARE = "cpu-amd-epyc-2c"
+STATUS = "calibrated"
+VARIANTS = ("tiny-shapes", "tiny-flux1", "tiny-flux2", "tiny-qwen-image", "tiny-z-image")
 
 # the generation settings every constant below was measured with
 # measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-shapes, 28
@@ -21,7 +21,7 @@ TINY_SHAPES_SETTINGS = {
             16.086119049542994,
             -3.2724329723445527,
             0.2306109654795972,
-            0.017544676205174813
+            0.017544676205174813,
         ],
         "form": "poly+step",
         "provenance": {
@@ -34,22 +34,45 @@ TINY_SHAPES_SETTINGS = {
             "r2": 0.880970879112054,
             "rmse_cv": 0.00284154646647648,
             "source": "teacache-calib fit",
-            "variant": "tiny-shapes"
+            "variant": "tiny-shapes",
         },
         "time_coefficients": [
             0.061509025424100604,
-            -0.06318541894824016
+            -0.06318541894824016,
         ],
         "x_range": [
             0.011438185349106789,
-            0.3542158901691437
-        ]
+            0.3542158901691437,
+        ],
     },
     "resolution": "32x32",
     "skip_first_n_steps": 2,
     "steps": 28,
-    "threshold": 0.03
+    "threshold": 0.03,
 }
+
+# the (prompt id, prompt, seed) pairs the bounds below were measured on; the tests run on these
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-shapes, 28
+#   steps, 32x32, guidance 1.0; 16 prompts x 1 seeds; sweep commit 339a3b9af4dcedf546b98b11899f38fab8f62fca
+# calibrated
+TINY_SHAPES_CASES = (
+    ("shapes-00", "a red circle on a blue background at the center", 0),
+    ("shapes-01", "a yellow square on a black background at the left", 0),
+    ("shapes-02", "a green triangle on a white background at the top", 0),
+    ("shapes-03", "a purple ring on a orange background at the right", 0),
+    ("shapes-04", "a blue square on a yellow background at the bottom", 0),
+    ("shapes-05", "a white circle on a green background at the left", 0),
+    ("shapes-06", "a orange triangle on a purple background at the center", 0),
+    ("shapes-07", "a black ring on a red background at the top", 0),
+    ("shapes-08", "a red square on a white background at the right", 0),
+    ("shapes-09", "a blue triangle on a orange background at the bottom", 0),
+    ("shapes-10", "a green circle on a black background at the right", 0),
+    ("shapes-11", "a yellow ring on a purple background at the center", 0),
+    ("shapes-12", "a purple square on a green background at the top", 0),
+    ("shapes-13", "a white triangle on a red background at the left", 0),
+    ("shapes-14", "a black circle on a yellow background at the bottom", 0),
+    ("shapes-15", "a orange ring on a blue background at the left", 0),
+)
 
 # threshold 0 against the paired vanilla run, final latents max-abs (the fast path swaps nothing in)
 # measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-shapes, 28
@@ -57,7 +80,7 @@ TINY_SHAPES_SETTINGS = {
 # n 16: min 0, p1 0, median 0, max 0
 # bit-exact: every run equal to vanilla
 # calibrated
-TINY_SHAPES_NOOP_THRESHOLD0 = 'bit-exact'
+TINY_SHAPES_NOOP_THRESHOLD0 = "bit-exact"
 
 # proxy active, every step computed (uncompiled path), final latents cosine against vanilla
 # measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-shapes, 28
@@ -79,7 +102,7 @@ TINY_SHAPES_PROXY_NOOP_MAX_ABS = 0.002495117485523224
 # measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-shapes, 28
 #   steps, 32x32, guidance 1.0; 16 prompts x 1 seeds; sweep commit 339a3b9af4dcedf546b98b11899f38fab8f62fca
 # calibrated
-TINY_SHAPES_RESTORE = 'bit-exact'
+TINY_SHAPES_RESTORE = "bit-exact"
 
 # SSIM of decoded images against vanilla at threshold 0.03
 # measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-shapes, 28
@@ -117,7 +140,7 @@ TINY_FLUX1_SETTINGS = {
             262007.88331454314,
             -21283.89735826847,
             764.6360572591444,
-            -10.197193113672983
+            -10.197193113672983,
         ],
         "form": "poly+sigma",
         "provenance": {
@@ -130,21 +153,37 @@ TINY_FLUX1_SETTINGS = {
             "r2": 0.6788009001368864,
             "rmse_cv": 0.003486324741299356,
             "source": "teacache-calib fit",
-            "variant": "tiny-flux1"
+            "variant": "tiny-flux1",
         },
         "time_coefficients": [
-            -0.003715004287575995
+            -0.003715004287575995,
         ],
         "x_range": [
             0.043028127402067184,
-            0.06265668570995331
-        ]
+            0.06265668570995331,
+        ],
     },
     "resolution": "128x128",
     "skip_first_n_steps": 1,
     "steps": 20,
-    "threshold": 0.25
+    "threshold": 0.25,
 }
+
+# the (prompt id, prompt, seed) pairs the bounds below were measured on; the tests run on these
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux1, 20
+#   steps, 128x128, guidance 3.5; 3 prompts x 3 seeds; sweep commit 4ef2ff459615f155ee0fa51a40700467e46126d5
+# calibrated
+TINY_FLUX1_CASES = (
+    ("obj-teapot", "a porcelain teapot with blue floral patterns on a wooden table, soft window light", 0),
+    ("obj-teapot", "a porcelain teapot with blue floral patterns on a wooden table, soft window light", 1),
+    ("obj-teapot", "a porcelain teapot with blue floral patterns on a wooden table, soft window light", 2),
+    ("scene-city", "a rainy city street at night with neon signs reflected in puddles", 0),
+    ("scene-city", "a rainy city street at night with neon signs reflected in puddles", 1),
+    ("scene-city", "a rainy city street at night with neon signs reflected in puddles", 2),
+    ("portrait-elder", "close-up portrait of an elderly fisherman with a weathered face, natural light", 0),
+    ("portrait-elder", "close-up portrait of an elderly fisherman with a weathered face, natural light", 1),
+    ("portrait-elder", "close-up portrait of an elderly fisherman with a weathered face, natural light", 2),
+)
 
 # threshold 0 against the paired vanilla run, final latents max-abs (the fast path swaps nothing in)
 # measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux1, 20
@@ -152,20 +191,20 @@ TINY_FLUX1_SETTINGS = {
 # n 9: min 0, p1 0, median 0, max 0
 # bit-exact: every run equal to vanilla
 # calibrated
-TINY_FLUX1_NOOP_THRESHOLD0 = 'bit-exact'
+TINY_FLUX1_NOOP_THRESHOLD0 = "bit-exact"
 
 # proxy active, every step computed, against vanilla: bit-exact in every run (path unchanged)
 # measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux1, 20
 #   steps, 128x128, guidance 3.5; 3 prompts x 3 seeds; sweep commit 4ef2ff459615f155ee0fa51a40700467e46126d5
 # n 9: min 0, p1 0, median 0, max 0
 # calibrated
-TINY_FLUX1_PROXY_NOOP = 'bit-exact'
+TINY_FLUX1_PROXY_NOOP = "bit-exact"
 
 # vanilla runs before and after TeaCache runs in one process: every repeat equal
 # measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux1, 20
 #   steps, 128x128, guidance 3.5; 3 prompts x 3 seeds; sweep commit 4ef2ff459615f155ee0fa51a40700467e46126d5
 # calibrated
-TINY_FLUX1_RESTORE = 'bit-exact'
+TINY_FLUX1_RESTORE = "bit-exact"
 
 # SSIM of decoded images against vanilla at threshold 0.25
 # measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux1, 20
@@ -203,7 +242,7 @@ TINY_FLUX2_SETTINGS = {
             -963.0380745585732,
             82.57287298256279,
             -1.7988776319977244,
-            0.02585975673028686
+            0.02585975673028686,
         ],
         "form": "poly+step",
         "provenance": {
@@ -216,22 +255,38 @@ TINY_FLUX2_SETTINGS = {
             "r2": 0.9827275226137466,
             "rmse_cv": 0.002228504677543371,
             "source": "teacache-calib fit",
-            "variant": "tiny-flux2"
+            "variant": "tiny-flux2",
         },
         "time_coefficients": [
             -0.03906267559812941,
-            0.03490367617641723
+            0.03490367617641723,
         ],
         "x_range": [
             0.0358947291970253,
-            0.09894689172506332
-        ]
+            0.09894689172506332,
+        ],
     },
     "resolution": "128x128",
     "skip_first_n_steps": 1,
     "steps": 20,
-    "threshold": 0.3
+    "threshold": 0.3,
 }
+
+# the (prompt id, prompt, seed) pairs the bounds below were measured on; the tests run on these
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux2, 20
+#   steps, 128x128, guidance 1.0; 3 prompts x 3 seeds; sweep commit 156dc333ad39fa39aa62bafb596c8a2b2b9b7e3b
+# calibrated
+TINY_FLUX2_CASES = (
+    ("obj-teapot", "a porcelain teapot with blue floral patterns on a wooden table, soft window light", 0),
+    ("obj-teapot", "a porcelain teapot with blue floral patterns on a wooden table, soft window light", 1),
+    ("obj-teapot", "a porcelain teapot with blue floral patterns on a wooden table, soft window light", 2),
+    ("scene-city", "a rainy city street at night with neon signs reflected in puddles", 0),
+    ("scene-city", "a rainy city street at night with neon signs reflected in puddles", 1),
+    ("scene-city", "a rainy city street at night with neon signs reflected in puddles", 2),
+    ("portrait-elder", "close-up portrait of an elderly fisherman with a weathered face, natural light", 0),
+    ("portrait-elder", "close-up portrait of an elderly fisherman with a weathered face, natural light", 1),
+    ("portrait-elder", "close-up portrait of an elderly fisherman with a weathered face, natural light", 2),
+)
 
 # threshold 0 against the paired vanilla run, final latents max-abs (the fast path swaps nothing in)
 # measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux2, 20
@@ -239,7 +294,7 @@ TINY_FLUX2_SETTINGS = {
 # n 9: min 0, p1 0, median 0, max 0
 # bit-exact: every run equal to vanilla
 # calibrated
-TINY_FLUX2_NOOP_THRESHOLD0 = 'bit-exact'
+TINY_FLUX2_NOOP_THRESHOLD0 = "bit-exact"
 
 # proxy active, every step computed (uncompiled path), final latents cosine against vanilla
 # measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux2, 20
@@ -261,7 +316,7 @@ TINY_FLUX2_PROXY_NOOP_MAX_ABS = 1.430511474609375e-06
 # measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux2, 20
 #   steps, 128x128, guidance 1.0; 3 prompts x 3 seeds; sweep commit 156dc333ad39fa39aa62bafb596c8a2b2b9b7e3b
 # calibrated
-TINY_FLUX2_RESTORE = 'bit-exact'
+TINY_FLUX2_RESTORE = "bit-exact"
 
 # SSIM of decoded images against vanilla at threshold 0.3
 # measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux2, 20
@@ -299,7 +354,7 @@ TINY_QWEN_IMAGE_SETTINGS = {
             86329.14774197471,
             -9785.052407887479,
             490.5518659728866,
-            -9.122513593517114
+            -9.122513593517114,
         ],
         "form": "poly+step",
         "provenance": {
@@ -312,22 +367,38 @@ TINY_QWEN_IMAGE_SETTINGS = {
             "r2": 0.9387906961342469,
             "rmse_cv": 0.0020721023091983272,
             "source": "teacache-calib fit",
-            "variant": "tiny-qwen-image"
+            "variant": "tiny-qwen-image",
         },
         "time_coefficients": [
             -0.012954985326887816,
-            -0.0011659944650561857
+            -0.0011659944650561857,
         ],
         "x_range": [
             0.062319085001945496,
-            0.09304319322109222
-        ]
+            0.09304319322109222,
+        ],
     },
     "resolution": "128x128",
     "skip_first_n_steps": 1,
     "steps": 10,
-    "threshold": 0.3
+    "threshold": 0.3,
 }
+
+# the (prompt id, prompt, seed) pairs the bounds below were measured on; the tests run on these
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-qwen-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit 7b909a4ca42927490b5022dd4a369a3791a36eab
+# calibrated
+TINY_QWEN_IMAGE_CASES = (
+    ("obj-teapot", "a porcelain teapot with blue floral patterns on a wooden table, soft window light", 0),
+    ("obj-teapot", "a porcelain teapot with blue floral patterns on a wooden table, soft window light", 1),
+    ("obj-teapot", "a porcelain teapot with blue floral patterns on a wooden table, soft window light", 2),
+    ("scene-city", "a rainy city street at night with neon signs reflected in puddles", 0),
+    ("scene-city", "a rainy city street at night with neon signs reflected in puddles", 1),
+    ("scene-city", "a rainy city street at night with neon signs reflected in puddles", 2),
+    ("portrait-elder", "close-up portrait of an elderly fisherman with a weathered face, natural light", 0),
+    ("portrait-elder", "close-up portrait of an elderly fisherman with a weathered face, natural light", 1),
+    ("portrait-elder", "close-up portrait of an elderly fisherman with a weathered face, natural light", 2),
+)
 
 # threshold 0 against the paired vanilla run, final latents max-abs (the fast path swaps nothing in)
 # measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-qwen-image, 10
@@ -335,20 +406,20 @@ TINY_QWEN_IMAGE_SETTINGS = {
 # n 9: min 0, p1 0, median 0, max 0
 # bit-exact: every run equal to vanilla
 # calibrated
-TINY_QWEN_IMAGE_NOOP_THRESHOLD0 = 'bit-exact'
+TINY_QWEN_IMAGE_NOOP_THRESHOLD0 = "bit-exact"
 
 # proxy active, every step computed, against vanilla: bit-exact in every run (path unchanged)
 # measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-qwen-image, 10
 #   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit 7b909a4ca42927490b5022dd4a369a3791a36eab
 # n 9: min 0, p1 0, median 0, max 0
 # calibrated
-TINY_QWEN_IMAGE_PROXY_NOOP = 'bit-exact'
+TINY_QWEN_IMAGE_PROXY_NOOP = "bit-exact"
 
 # vanilla runs before and after TeaCache runs in one process: every repeat equal
 # measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-qwen-image, 10
 #   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit 7b909a4ca42927490b5022dd4a369a3791a36eab
 # calibrated
-TINY_QWEN_IMAGE_RESTORE = 'bit-exact'
+TINY_QWEN_IMAGE_RESTORE = "bit-exact"
 
 # SSIM of decoded images against vanilla at threshold 0.3
 # measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-qwen-image, 10
@@ -385,7 +456,7 @@ TINY_Z_IMAGE_SETTINGS = {
             439.3859660351677,
             -149.48339549644177,
             18.393116948427977,
-            -0.33718327781989504
+            -0.33718327781989504,
         ],
         "form": "poly+step",
         "provenance": {
@@ -398,22 +469,38 @@ TINY_Z_IMAGE_SETTINGS = {
             "r2": 0.8048912801384226,
             "rmse_cv": 0.01674617035076194,
             "source": "teacache-calib fit",
-            "variant": "tiny-z-image"
+            "variant": "tiny-z-image",
         },
         "time_coefficients": [
             -0.33003448713680844,
-            0.15978689294321785
+            0.15978689294321785,
         ],
         "x_range": [
             0.05019507184624672,
-            0.1581895500421524
-        ]
+            0.1581895500421524,
+        ],
     },
     "resolution": "128x128",
     "skip_first_n_steps": 1,
     "steps": 10,
-    "threshold": 0.3
+    "threshold": 0.3,
 }
+
+# the (prompt id, prompt, seed) pairs the bounds below were measured on; the tests run on these
+# measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-z-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit 7b909a4ca42927490b5022dd4a369a3791a36eab
+# calibrated
+TINY_Z_IMAGE_CASES = (
+    ("obj-teapot", "a porcelain teapot with blue floral patterns on a wooden table, soft window light", 0),
+    ("obj-teapot", "a porcelain teapot with blue floral patterns on a wooden table, soft window light", 1),
+    ("obj-teapot", "a porcelain teapot with blue floral patterns on a wooden table, soft window light", 2),
+    ("scene-city", "a rainy city street at night with neon signs reflected in puddles", 0),
+    ("scene-city", "a rainy city street at night with neon signs reflected in puddles", 1),
+    ("scene-city", "a rainy city street at night with neon signs reflected in puddles", 2),
+    ("portrait-elder", "close-up portrait of an elderly fisherman with a weathered face, natural light", 0),
+    ("portrait-elder", "close-up portrait of an elderly fisherman with a weathered face, natural light", 1),
+    ("portrait-elder", "close-up portrait of an elderly fisherman with a weathered face, natural light", 2),
+)
 
 # threshold 0 against the paired vanilla run, final latents max-abs (the fast path swaps nothing in)
 # measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-z-image, 10
@@ -421,7 +508,7 @@ TINY_Z_IMAGE_SETTINGS = {
 # n 9: min 0, p1 0, median 0, max 0
 # bit-exact: every run equal to vanilla
 # calibrated
-TINY_Z_IMAGE_NOOP_THRESHOLD0 = 'bit-exact'
+TINY_Z_IMAGE_NOOP_THRESHOLD0 = "bit-exact"
 
 # proxy active, every step computed (uncompiled path), final latents cosine against vanilla
 # measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-z-image, 10
@@ -443,7 +530,7 @@ TINY_Z_IMAGE_PROXY_NOOP_MAX_ABS = 1.239776611328125e-05
 # measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-z-image, 10
 #   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit 7b909a4ca42927490b5022dd4a369a3791a36eab
 # calibrated
-TINY_Z_IMAGE_RESTORE = 'bit-exact'
+TINY_Z_IMAGE_RESTORE = "bit-exact"
 
 # SSIM of decoded images against vanilla at threshold 0.3
 # measured 2026-11-30 on cpu AMD EPYC (Linux 6.18.44-fc-v782 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-z-image, 10

@@ -1,0 +1,50 @@
+"""The input of a report: a sweep folder's runs, decisions and provenance, read and validated.
+
+The tables' schemas and their reader live in ``bench.records`` (the sweep writes through it); every problem
+found becomes one ReportInputError whose message says what is wrong and what to do, raised before anything
+is computed or written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from bench import records
+
+RUN_COLUMNS: tuple[str, ...] = records.RUNS.names
+DECISION_COLUMNS: tuple[str, ...] = records.DECISIONS.required
+KINDS = records.KINDS
+
+
+class ReportInputError(ValueError):
+    """The sweep folder cannot be reported on; the message says what is wrong and what to do."""
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """The raw records of one sweep folder, validated."""
+
+    runs: pd.DataFrame
+    decisions: pd.DataFrame | None
+    provenance: dict
+    runs_sha256: str
+
+
+def validate_runs(runs: pd.DataFrame) -> None:
+    """Refuse a runs table this tool cannot read, with one message naming the first problem found."""
+    try:
+        records.validate_runs(runs)
+    except records.RecordError as exc:
+        raise ReportInputError(str(exc)) from None
+
+
+def load_sweep(runs_dir: str | Path) -> Sweep:
+    """Read and validate a sweep folder (bench.records); raises ReportInputError with one clear message."""
+    try:
+        found = records.read_sweep(runs_dir)
+    except records.RecordError as exc:
+        raise ReportInputError(str(exc)) from None
+    return Sweep(found.runs, found.decisions, found.provenance, found.runs_sha256)

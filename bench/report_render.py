@@ -1,0 +1,91 @@
+"""A report's files, drawn and formatted in memory: the plots, the CSV tables, report.md and summary.json.
+
+report.md is ``bench/templates/report.md.j2`` filled from an Analysis; nothing here writes to disk.
+"""
+
+from __future__ import annotations
+
+import json
+
+from bench import markdown, plots, stats
+from bench.report_compute import Analysis, summary
+
+# Every file a report can write; a rebuild removes those it no longer produces and never touches others.
+OUTPUTS = frozenset(
+    {
+        "report.md",
+        "summary.json",
+        "distribution.csv",
+        "predicted_vs_actual.csv",
+        "speedup_vs_ssim.png",
+        "speedup_vs_cosine.png",
+        "skips_vs_threshold.png",
+        "x_traces.png",
+        "skip_heatmap.png",
+    }
+)
+
+
+def draw_plots(analysis: Analysis) -> tuple[dict[str, bytes], dict[str, str], list[str]]:
+    """PNG bytes per file name, the caption of each, and a note for each plot left out (and why)."""
+    dist, runs, decisions = analysis.dist, analysis.sweep.runs, analysis.sweep.decisions
+    files: dict[str, bytes] = {}
+    captions: dict[str, str] = {}
+    omitted: list[str] = []
+    for quality in ("ssim", "cosine"):
+        name = f"speedup_vs_{quality}.png"
+        if stats.stat(dist, quality, "n").sum() > 0:
+            files[name] = plots.figure_png(plots.speedup_quality(dist, quality))
+            captions[name] = f"Speedup vs {quality.upper() if quality == 'ssim' else quality}"
+        else:
+            omitted.append(f"{name} omitted: no {quality} values in the sweep")
+    files["skips_vs_threshold.png"] = plots.figure_png(plots.skips_vs_threshold(dist, analysis.rescale_floor))
+    captions["skips_vs_threshold.png"] = "Skipped steps vs threshold"
+    if decisions is not None and not decisions.empty:
+        files["x_traces.png"] = plots.figure_png(plots.x_traces(decisions, runs, analysis.trace_threshold))
+        captions["x_traces.png"] = f"Gate signal x per step at threshold {analysis.trace_threshold:g}"
+    else:
+        omitted.append("x_traces.png omitted: the sweep folder has no decisions.parquet (or it is empty)")
+    files["skip_heatmap.png"] = plots.figure_png(plots.skip_heatmap(stats.skip_pattern(runs)))
+    captions["skip_heatmap.png"] = "Skip pattern (fraction of runs skipping each step)"
+    return files, captions, omitted
+
+
+def report_markdown(analysis: Analysis, captions: dict[str, str], omitted: list[str]) -> str:
+    """report.md: provenance, the recommendation, the per-threshold table, the plots and the replay check."""
+    prov, runs = analysis.sweep.provenance, analysis.sweep.runs
+    table, default = analysis.table, analysis.default_threshold
+    return markdown.render(
+        "report.md.j2",
+        a=analysis,
+        prov=prov,
+        variant=prov.get("variant") or runs["variant"].iloc[0],
+        model=prov.get("model") or runs["model"].iloc[0],
+        versions=prov.get("versions") or {},
+        git=prov.get("git") or {},
+        ssim=prov.get("ssim") or {},
+        rescale=prov.get("rescale") or {},
+        prompts=prov.get("prompts") or sorted(runs["prompt_id"].unique()),
+        seeds=prov.get("seeds") or sorted(runs["seed"].unique()),
+        thresholds=list(table.index),
+        pairs=runs.loc[runs["kind"] == "vanilla", "pair_id"].nunique(),
+        speed=table.loc[analysis.rec.threshold] if analysis.rec.threshold is not None else None,
+        default_speedup=table.loc[default, "speedup"] if default is not None and default in table.index else None,
+        single_run=bool((table["n"] < 2).any()),
+        captions=captions,
+        omitted=omitted,
+    )
+
+
+def render_files(analysis: Analysis) -> tuple[dict[str, bytes], dict]:
+    """Every output file (name -> bytes) and the summary, without writing anything."""
+    files, captions, omitted = draw_plots(analysis)
+    files["distribution.csv"] = analysis.dist.to_csv(index=False).encode("utf-8")
+    if not analysis.pva.empty:
+        files["predicted_vs_actual.csv"] = analysis.pva.to_csv(index=False).encode("utf-8")
+    files["report.md"] = report_markdown(analysis, captions, omitted).encode("utf-8")
+    data = summary(analysis)
+    data["files"] = sorted([*files, "summary.json"])
+    assert set(data["files"]) <= OUTPUTS, "add new report files to OUTPUTS"
+    files["summary.json"] = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    return files, data

@@ -1,0 +1,87 @@
+"""Every derived file committed under results/, and each tolerance module, rebuilds byte-identically from raw tables.
+
+Reports come from their sweep folder, the hardware comparison from both hardware folders (when they still
+hold the inputs it was made from), gap-check tables from gapcheck.json and each hardware's tolerance module
+from its sweeps. PNGs are left out here (drawing them takes a minute); `teacache-bench report` rebuilds
+them byte-identically too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from bench import compare_hardware, gapcheck, plots, report
+from bench import tolerances as tolerances_cmd
+from bench.compare_input import version_key
+from bench.tolerance_module import TOLERANCES_DIR, complete, generated_modules, prefix, render_module
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "results"
+CAMPAIGNS = sorted(p for p in RESULTS.glob("*/*/*") if (p / "sweep" / "runs.parquet").is_file())
+COMPARISON = RESULTS / "comparisons" / "cpu-amd-epyc-2c-vs-cuda-nvidia-h200"
+GAPCHECKS = sorted(RESULTS.glob("*/*/*/gapcheck/gapcheck.json"))
+MODULES = [m for m in generated_modules() if (RESULTS / m.hardware).is_dir()]
+
+
+def _newest_sweep(hardware: str, variant: str) -> Path:
+    sweeps = [p.parent for p in (RESULTS / hardware / variant).glob("*/sweep/runs.parquet")]
+    assert sweeps, f"the {hardware} module derives {variant}, but results/{hardware}/{variant} has no sweep"
+    return max(sweeps, key=lambda p: version_key(p.parent.name))
+
+
+@pytest.fixture
+def no_png(monkeypatch):
+    monkeypatch.setattr(plots, "figure_png", lambda fig: b"")
+
+
+def _rel(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+@pytest.mark.parametrize("campaign", CAMPAIGNS, ids=_rel)
+def test_report_rebuilds_from_its_sweep(campaign, no_png):
+    recorded = json.loads((campaign / "report" / "summary.json").read_text())
+    files, _ = report.render(report.load_sweep(campaign / "sweep"), recorded["floor"], recorded["metric"])
+    for name, data in files.items():
+        if not name.endswith(".png"):
+            assert data == (campaign / "report" / name).read_bytes(), f"{_rel(campaign)}/report/{name}"
+
+
+def test_hardware_comparison_rebuilds_from_both_hardware_folders(monkeypatch):
+    monkeypatch.chdir(ROOT)  # compare.md names the folders as given on the command line
+    recorded = json.loads((COMPARISON / "compare.json").read_text())
+    changed = [
+        path
+        for variant in recorded["variants"].values()
+        for side in ("a", "b")
+        for path, sha in variant["inputs"][side].items()
+        if not (ROOT / path).is_file() or hashlib.sha256((ROOT / path).read_bytes()).hexdigest() != sha
+    ]
+    if changed:  # re-measured since (README: Re-derive tolerances on this hardware): the comparison is older
+        pytest.skip(f"compare.md predates its inputs ({', '.join(changed)}): rebuild it with compare-hardware")
+    a, b = (Path(recorded[side]["path"]) for side in ("a", "b"))
+    result = compare_hardware.build(a, b, recorded["ssim_floor"])
+    assert compare_hardware.render_markdown(result) == (COMPARISON / "compare.md").read_text()
+
+
+@pytest.mark.parametrize("path", GAPCHECKS, ids=_rel)
+def test_gapcheck_table_rebuilds_from_its_json(path):
+    assert gapcheck.rerender(path.parent) == (path.parent / "gapcheck.md").read_text()
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.hardware)
+def test_tolerance_module_rebuilds_from_its_sweeps(module, monkeypatch):
+    """The variants it derived from their sweeps (at the threshold it records); the ones it kept, from itself."""
+    # The CPU sweeps predate the core count in provenance: their slug takes this machine's, 2 when measured.
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    derived = []
+    for variant in module.variants:
+        threshold = module.constants[f"{prefix(variant)}_SETTINGS"]["threshold"]
+        derived.append(tolerances_cmd.derive(_newest_sweep(module.hardware, variant), threshold))
+    kept, provisional_from = complete(derived, module.path, TOLERANCES_DIR)
+    assert render_module(derived, kept, provisional_from) == module.path.read_text()
