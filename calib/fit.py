@@ -4,8 +4,9 @@ Candidates (:mod:`calib.candidates`): polynomials of degree 1-4 in x (free, thro
 monotone on the calibrated range) and the time-aware forms ``poly+step`` / ``poly+sigma`` with time terms
 up to degree 5 and x*u interaction terms, free or monotone in x. Selection (:mod:`calib.selection`) is by
 cross-validated R^2 with prompts held out and the one-standard-error rule; in-sample R^2 is reported next to
-it. Traces are read by :mod:`calib.traces`, the reader every command shares. Writes ``fit.json`` plus plots
-into ``--out``, all at the end, so a failed fit leaves no partial files.
+it, and the decision score (:mod:`calib.fit_decision`: what each candidate's schedules leave uncomputed on
+held-out prompts) beside both. Traces are read by :mod:`calib.traces`, the reader every command shares.
+Writes ``fit.json`` plus plots into ``--out``, all at the end, so a failed fit leaves no partial files.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from calib.candidates import (  # noqa: F401  (re-exported: the public names of 
 )
 from calib.coefficient_sources import import_module_from_path, parse_x_range, resolve_coefficients
 from calib.errors import FitError
+from calib.fit_decision import decision_plot, report_lines, score_fit
 from calib.fit_file import FIT_KIND, describe_data, read_fit, rescale_from_fit  # noqa: F401
 from calib.fit_plots import PLOT_FILES, render_plots  # noqa: F401
 from calib.monotone import fit_monotone  # noqa: F401
@@ -209,7 +211,12 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, dict[str, byte
     }
     if comparison_source is not None:
         fit["comparison"] = compare(*comparison_source, frame, fit["selected"], args.margin)
+    decision = score_fit(
+        fit, frame, specs, args.folds, args.min_step, comparison_source[0] if comparison_source else None
+    )
     plots = {} if args.no_plots else render_plots(fit, frame)
+    if plots and decision:
+        plots["decision"] = decision_plot(fit, decision)
     fit["plots"] = [PLOT_FILES[name] for name in plots]
     return fit, plots
 
@@ -221,10 +228,11 @@ def print_summary(fit: dict, path: Path) -> None:
     console = Console(width=max(100, Console().width))
     data = fit["data"]
     cands = fit["candidates"]
-    shown = sorted(cands, key=lambda c: c["rmse"])[:20]
-    if not any(c["selected"] for c in shown):
-        shown[-1] = next(c for c in cands if c["selected"])
-    more = f"; the {len(shown)} best of {len(cands)} candidates" if len(shown) < len(cands) else ""
+    best = sorted(cands, key=lambda c: c["rmse"])[:20]
+    by = fit["selection"].get("selected_by") or {}
+    picks = [c for c in cands if c not in best and (c["selected"] or c["label"] == by.get("decision_excess"))]
+    shown = best + picks
+    more = f"; the {len(best)} best of {len(cands)} candidates by cv RMSE" if len(best) < len(cands) else ""
     table = Table(
         title=f"{data['n_pairs']} pairs, {data['n_prompts']} prompts, {fit['selection']['cv']}{more}",
         title_justify="left",
@@ -235,6 +243,7 @@ def print_summary(fit: dict, path: Path) -> None:
         ("R^2", "right"),
         ("cv R^2", "right"),
         ("cv RMSE", "right"),
+        ("decision", "right"),
         ("", "left"),
     ):
         table.add_column(name, justify=justify)
@@ -245,7 +254,8 @@ def print_summary(fit: dict, path: Path) -> None:
             f"{c['r2']:.4f}",
             f"{c['cv_r2']:.4f}",
             f"{c['rmse']:.4g}",
-            "selected" if c["selected"] else "",
+            "n/a" if c.get("decision_excess") is None else f"{c['decision_excess']:.3f}",
+            _picks(c, by),
         )
     console.print(table)
     sel = fit["selected"]
@@ -265,7 +275,17 @@ def print_summary(fit: dict, path: Path) -> None:
             f"{comp['verdict']}",
             highlight=False,
         )
+    for line in report_lines(fit):
+        console.print(line, highlight=False)
     console.print(f"wrote {path}", highlight=False, soft_wrap=True)
+
+
+def _picks(cand: dict, selected_by: dict) -> str:
+    """'selected' for the selection, and which criterion picks the candidate when the decision score is known."""
+    words = ["selected"] if cand["selected"] else []
+    if selected_by.get("decision_excess") == cand["label"]:
+        words.append("decision pick")
+    return ", ".join(words)
 
 
 def _pct(value: float | None) -> str:
