@@ -32,7 +32,15 @@ from calib.candidates import (  # noqa: F401  (re-exported: the public names of 
 )
 from calib.coefficient_sources import import_module_from_path, parse_x_range, resolve_coefficients
 from calib.errors import FitError
-from calib.fit_decision import decision_plot, report_lines, score_fit
+from calib.fit_decision import (
+    DEFAULT_SELECTION,
+    SELECTIONS,
+    comparison_scores,
+    decision_plot,
+    report_lines,
+    score_fit,
+    select_by,
+)
 from calib.fit_file import FIT_KIND, describe_data, read_fit, rescale_from_fit  # noqa: F401
 from calib.fit_plots import PLOT_FILES, render_plots  # noqa: F401
 from calib.monotone import fit_monotone  # noqa: F401
@@ -133,6 +141,13 @@ def setup_arg_parser() -> argparse.ArgumentParser:
         default=DEFAULT_MARGIN,
         help="refit when the old RMSE exceeds the new cv RMSE by more than this (default 0.10)",
     )
+    parser.add_argument(
+        "--select",
+        choices=SELECTIONS,
+        default=DEFAULT_SELECTION,
+        help="criterion that picks the selected candidate: cv R^2 with the one-standard-error rule (default) or "
+        "the least decision excess (what its schedules leave uncomputed on held-out prompts)",
+    )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument(
         "--min-step",
@@ -199,6 +214,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, dict[str, byte
                 "num_steps",
                 "folds",
                 "min_step",
+                "select",
             )
         },
         "input": {
@@ -209,11 +225,13 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, dict[str, byte
         },
         "provenance": collect(["teacache-calib", "fit", *argv]),
     }
-    if comparison_source is not None:
-        fit["comparison"] = compare(*comparison_source, frame, fit["selected"], args.margin)
     decision = score_fit(
         fit, frame, specs, args.folds, args.min_step, comparison_source[0] if comparison_source else None
     )
+    select_by(fit, args.select)
+    if comparison_source is not None:
+        fit["comparison"] = compare(*comparison_source, frame, fit["selected"], args.margin)
+        fit["comparison"].update(comparison_scores(decision))
     plots = {} if args.no_plots else render_plots(fit, frame)
     if plots and decision:
         plots["decision"] = decision_plot(fit, decision)
@@ -260,8 +278,7 @@ def print_summary(fit: dict, path: Path) -> None:
     console.print(table)
     sel = fit["selected"]
     console.print(
-        f"selected {sel['label']} (fewest parameters within one standard error of the best cv R^2 "
-        f"{fit['selection'].get('best_cv_r2', sel['cv_r2']):.4f}): coefficients {sel['coefficients']}"
+        f"selected {sel['label']} ({_why_selected(fit)}): coefficients {sel['coefficients']}"
         + (f", time coefficients {sel['time_coefficients']}" if sel["time_coefficients"] else "")
         + (f", x*u coefficients {sel['interaction_coefficients']}" if sel.get("interaction_coefficients") else "")
         + f", x range {sel['x_range'][0]:.4g}..{sel['x_range'][1]:.4g}",
@@ -278,6 +295,13 @@ def print_summary(fit: dict, path: Path) -> None:
     for line in report_lines(fit):
         console.print(line, highlight=False)
     console.print(f"wrote {path}", highlight=False, soft_wrap=True)
+
+
+def _why_selected(fit: dict) -> str:
+    if fit["selection"].get("default", "cv_r2") != "cv_r2":
+        return f"least decision excess, {fit['selected'].get('decision_excess', math.nan):.3f}"
+    best = fit["selection"].get("best_cv_r2", fit["selected"]["cv_r2"])
+    return f"fewest parameters within one standard error of the best cv R^2 {best:.4f}"
 
 
 def _picks(cand: dict, selected_by: dict) -> str:

@@ -19,12 +19,14 @@ import pandas as pd
 
 from calib.candidates import CandidateSpec
 from calib.decision import CRITERION, decision_scores, decision_summary, plot_decision_curves
+from calib.errors import FitError
 from calib.selection import group_folds
 from teacache.gate import GateConfig
 from teacache.rescale import RescaleFunction
 
 COMPARISON_LABEL = "--compare"
 DEFAULT_SELECTION = "cv_r2"
+SELECTIONS = (DEFAULT_SELECTION, CRITERION)
 DEFAULT_SELECTION_WHY = (
     "cv R^2 stays the default until the decision score is shown to predict measured quality "
     "(results/<hardware>/tiny-shapes/<version>/decision/); the decision score is reported beside it"
@@ -67,9 +69,6 @@ def score_fit(
         scored = by_label[cand["label"]]
         cand["decision_excess"] = scored["decision_excess"]
         cand["decision_excess_worst"] = scored["decision_excess_worst"]
-    if comparison is not None and "comparison" in fit:
-        fit["comparison"]["decision_excess"] = by_label[COMPARISON_LABEL]["decision_excess"]
-        fit["comparison"]["decision_excess_worst"] = by_label[COMPARISON_LABEL]["decision_excess_worst"]
     summary = decision_summary(result)
     summary["scored"] = f"all {len(specs)} candidates" + (" and --compare" if comparison is not None else "")
     summary["selected"] = best_by_decision(fit["candidates"])  # among the fitted candidates, not --compare
@@ -78,6 +77,27 @@ def score_fit(
     fit["selection"]["default"] = DEFAULT_SELECTION
     fit["selection"]["default_why"] = DEFAULT_SELECTION_WHY
     return result
+
+
+def comparison_scores(result: dict) -> dict:
+    """The --compare coefficients' decision_excess and decision_excess_worst (empty without them)."""
+    entry = next((c for c in result.get("candidates", ()) if c["label"] == COMPARISON_LABEL), None)
+    return {} if entry is None else {k: entry[k] for k in ("decision_excess", "decision_excess_worst")}
+
+
+def select_by(fit: dict, criterion: str) -> None:
+    """Make ``criterion``'s pick the selected candidate (``cv_r2``: already is; ``decision_excess``: the least)."""
+    if criterion == DEFAULT_SELECTION:
+        return
+    label = fit["selection"]["selected_by"].get(CRITERION)
+    if label is None:
+        raise FitError("--select decision_excess: no candidate has a decision score (see fit.json 'decision')")
+    for cand in fit["candidates"]:
+        cand["selected"] = cand["label"] == label
+    fit["selected"] = dict(next(c for c in fit["candidates"] if c["selected"]))
+    fit["form"], fit["fitted_model"] = fit["selected"]["form"], label
+    fit["selection"]["default"] = criterion
+    fit["selection"]["default_why"] = "chosen by --select"
 
 
 def best_by_decision(candidates: Sequence[dict]) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from calib.traces import load_traces
 from tests.test_calib_fit import make_traces, write
 
 LINE = "0,0,0,1.2,0.01"
+TINY_SHAPES = Path(__file__).resolve().parents[1] / "results/cpu-amd-epyc-2c/tiny-shapes/0.24.0/traces/traces.parquet"
 
 
 def residual_traces(drop_residuals: bool = False):
@@ -87,3 +89,19 @@ def test_fit_draws_the_decision_plot(tmp_path, capsys):
     png = (tmp_path / "o" / "fit_decision.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and "fit_decision.png" in fit["plots"]
     assert np.isfinite(fit["selected"]["decision_excess"])
+
+
+def test_select_decision_excess_makes_the_decision_pick_the_selected_candidate(tmp_path, capsys):
+    """On the committed tiny-shapes traces the two criteria disagree among the plain polynomials."""
+    base = [str(TINY_SHAPES), "--form", "poly", "--min-step", "2", "--no-plots"]
+    assert fitmod.main([*base, "--out", str(tmp_path / "cv")]) == 0
+    assert fitmod.main([*base, "--out", str(tmp_path / "d"), "--select", "decision_excess"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    by_cv, by_decision = (json.loads((tmp_path / d / "fit.json").read_text()) for d in ("cv", "d"))
+    pick = by_cv["selection"]["selected_by"]["decision_excess"]
+    assert pick != by_cv["selected"]["label"], "the traces must make the two criteria disagree"
+    assert by_decision["selected"]["label"] == by_decision["fitted_model"] == pick
+    assert [c["label"] for c in by_decision["candidates"] if c["selected"]] == [pick]
+    assert by_decision["selection"]["default"] == "decision_excess"
+    assert by_decision["selection"]["selected_by"] == by_cv["selection"]["selected_by"]  # same scores either way
+    assert "least decision excess" in out
