@@ -5,8 +5,11 @@ over the runs it did not see and charges its skips the residual drift they leave
 oracle that knows the change. This module puts those scores into fit.json: per candidate, on the
 selected one, on ``--compare`` coefficients, and which candidate each criterion selects.
 
-The default selection stays cv R^2 until the decision score is shown to predict measured quality
-(``results/<hardware>/tiny-shapes/<version>/decision/`` holds the check); the score is reported beside it.
+The default selection stays cv R^2. On the tiny-shapes campaign the decision score's pick (a line through
+the origin, cv R^2 0.44) measured the better front than the cv R^2 pick (poly4+step2, cv R^2 0.87) and the
+plain degree-4 fit, with CIs clear of 0, but it ordered the other two wrongly; one small model, 8 prompts
+and three candidates are too little to change every fit's choice (``results/<hardware>/tiny-shapes/
+<version>/decision/comparison.md``). ``--select decision_excess`` selects by the decision score.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ COMPARISON_LABEL = "--compare"
 DEFAULT_SELECTION = "cv_r2"
 SELECTIONS = (DEFAULT_SELECTION, CRITERION)
 DEFAULT_SELECTION_WHY = (
-    "cv R^2 stays the default until the decision score is shown to predict measured quality "
-    "(results/<hardware>/tiny-shapes/<version>/decision/); the decision score is reported beside it"
+    "cv R^2 stays the default: on tiny-shapes the decision score's pick measured the better front (CIs clear of 0) "
+    "but the score ordered the other two swept candidates wrongly, and one small model is too little evidence "
+    "(results/<hardware>/tiny-shapes/<version>/decision/comparison.md); --select decision_excess uses the score"
 )
 PLOT_CURVES = 5  # best candidates by decision excess drawn in fit_decision.png, plus the cv R^2 pick and --compare
 _GATE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(GateConfig) if f.default is not dataclasses.MISSING}
