@@ -141,7 +141,8 @@ def report(points: pd.DataFrame, table: pd.DataFrame, scores: pd.DataFrame, foun
     lines = [
         "# Which fit criterion predicts the measured front?",
         "",
-        "Written by `python -m calib.decision_check` (provenance.json beside this file). " + __doc__.split("\n\n")[2],
+        "Written by `python -m calib.decision_check` (provenance.json beside this file). "
+        + "\n\n".join(__doc__.split("\n\n")[2:4]),
         "",
         "## Scores from the fit (all candidates, held-out prompts)",
         "",
