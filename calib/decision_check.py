@@ -2,7 +2,7 @@
 
 ``python -m calib.decision_check --candidate LABEL=SWEEP_DIR=FIT_JSON ... --out DIR`` reads each
 candidate's ``teacache-bench sweep`` folder (same prompts and seeds) and the fit.json it was swept with,
-and writes ``comparison.md``, ``points.csv``, ``paired.csv``, ``fronts.png`` and ``provenance.json``.
+and writes ``comparison.md``, ``points.csv``, ``paired.csv``, ``areas.csv``, ``fronts.png`` and ``provenance.json``.
 
 Work is counted in computed steps (the ideal speedup N/computed), not in measured speedup: the check is
 about which steps a rescale function skips, and measured timing on a shared CPU is noise at this model
@@ -133,7 +133,19 @@ def verdicts(table: pd.DataFrame, scores: pd.DataFrame) -> dict[str, str]:
     return out
 
 
-def report(points: pd.DataFrame, table: pd.DataFrame, scores: pd.DataFrame, found: dict, inputs: list) -> str:
+def front_areas(runs: pd.DataFrame) -> pd.DataFrame:
+    """bench.front's area per rescale function (ideal speedup x median SSIM), on the TeaCache runs."""
+    from bench import front
+    from bench.baselines import TEACACHE
+
+    arms = runs.assign(arm=TEACACHE, rescale=runs["candidate"], arm_setting=runs["threshold"])
+    pts = front.points(arms, ("ssim",))
+    return front.rescale_areas(pts, speed="ideal_speedup_median")
+
+
+def report(
+    points: pd.DataFrame, table: pd.DataFrame, scores: pd.DataFrame, found: dict, inputs: list, areas: pd.DataFrame
+) -> str:
     """comparison.md: the scores each criterion gave, the measured points, the paired differences, the verdicts."""
     score_rows = scores.reset_index(names="candidate")
     shown = points[["candidate", "threshold", "n_pairs", "computed_median", "computed_min", "computed_max",
@@ -155,6 +167,10 @@ def report(points: pd.DataFrame, table: pd.DataFrame, scores: pd.DataFrame, foun
         "## Paired differences at equal computed steps (a minus b, median over prompts, 95% bootstrap CI)",
         "",
         markdown_table(table),
+        "",
+        "## Area each front dominates (bench.front.rescale_areas: ideal speedup x median SSIM, common reference)",
+        "",
+        markdown_table(areas),
         "",
         "## Verdict per criterion (its pick among the swept candidates, on the per-prompt mean over equal work)",
         "",
@@ -247,7 +263,9 @@ def main(argv: list[str] | None = None) -> int:
 
     write_json(args.out / "provenance.json", collect(["python", "-m", "calib.decision_check", *argv], inputs=inputs))
     found = verdicts(table, score_frame)
-    write_text(args.out / "comparison.md", report(points, table, score_frame, found, inputs))
+    areas = front_areas(runs)
+    write_text(args.out / "areas.csv", areas.to_csv(index=False))
+    write_text(args.out / "comparison.md", report(points, table, score_frame, found, inputs, areas))
     print(points.to_string(index=False))
     print(table.to_string(index=False))
     for criterion, text in found.items():
