@@ -88,7 +88,8 @@ def paired(curves: dict[str, pd.DataFrame], levels: Sequence[int]) -> pd.DataFra
         common = left.index.intersection(right.index)
         left, right = left.loc[common], right.loc[common]
         for level in levels:
-            rows.append(_row(a, b, f"at {level} computed", (left[level] - right[level]).to_numpy(dtype=float)))
+            diff = (left[level] - right[level]).to_numpy(dtype=float) if level in left.columns else np.array([])
+            rows.append(_row(a, b, f"at {level} computed", diff))  # outside every run's range: not compared
         both = left.notna() & right.notna()
         means = [
             float(left.loc[p][both.loc[p]].mean() - right.loc[p][both.loc[p]].mean())
