@@ -1,9 +1,10 @@
 """``teacache-bench replay``: the skip schedule recorded traces predict, for any thresholds, in milliseconds.
 
-It drives the gate's own class (teacache.gate.replay) over each run's recorded x, placed by its step
-column: no second implementation of the rule. A recorded trace always advances the anchor, so the
-prediction assumes that skipping does not change later signals; ``teacache-bench sweep`` reports
-predicted against actual. Traces are read and checked by :mod:`calib.traces`, like every other command.
+All thresholds and runs are replayed at once over each run's recorded x, placed by its step column
+(:mod:`teacache.gate_batch`, proven decision for decision identical to the gate class, which stays the
+rule's one definition). A recorded trace always advances the anchor, so the prediction assumes that
+skipping does not change later signals; ``teacache-bench sweep`` reports predicted against actual. Traces
+are read and checked by :mod:`calib.traces`, like every other command.
 """
 
 from __future__ import annotations
@@ -15,14 +16,15 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from bench.common import parse_thresholds
 from calib.coefficient_sources import parse_x_range, resolve_coefficients
 from calib.errors import FitError
-from calib.traces import REPLAY_COLUMNS, Traces, load_traces
-from teacache.core import TeaCacheStats
-from teacache.gate import GateConfig, replay
+from calib.traces import REPLAY_COLUMNS, RunTrace, Traces, load_traces
+from teacache.gate import GateConfig
+from teacache.gate_batch import longest_streaks, replay_skip_masks, skipped_counts
 from teacache.io import write_json, write_text
 
 SCHEDULE_COLUMNS = [
@@ -88,20 +90,82 @@ def read_replay_traces(
 
 
 def predict_schedules(traces: Traces, configs: dict[float, GateConfig]) -> pd.DataFrame:
-    """One row per (run, threshold): predicted skipped count, longest streak and steps (SCHEDULE_COLUMNS)."""
-    rows = []
-    for run in traces.runs():
-        for threshold, config in configs.items():
-            stats = TeaCacheStats(log=replay(config, run.x, num_steps=run.num_steps, sigmas=run.sigma))
-            rows.append({
-                "run_id": run.run_id, "prompt_id": run.prompt_id, "seed": run.seed, "threshold": threshold,
-                "num_steps": run.num_steps, "predicted_skipped": len(stats.skipped_steps),
-                "longest_streak": stats.longest_skip_streak,
-                "predicted_skipped_steps": json.dumps(stats.skipped_steps),
-            })  # fmt: skip
-    schedules = pd.DataFrame(rows, columns=SCHEDULE_COLUMNS)
-    schedules["seed"] = schedules["seed"].astype("Int64")
+    """One row per (run, threshold): predicted skipped count, longest streak and steps (SCHEDULE_COLUMNS).
+
+    All thresholds and runs are replayed at once (:func:`teacache.gate_batch.replay_skip_masks`, checked
+    decision for decision against the gate class); configs that differ in more than the threshold are
+    replayed group by group.
+    """
+    runs = traces.runs()
+    thresholds = list(configs)
+    if not runs or not thresholds:
+        return pd.DataFrame({c: [] for c in SCHEDULE_COLUMNS}).astype({"seed": "Int64"})
+    masks = np.zeros((len(thresholds), len(runs), max(r.num_steps for r in runs)), dtype=bool)
+    x, sigmas, num_steps = _dense_runs(runs)
+    for rule, members in _rule_groups(configs).items():
+        rescale = configs[thresholds[members[0]]].rescale
+        masks[members] = replay_skip_masks(
+            x,
+            rescale,
+            [thresholds[i] for i in members],
+            num_steps,
+            sigmas if rescale.form == "poly+sigma" else None,
+            skip_first_n_steps=rule[1],
+            skip_last_n_steps=rule[2],
+            max_consecutive_skips=rule[3],
+        )
+    by_run = masks.transpose(1, 0, 2)  # rows are run-major, thresholds in their given order
+    flat = by_run.reshape(-1, masks.shape[2])
+    first, which = _distinct_rows(flat)  # few distinct schedules per run: each written to JSON once
+    steps_json = np.array([json.dumps(np.flatnonzero(flat[i]).tolist()) for i in first], dtype=object)
+    n_thr = len(thresholds)
+    schedules = pd.DataFrame({
+        "run_id": np.repeat([r.run_id for r in runs], n_thr),
+        "prompt_id": np.repeat([r.prompt_id for r in runs], n_thr),
+        "seed": pd.array(np.repeat([r.seed for r in runs], n_thr).tolist(), dtype="Int64"),
+        "threshold": np.tile(np.asarray(thresholds, dtype=float), len(runs)),
+        "num_steps": np.repeat([r.num_steps for r in runs], n_thr),
+        "predicted_skipped": skipped_counts(flat),
+        "longest_streak": longest_streaks(flat),
+        "predicted_skipped_steps": steps_json[which],
+    }, columns=SCHEDULE_COLUMNS)  # fmt: skip
     return schedules
+
+
+def _distinct_rows(masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(a row index per distinct row, the distinct row of every row) of a bool ``[rows, steps]`` array."""
+    if masks.shape[1] <= 63:  # one integer per schedule sorts far faster than rows of bytes
+        keys = masks.astype(np.int64) @ (np.int64(1) << np.arange(masks.shape[1], dtype=np.int64))
+        _, first, which = np.unique(keys, return_index=True, return_inverse=True)
+    else:
+        _, first, which = np.unique(masks, axis=0, return_index=True, return_inverse=True)
+    return first, which.reshape(-1)
+
+
+def _dense_runs(runs: list[RunTrace]) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """x and sigma as ``[runs, steps]`` (NaN where not recorded or past a run's end), and num_steps per run."""
+    width = max(r.num_steps for r in runs)
+    x = np.full((len(runs), width), np.nan)
+    sigmas = np.full((len(runs), width), np.nan) if runs[0].sigma is not None else None
+    for i, run in enumerate(runs):
+        x[i, : run.num_steps] = [np.nan if v is None else v for v in run.x]
+        if sigmas is not None:
+            sigmas[i, : run.num_steps] = run.sigma
+    return x, sigmas, np.array([r.num_steps for r in runs], dtype=np.int64)
+
+
+def _rule_groups(configs: dict[float, GateConfig]) -> dict[tuple, list[int]]:
+    """Threshold positions by everything but the threshold (rescale function and step rules)."""
+    groups: dict[tuple, list[int]] = {}
+    rescales: list = []
+    for i, config in enumerate(configs.values()):
+        index = next((j for j, fn in enumerate(rescales) if fn == config.rescale), None)
+        if index is None:
+            rescales.append(config.rescale)
+            index = len(rescales) - 1
+        rule = (index, config.skip_first_n_steps, config.skip_last_n_steps, config.max_consecutive_skips)
+        groups.setdefault(rule, []).append(i)
+    return groups
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -51,7 +51,7 @@ from teacache.gate_batch import rescaled_increments, skip_masks
 from teacache.rescale import RescaleFunction
 
 if TYPE_CHECKING:
-    from calib.fit import CandidateSpec
+    from calib.candidates import CandidateSpec
 
 CHANGE_RESIDUAL = "residual"
 CHANGE_OUTPUT = "output"
@@ -422,7 +422,8 @@ def decision_scores(
     ``folds``: fold per frame row, as ``calib.fit.group_folds`` deals them (computed when None);
     ``compare``: extra rescale functions scored as they are on every run (e.g. packaged coefficients).
     """
-    from calib.fit import FittedModel, group_folds, time_input
+    from calib.candidates import FittedModel
+    from calib.selection import group_folds, time_input
 
     if folds is None:
         folds = group_folds(frame["prompt_id"].to_numpy(), n_folds)

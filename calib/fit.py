@@ -4,8 +4,9 @@ Candidates (:mod:`calib.candidates`): polynomials of degree 1-4 in x (free, thro
 monotone on the calibrated range) and the time-aware forms ``poly+step`` / ``poly+sigma`` with time terms
 up to degree 5 and x*u interaction terms, free or monotone in x. Selection (:mod:`calib.selection`) is by
 cross-validated R^2 with prompts held out and the one-standard-error rule; in-sample R^2 is reported next to
-it. Traces are read by :mod:`calib.traces`, the reader every command shares. Writes ``fit.json`` plus plots
-into ``--out``, all at the end, so a failed fit leaves no partial files.
+it, and the decision score (:mod:`calib.fit_decision`: what each candidate's schedules leave uncomputed on
+held-out prompts) beside both. Traces are read by :mod:`calib.traces`, the reader every command shares.
+Writes ``fit.json`` plus plots into ``--out``, all at the end, so a failed fit leaves no partial files.
 """
 
 from __future__ import annotations
@@ -31,6 +32,15 @@ from calib.candidates import (  # noqa: F401  (re-exported: the public names of 
 )
 from calib.coefficient_sources import import_module_from_path, parse_x_range, resolve_coefficients
 from calib.errors import FitError
+from calib.fit_decision import (
+    DEFAULT_SELECTION,
+    SELECTIONS,
+    comparison_scores,
+    decision_plot,
+    report_lines,
+    score_fit,
+    select_by,
+)
 from calib.fit_file import FIT_KIND, describe_data, read_fit, rescale_from_fit  # noqa: F401
 from calib.fit_plots import PLOT_FILES, render_plots  # noqa: F401
 from calib.monotone import fit_monotone  # noqa: F401
@@ -131,6 +141,13 @@ def setup_arg_parser() -> argparse.ArgumentParser:
         default=DEFAULT_MARGIN,
         help="refit when the old RMSE exceeds the new cv RMSE by more than this (default 0.10)",
     )
+    parser.add_argument(
+        "--select",
+        choices=SELECTIONS,
+        default=DEFAULT_SELECTION,
+        help="criterion that picks the selected candidate: cv R^2 with the one-standard-error rule (default) or "
+        "the least decision excess (what its schedules leave uncomputed on held-out prompts)",
+    )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument(
         "--min-step",
@@ -197,6 +214,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, dict[str, byte
                 "num_steps",
                 "folds",
                 "min_step",
+                "select",
             )
         },
         "input": {
@@ -207,9 +225,16 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, dict[str, byte
         },
         "provenance": collect(["teacache-calib", "fit", *argv]),
     }
+    decision = score_fit(
+        fit, frame, specs, args.folds, args.min_step, comparison_source[0] if comparison_source else None
+    )
+    select_by(fit, args.select)
     if comparison_source is not None:
         fit["comparison"] = compare(*comparison_source, frame, fit["selected"], args.margin)
+        fit["comparison"].update(comparison_scores(decision))
     plots = {} if args.no_plots else render_plots(fit, frame)
+    if plots and decision:
+        plots["decision"] = decision_plot(fit, decision)
     fit["plots"] = [PLOT_FILES[name] for name in plots]
     return fit, plots
 
@@ -221,10 +246,11 @@ def print_summary(fit: dict, path: Path) -> None:
     console = Console(width=max(100, Console().width))
     data = fit["data"]
     cands = fit["candidates"]
-    shown = sorted(cands, key=lambda c: c["rmse"])[:20]
-    if not any(c["selected"] for c in shown):
-        shown[-1] = next(c for c in cands if c["selected"])
-    more = f"; the {len(shown)} best of {len(cands)} candidates" if len(shown) < len(cands) else ""
+    best = sorted(cands, key=lambda c: c["rmse"])[:20]
+    by = fit["selection"].get("selected_by") or {}
+    picks = [c for c in cands if c not in best and (c["selected"] or c["label"] == by.get("decision_excess"))]
+    shown = best + picks
+    more = f"; the {len(best)} best of {len(cands)} candidates by cv RMSE" if len(best) < len(cands) else ""
     table = Table(
         title=f"{data['n_pairs']} pairs, {data['n_prompts']} prompts, {fit['selection']['cv']}{more}",
         title_justify="left",
@@ -235,6 +261,7 @@ def print_summary(fit: dict, path: Path) -> None:
         ("R^2", "right"),
         ("cv R^2", "right"),
         ("cv RMSE", "right"),
+        ("decision", "right"),
         ("", "left"),
     ):
         table.add_column(name, justify=justify)
@@ -245,13 +272,13 @@ def print_summary(fit: dict, path: Path) -> None:
             f"{c['r2']:.4f}",
             f"{c['cv_r2']:.4f}",
             f"{c['rmse']:.4g}",
-            "selected" if c["selected"] else "",
+            "n/a" if c.get("decision_excess") is None else f"{c['decision_excess']:.3f}",
+            _picks(c, by),
         )
     console.print(table)
     sel = fit["selected"]
     console.print(
-        f"selected {sel['label']} (fewest parameters within one standard error of the best cv R^2 "
-        f"{fit['selection'].get('best_cv_r2', sel['cv_r2']):.4f}): coefficients {sel['coefficients']}"
+        f"selected {sel['label']} ({_why_selected(fit)}): coefficients {sel['coefficients']}"
         + (f", time coefficients {sel['time_coefficients']}" if sel["time_coefficients"] else "")
         + (f", x*u coefficients {sel['interaction_coefficients']}" if sel.get("interaction_coefficients") else "")
         + f", x range {sel['x_range'][0]:.4g}..{sel['x_range'][1]:.4g}",
@@ -265,7 +292,24 @@ def print_summary(fit: dict, path: Path) -> None:
             f"{comp['verdict']}",
             highlight=False,
         )
+    for line in report_lines(fit):
+        console.print(line, highlight=False)
     console.print(f"wrote {path}", highlight=False, soft_wrap=True)
+
+
+def _why_selected(fit: dict) -> str:
+    if fit["selection"].get("default", "cv_r2") != "cv_r2":
+        return f"least decision excess, {fit['selected'].get('decision_excess', math.nan):.3f}"
+    best = fit["selection"].get("best_cv_r2", fit["selected"]["cv_r2"])
+    return f"fewest parameters within one standard error of the best cv R^2 {best:.4f}"
+
+
+def _picks(cand: dict, selected_by: dict) -> str:
+    """'selected' for the selection, and which criterion picks the candidate when the decision score is known."""
+    words = ["selected"] if cand["selected"] else []
+    if selected_by.get("decision_excess") == cand["label"]:
+        words.append("decision pick")
+    return ", ".join(words)
 
 
 def _pct(value: float | None) -> str:

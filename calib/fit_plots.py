@@ -10,16 +10,22 @@ import io
 import numpy as np
 import pandas as pd
 
+from calib.decision import PLOT_FILE as DECISION_PLOT_FILE
 from calib.fit_file import rescale_from_fit
 from calib.selection import time_input
 from teacache.rescale import FORM_POLY, FORM_POLY_STEP
 
-PLOT_FILES = {"scatter": "fit_scatter.png", "residuals": "fit_residuals.png", "cv": "fit_cv.png"}
+PLOT_FILES = {
+    "scatter": "fit_scatter.png",
+    "residuals": "fit_residuals.png",
+    "cv": "fit_cv.png",
+    "decision": DECISION_PLOT_FILE,  # drawn by calib.decision.plot_decision_curves from the decision result
+}
 CV_PLOT_MAX = 30  # candidates shown in fit_cv.png: the best by cv RMSE (and always the selected one)
 
 
 def render_plots(fit: dict, frame: pd.DataFrame) -> dict[str, bytes]:
-    """PNG bytes of the three fit plots."""
+    """PNG bytes of the three plots drawn from fit.json and the frame (the decision plot needs the curves)."""
     return {
         "scatter": _png(scatter_figure(fit, frame)),
         "residuals": _png(residuals_figure(fit, frame)),

@@ -1,0 +1,148 @@
+"""The decision score beside cv R^2 in ``teacache-calib fit``: every candidate's schedules on held-out prompts.
+
+:mod:`calib.decision` replays each candidate (fitted per fold, on the same grouped folds as the cv R^2)
+over the runs it did not see and charges its skips the residual drift they leave uncomputed, against an
+oracle that knows the change. This module puts those scores into fit.json: per candidate, on the
+selected one, on ``--compare`` coefficients, and which candidate each criterion selects.
+
+The default selection stays cv R^2. On the tiny-shapes campaign the decision score's pick (a line through
+the origin, cv R^2 0.44) measured the better front than the cv R^2 pick (poly4+step2, cv R^2 0.87) and the
+plain degree-4 fit, with CIs clear of 0, but it ordered the other two wrongly; one small model, 8 prompts
+and three candidates are too little to change every fit's choice (``results/<hardware>/tiny-shapes/
+<version>/decision/comparison.md``). ``--select decision_excess`` selects by the decision score.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from calib.candidates import CandidateSpec
+from calib.decision import CRITERION, decision_scores, decision_summary, plot_decision_curves
+from calib.errors import FitError
+from calib.selection import group_folds
+from teacache.gate import GateConfig
+from teacache.rescale import RescaleFunction
+
+COMPARISON_LABEL = "--compare"
+DEFAULT_SELECTION = "cv_r2"
+SELECTIONS = (DEFAULT_SELECTION, CRITERION)
+DEFAULT_SELECTION_WHY = (
+    "cv R^2 stays the default: on tiny-shapes the decision score's pick measured the better front (CIs clear of 0) "
+    "but the score ordered the other two swept candidates wrongly, and one small model is too little evidence "
+    "(results/<hardware>/tiny-shapes/<version>/decision/comparison.md); --select decision_excess uses the score"
+)
+PLOT_CURVES = 5  # best candidates by decision excess drawn in fit_decision.png, plus the cv R^2 pick and --compare
+_GATE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(GateConfig) if f.default is not dataclasses.MISSING}
+
+
+def score_fit(
+    fit: dict,
+    frame: pd.DataFrame,
+    specs: Sequence[CandidateSpec],
+    n_folds: int | None,
+    skip_first_n_steps: int,
+    comparison: RescaleFunction | None = None,
+) -> dict:
+    """Add the decision score to ``fit`` (candidates, selected, comparison, selection, ``decision``).
+
+    Returns the full result (curves included) for the plot. The skip rules are the gate's: first
+    ``skip_first_n_steps`` steps (the fit's --min-step) and the last step computed, at most the gate's
+    default run of consecutive skips. A table the score cannot use leaves the reason in ``fit["decision"]``.
+    """
+    folds = group_folds(frame["prompt_id"].to_numpy(), n_folds)
+    rules = {
+        "skip_first_n_steps": skip_first_n_steps,
+        "skip_last_n_steps": _GATE_DEFAULTS["skip_last_n_steps"],
+        "max_consecutive_skips": _GATE_DEFAULTS["max_consecutive_skips"],
+    }
+    try:
+        result = decision_scores(
+            frame, specs, folds, compare={COMPARISON_LABEL: comparison} if comparison else None, **rules
+        )
+    except ValueError as exc:
+        fit["decision"] = {"criterion": CRITERION, "error": str(exc), "rules": rules}
+        fit["selection"]["selected_by"] = {"cv_r2": fit["selected"]["label"], CRITERION: None}
+        fit["selection"]["default"] = DEFAULT_SELECTION
+        return {}
+    by_label = {c["label"]: c for c in result["candidates"]}
+    for cand in [*fit["candidates"], fit["selected"]]:
+        scored = by_label[cand["label"]]
+        cand["decision_excess"] = scored["decision_excess"]
+        cand["decision_excess_worst"] = scored["decision_excess_worst"]
+    summary = decision_summary(result)
+    summary["scored"] = f"all {len(specs)} candidates" + (" and --compare" if comparison is not None else "")
+    summary["selected"] = best_by_decision(fit["candidates"])  # among the fitted candidates, not --compare
+    fit["decision"] = summary
+    fit["selection"]["selected_by"] = {"cv_r2": fit["selected"]["label"], CRITERION: summary["selected"]}
+    fit["selection"]["default"] = DEFAULT_SELECTION
+    fit["selection"]["default_why"] = DEFAULT_SELECTION_WHY
+    return result
+
+
+def comparison_scores(result: dict) -> dict:
+    """The --compare coefficients' decision_excess and decision_excess_worst (empty without them)."""
+    entry = next((c for c in result.get("candidates", ()) if c["label"] == COMPARISON_LABEL), None)
+    return {} if entry is None else {k: entry[k] for k in ("decision_excess", "decision_excess_worst")}
+
+
+def select_by(fit: dict, criterion: str) -> None:
+    """Make ``criterion``'s pick the selected candidate (``cv_r2``: already is; ``decision_excess``: the least)."""
+    if criterion == DEFAULT_SELECTION:
+        return
+    label = fit["selection"]["selected_by"].get(CRITERION)
+    if label is None:
+        raise FitError("--select decision_excess: no candidate has a decision score (see fit.json 'decision')")
+    for cand in fit["candidates"]:
+        cand["selected"] = cand["label"] == label
+    fit["selected"] = dict(next(c for c in fit["candidates"] if c["selected"]))
+    fit["form"], fit["fitted_model"] = fit["selected"]["form"], label
+    fit["selection"]["default"] = criterion
+    fit["selection"]["default_why"] = "chosen by --select"
+
+
+def best_by_decision(candidates: Sequence[dict]) -> str | None:
+    """Label of the candidate of least decision excess (first in list order on ties); None when none is scored."""
+    scored = [(c["decision_excess"], i) for i, c in enumerate(candidates) if c.get("decision_excess") is not None]
+    return candidates[min(scored)[1]]["label"] if scored else None
+
+
+def decision_plot(fit: dict, result: dict) -> bytes:
+    """fit_decision.png: the best candidates by decision excess, the cv R^2 pick and --compare, with the oracle."""
+    ranked = [c for c in fit["candidates"] if c.get("decision_excess") is not None]
+    ranked.sort(key=lambda c: c["decision_excess"])
+    labels = [c["label"] for c in ranked[:PLOT_CURVES]]
+    for extra in (fit["selected"]["label"], COMPARISON_LABEL):
+        if extra not in labels and any(c["label"] == extra for c in result["candidates"]):
+            labels.append(extra)
+    return plot_decision_curves(result, labels)
+
+
+def report_lines(fit: dict) -> list[str]:
+    """The fit report's lines about the decision score (printed under the candidate table)."""
+    decision = fit.get("decision")
+    if not decision:
+        return []
+    if "error" in decision:
+        return [f"decision score: not computed ({decision['error']})"]
+    by = fit["selection"]["selected_by"]
+    excess = {c["label"]: c.get("decision_excess") for c in fit["candidates"]}
+    lo, hi = decision["skipped_range"]
+    lines = [
+        f"decision score ({decision['change']} change left uncomputed on held-out prompts, {decision['scored']}, "
+        f"area above the oracle over {lo}..{hi} of {decision['n_skippable']} skippable steps; lower is better): "
+        f"selects {by[CRITERION]} (excess {_num(excess.get(by[CRITERION]))}); cv R^2 selects {by['cv_r2']} "
+        f"(excess {_num(excess.get(by['cv_r2']))})",
+        f"selection: {fit['selection']['default']} ({fit['selection'].get('default_why', '')})",
+    ]
+    comp = fit.get("comparison")
+    if comp and "decision_excess" in comp:
+        lines.append(f"compare {comp['source']}: decision excess {_num(comp['decision_excess'])}")
+    return lines
+
+
+def _num(value: float | None) -> str:
+    return "n/a" if value is None or not np.isfinite(value) else f"{value:.3f}"
