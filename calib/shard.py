@@ -294,6 +294,21 @@ def one_hardware(runs, unit: str = "pair_id") -> str | None:
     )
 
 
+def agree(world: World, error: BaseException | None) -> None:
+    """A collective after each rank checked its own inputs and folder: go on only when every rank may.
+
+    A rank that refused raises its own error; the others raise ShardError naming it, so no rank waits in a
+    later collective for a rank that has left.
+    """
+    said = [b.decode() for b in world.exchange((_describe(error) or "").encode())] if world.size > 1 else []
+    if error is not None:
+        raise error
+    refused = [(rank, text) for rank, text in enumerate(said) if text]
+    if refused:
+        listed = "; ".join(f"rank {rank}: {text}" for rank, text in refused)
+        raise ShardError(f"{len(refused)} of {world.size} ranks refused to start ({listed})")
+
+
 # ------------------------------------------------------------------------------------------- the units
 
 
