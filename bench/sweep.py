@@ -31,7 +31,7 @@ import numpy as np
 
 from bench.common import parse_coefficients, parse_thresholds
 from calib import arguments, fingerprint, shard
-from calib.folder_lock import FolderLocked, folder_lock
+from calib.folder_lock import FolderLocked
 from calib.interrupts import Interrupted, interruptions
 from calib.prompts import parse_seeds, parse_size
 from teacache.loading import model_defaults
@@ -529,37 +529,15 @@ def sharded_run(settings: SweepSettings, world: shard.World, rescale=None) -> sh
     return shard.ShardedRun(world, settings.out, list(pairs), LAYOUT, agreed_settings(settings, rescale), complete)
 
 
-def _force_new(settings: SweepSettings, world: shard.World, folder: Path) -> None:
-    """--force-new: rank 0 clears OUT (shard folders included) before any rank claims its folder."""
-    error = None
-    try:
-        if world.rank == 0:
-            with folder_lock(settings.out, PROG):
-                removed = fingerprint.clear(settings.out, OUTPUTS)
-            if removed:
-                print(f"--force-new: removed {', '.join(removed)} from {settings.out}")
-    except FolderLocked as exc:
-        error = exc
-    shard.agree(world, error)
-    if world.rank > 0 and folder.is_dir():  # a host without a shared folder keeps its own shard folder
-        with folder_lock(folder, PROG):
-            fingerprint.clear(folder, OUTPUTS)
+def _check_folder(settings: SweepSettings, partial: dict):
+    """The settings check of one folder whose pairs this sweep may resume or merge."""
 
+    def check(folder: Path) -> None:
+        state = fingerprint.check(folder, partial, RESULTS, EXTENDABLE)
+        if state.status == "adopt":
+            check_parts_agree(settings, folder)
 
-def _claim(stack: contextlib.ExitStack, settings: SweepSettings, run: shard.ShardedRun, fixed_rescale) -> None:
-    """Lock this rank's folder and check the settings of every folder whose pairs the merge may take."""
-    world = run.world
-    if world.size > 1 and world.rank == 0:  # rank 0 writes the merged tables into OUT
-        stack.enter_context(folder_lock(settings.out, PROG))
-    lock = stack.enter_context(folder_lock(run.folder, PROG))
-    if lock.stale_message():
-        print(lock.stale_message())
-    partial = fingerprint_settings(settings, fixed_rescale)
-    for _rank, folder in shard.shard_folders(settings.out):
-        if folder == run.folder or (folder / fingerprint.FILE).is_file() or (folder / "pairs").is_dir():
-            state = fingerprint.check(folder, partial, RESULTS, EXTENDABLE)
-            if state.status == "adopt":
-                check_parts_agree(settings, folder)
+    return check
 
 
 def run_sweep(settings: SweepSettings, world: shard.World | None = None) -> Path | None:
@@ -575,14 +553,10 @@ def run_sweep(settings: SweepSettings, world: shard.World | None = None) -> Path
     world = world if world is not None else shard.connect()
     run = sharded_run(settings, world, fixed_rescale)
     if settings.force_new:
-        _force_new(settings, world, run.folder)
+        shard.force_new(world, settings.out, run.folder, PROG, OUTPUTS)
     with contextlib.ExitStack() as stack:
-        error = None
-        try:
-            _claim(stack, settings, run, fixed_rescale)
-        except (ValueError, FolderLocked) as exc:
-            error = exc
-        shard.agree(world, error)
+        check = _check_folder(settings, fingerprint_settings(settings, fixed_rescale))
+        shard.claim(stack, world, settings.out, run.folder, PROG, check)
         measured, error = None, None
         try:
             run.start()
