@@ -24,6 +24,7 @@ from tests.test_shard import _free_port_pair
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["--model", "tiny-flux1", "--steps", "4", "--size", "32x32", "--seeds", "0", "--repeats", "1"]
+PROMPTS = {"fox": "a red fox in the snow", "tower": "a lighthouse at dusk"}
 TIMING = ["wall_s", "wall_s_median", "speedup", "rank", "contended"]  # what a sharded run may change
 
 
@@ -41,7 +42,7 @@ def shared_model(tiny_flux1, monkeypatch):
 @pytest.fixture
 def prompts(tmp_path) -> Path:
     path = tmp_path / "prompts.json"
-    path.write_text(json.dumps({"fox": "a red fox in the snow", "tower": "a lighthouse at dusk"}))
+    path.write_text(json.dumps(PROMPTS))
     return path
 
 
@@ -50,10 +51,22 @@ def sweep(out: Path, prompts: Path, *extra: str) -> int:
     return sweep_cmd.main(argv)
 
 
+@pytest.fixture(scope="module")
+def single_sweep(tmp_path_factory, tiny_flux1) -> Path:
+    """One plain sweep, made once for this module's tests (they copy it, never change it)."""
+    folder = tmp_path_factory.mktemp("single")
+    prompts = folder / "prompts.json"
+    prompts.write_text(json.dumps(PROMPTS))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sweep_cmd.arguments, "load_model", lambda name, *args, **kwargs: tiny_flux1)
+        assert sweep(folder / "sweep", prompts) == 0
+    return folder / "sweep"
+
+
 @pytest.fixture
-def one_process(tmp_path, prompts, shared_model) -> Path:
+def one_process(tmp_path, single_sweep) -> Path:
     out = tmp_path / "single"
-    assert sweep(out, prompts) == 0
+    shutil.copytree(single_sweep, out)
     return out
 
 
@@ -68,7 +81,7 @@ def as_if_two_ranks(single: Path, out: Path) -> None:
 
 
 def test_a_one_process_rerun_merges_what_the_ranks_saved_without_measuring_again(
-    tmp_path, prompts, one_process, monkeypatch
+    tmp_path, prompts, one_process, shared_model, monkeypatch
 ):
     out = tmp_path / "sharded"
     as_if_two_ranks(one_process, out)
