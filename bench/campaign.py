@@ -11,6 +11,7 @@ The default OUT is ``results/<hardware>/<variant>/<mflux-version>/``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from importlib import metadata
 from pathlib import Path
 
 from bench import sweep as sweep_stage
-from calib import arguments
+from calib import arguments, shard
 from calib import record as record_stage
 from calib.folder_lock import FolderLocked, folder_lock
 from calib.interrupts import Interrupted, interruptions
@@ -145,20 +146,42 @@ def fit_stage(traces: Path, out: Path, min_step: int) -> Path:
     return path
 
 
+def share_inputs(world: shard.World, paths: list[Path], error: BaseException | None) -> None:
+    """Rank 0's fit.json and traces on every rank before the sweep reads them (hosts without a shared folder
+    lack them: rank 0 alone fits, and the recording is merged on rank 0)."""
+    from teacache.io import atomic_path
+
+    shard.agree(world, error)  # a failed fit stops every rank here, not in the sweep
+    if world.size == 1:
+        return
+    for path in paths:
+        sent = world.gather_bytes(path.read_bytes() if world.rank == 0 else b"")[0]
+        if world.rank > 0 and (not path.is_file() or path.read_bytes() != sent):
+            with atomic_path(path) as tmp:
+                tmp.write_bytes(sent)
+
+
 def run_campaign(model: str, out: Path, thresholds=None, record_seeds=None, sweep_seeds=None, repeats=None,
-                 ssim_floor: float = 0.95, sweep_prompts=None, force_new: bool = False) -> dict:  # fmt: skip
-    """Run every stage; return the report summary (with the stage timings)."""
+                 ssim_floor: float = 0.95, sweep_prompts=None, force_new: bool = False) -> dict | None:  # fmt: skip
+    """Run every stage; return the report summary (with the stage timings); None on ranks other than 0.
+
+    Under ``mlx.launch`` the record and sweep stages are shared over the ranks; the fit and the report run
+    on rank 0, which sends fit.json and the traces to the others before the sweep.
+    """
     campaign = plan_campaign(
         model, out, thresholds, record_seeds, sweep_seeds, repeats, ssim_floor, sweep_prompts, force_new
     )
     from bench import report  # after the checks: plotting libraries take seconds to import
 
     out = campaign.out
+    world = shard.connect()
+    lead = world.rank == 0
     timings = {}
 
     def stage(name: str, fn):
         start = time.perf_counter()
-        print(f"\n== {name}", flush=True)
+        if lead:
+            print(f"\n== {name}", flush=True)
         try:
             result = fn()
         except (ValueError, FolderLocked) as exc:
@@ -166,10 +189,22 @@ def run_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swee
         timings[name] = time.perf_counter() - start
         return result
 
-    with folder_lock(out, PROG):
-        traces = stage("record", lambda: record_stage.run_record(campaign.record))
-        stage("fit", lambda: fit_stage(traces, out / "fit", campaign.min_step))
-        stage("sweep", lambda: sweep_stage.run_sweep(campaign.sweep))
+    def fit() -> None:
+        error = None
+        try:
+            if lead:
+                fit_stage(traces, out / "fit", campaign.min_step)
+        except (ValueError, FolderLocked) as exc:
+            error = exc
+        share_inputs(world, [out / "fit" / "fit.json", campaign.record.out / "traces.parquet"], error)
+
+    # one campaign per folder; under mlx.launch the stages' own shard folders keep the ranks apart
+    with folder_lock(out, PROG) if lead else contextlib.nullcontext():
+        traces = stage("record", lambda: record_stage.run_record(campaign.record, world))
+        stage("fit", fit)
+        stage("sweep", lambda: sweep_stage.run_sweep(campaign.sweep, world))
+        if not lead:
+            return None
         summary = stage("report", lambda: report.build_report(out / "sweep", out / "report", campaign.ssim_floor))
     summary["timings_s"] = timings
     summary["report_path"] = str(out / "report" / "report.md")
@@ -185,16 +220,21 @@ def main(argv: list[str] | None = None) -> int:
             args.model, out, args.thresholds, args.record_seeds, args.sweep_seeds, args.repeats, args.ssim_floor,
             args.sweep_prompts, args.force_new,
         )  # fmt: skip
-    except (ValueError, FolderLocked) as exc:
+    except (ValueError, FolderLocked, shard.ShardError) as exc:
         return arguments.fail(PROG, str(exc))
     except Interrupted as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return arguments.EXIT_INTERRUPTED
+    except shard.ShardsIncomplete as exc:  # the command's own verdict: mlx.launch exits 0 whatever a rank did
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 1
     except interruptions():
         print(
             f"{PROG}: interrupted; traces and sweep pairs are kept, the rest is rebuilt: run it again", file=sys.stderr
         )
         return arguments.EXIT_INTERRUPTED
+    if summary is None:  # a rank other than 0 under mlx.launch: rank 0 reports
+        return 0
     from bench import report
 
     report.print_summary(summary)

@@ -78,6 +78,10 @@ _PAIR_BASE = (
     Column("kind", "str"),
 )
 _QUALITY = tuple(Column(n, "float") for n in ("max_abs", "mean_abs", "max_rel", "cosine", "ssim", "psnr"))
+# Which rank of a sharded run (calib.shard) measured the row, on which hardware, and whether ranks shared its
+# cores or GPU; tables of earlier versions lack them.
+_RANK = (Column("rank", "int", required=False), Column("hardware", "str", required=False),
+         Column("contended", "bool", required=False))  # fmt: skip
 
 RUNS = Table(
     "runs.parquet",
@@ -98,7 +102,8 @@ RUNS = Table(
         Column("adherence", "float"),
         Column("image_path", "str"),
         Column("predicted_skipped", "float"),  # NaN without --traces
-    ),
+    )
+    + _RANK,
 )
 DECISIONS = Table("decisions.parquet", _decision_columns())
 NOOP = Table(
@@ -106,7 +111,8 @@ NOOP = Table(
     _PAIR_BASE
     + (Column("bit_exact", "bool"), Column("wall_s_median", "float"))
     + _QUALITY
-    + (Column("vanilla_repeats_equal", "bool"),),
+    + (Column("vanilla_repeats_equal", "bool"),)
+    + _RANK,
 )
 
 
@@ -119,14 +125,18 @@ def to_frame(table: Table, rows: list[dict] | pd.DataFrame) -> pd.DataFrame:
     unknown = [c for c in frame.columns if c not in table.names]
     if unknown:
         raise RecordError(f"{table.file}: the writer got undeclared columns {', '.join(unknown)}")
-    frame = frame.reindex(columns=list(table.names))
+    # an optional column the rows lack is left out, not written as a column of made-up values
+    frame = frame.reindex(columns=[c.name for c in table.columns if c.required or c.name in frame.columns])
     for column in table.columns:
+        if column.name not in frame.columns:
+            continue
+        gaps = not column.required and bool(frame[column.name].isna().any())  # rows of an earlier version
         if column.dtype == "int":
-            frame[column.name] = frame[column.name].astype("int64")
+            frame[column.name] = frame[column.name].astype("Int64" if gaps else "int64")
         elif column.dtype == "float":
             frame[column.name] = pd.to_numeric(frame[column.name]).astype("float64")
         elif column.dtype == "bool":
-            frame[column.name] = frame[column.name].astype(bool)
+            frame[column.name] = frame[column.name].astype("boolean" if gaps else bool)
     return frame
 
 

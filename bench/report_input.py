@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench import records
+from calib import shard
 
 RUN_COLUMNS: tuple[str, ...] = records.RUNS.names
 DECISION_COLUMNS: tuple[str, ...] = records.DECISIONS.required
@@ -47,4 +48,8 @@ def load_sweep(runs_dir: str | Path) -> Sweep:
         found = records.read_sweep(runs_dir)
     except records.RecordError as exc:
         raise ReportInputError(str(exc)) from None
+    try:
+        shard.one_hardware(found.runs)  # a sharded sweep over unlike machines: no speedup pooled across them
+    except shard.MixedHardware as exc:
+        raise ReportInputError(f"{runs_dir}: {exc}") from None
     return Sweep(found.runs, found.decisions, found.provenance, found.runs_sha256)

@@ -17,6 +17,7 @@ callbacks, one mx.eval per step); speedup = median vanilla loop time / median Te
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
@@ -29,8 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import parse_coefficients, parse_thresholds
-from calib import arguments, fingerprint
-from calib.folder_lock import FolderLocked, folder_lock
+from calib import arguments, fingerprint, shard
+from calib.folder_lock import FolderLocked
 from calib.interrupts import Interrupted, interruptions
 from calib.prompts import parse_seeds, parse_size
 from teacache.loading import model_defaults
@@ -43,8 +44,12 @@ SSIM_SETTINGS = {
     "note": "skimage.metrics.structural_similarity on uint8 RGB, per-channel SSIM averaged",
 }
 # What the sweep writes into its folder: --force-new removes exactly these.
-OUTPUTS = ("pairs", "images", "runs.parquet", "decisions.parquet", "noop.parquet", "provenance.json")
+OUTPUTS = ("pairs", "images", "runs.parquet", "decisions.parquet", "noop.parquet", "provenance.json", shard.SHARDS)
+# What shows that a folder holds a sweep's results (images and shard folders alone are no sweep to check)
+RESULTS = ("pairs", "runs.parquet", "decisions.parquet", "noop.parquet", "provenance.json")
 EXTENDABLE = ("seeds", "thresholds")  # settings a rerun may add to
+# A pair is the unit of a sharded sweep: its parts under <folder>/pairs, its images under OUT/images
+LAYOUT = shard.UnitLayout("pairs", ".runs.parquet", shared=("images/{key}-*.png",))
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -450,7 +455,8 @@ def save_pair(parts: Path, pid: str, rows: list[dict], decisions: list[dict], no
         records.write_table(parts / f"{pid}.{table.file}", table, merged[table.file])
 
 
-def _assemble(settings: SweepSettings, parts: Path):
+def _assemble(settings: SweepSettings, locations: dict[str, Path]):
+    """The tables of every pair, in plan order, each read from the folder that holds it complete."""
     import pandas as pd
 
     from bench import records
@@ -458,14 +464,14 @@ def _assemble(settings: SweepSettings, parts: Path):
     order = [pair_id(pid, seed) for pid, _t, seed in settings.pairs]
     tables = {}
     for table in (records.RUNS, records.DECISIONS, records.NOOP):
-        frames = [read_part(parts / f"{pid}.{table.file}", table) for pid in order]
+        frames = [read_part(locations[pid] / "pairs" / f"{pid}.{table.file}", table) for pid in order]
         tables[table.file] = pd.concat(frames, ignore_index=True)
     runs = tables[records.RUNS.file]
     keep = (runs["kind"] == "vanilla") | runs["threshold"].isin(settings.thresholds)
     return runs[keep].reset_index(drop=True), tables[records.DECISIONS.file], tables[records.NOOP.file]
 
 
-def check_parts_agree(settings: SweepSettings) -> None:
+def check_parts_agree(settings: SweepSettings, folder: Path | None = None) -> None:
     """A folder from before fingerprints: its finished pairs must say what its provenance.json says.
 
     An earlier version resumed under any settings and rewrote the provenance, so a provenance alone
@@ -473,13 +479,14 @@ def check_parts_agree(settings: SweepSettings) -> None:
     """
     from bench import records
 
-    for path in sorted((settings.out / "pairs").glob("*.runs.parquet")):
+    folder = settings.out if folder is None else folder
+    for path in sorted((folder / "pairs").glob("*.runs.parquet")):
         runs = read_part(path, records.RUNS)
         steps = sorted({int(n) for n in runs["num_steps"]})
         repeats = sorted({len(w) for w in runs["wall_s"]})
         if steps != [settings.steps] or repeats != [settings.repeats]:
             raise fingerprint.SettingsMismatch(
-                f"--out: {settings.out} holds runs that disagree with its provenance.json ({path.name}: steps "
+                f"--out: {folder} holds runs that disagree with its provenance.json ({path.name}: steps "
                 f"{_joined(steps)}, repeats {_joined(repeats)}; provenance: steps {settings.steps}, repeats "
                 f"{settings.repeats}); pass --force-new to start it afresh, or choose a new --out"
             )
@@ -489,11 +496,13 @@ def _joined(values) -> str:
     return ",".join(str(v) for v in values)
 
 
-def todo_pairs(settings: SweepSettings) -> list[tuple[tuple[str, str, int], list[float]]]:
-    """The pairs with work left, each with the thresholds it lacks (all of them for a new pair)."""
-    done = done_thresholds(settings.out / "pairs", settings.pairs)
+def todo_pairs(settings: SweepSettings, folder: Path | None = None, pairs=None):
+    """The pairs with work left in ``folder`` (default: the sweep folder), each with the thresholds it lacks."""
+    folder = settings.out if folder is None else folder
+    pairs = settings.pairs if pairs is None else pairs
+    done = done_thresholds(folder / "pairs", pairs)
     todo = []
-    for pair in settings.pairs:
+    for pair in pairs:
         pid = pair_id(pair[0], pair[2])
         missing = [t for t in settings.thresholds if t not in done.get(pid, set())]
         if pid not in done or missing:
@@ -501,65 +510,149 @@ def todo_pairs(settings: SweepSettings) -> list[tuple[tuple[str, str, int], list
     return todo
 
 
-def run_sweep(settings: SweepSettings) -> Path:
+# ------------------------------------------------------------------------------------- the ranks
+
+
+def agreed_settings(settings: SweepSettings, rescale=None) -> dict:
+    """What every rank of a sharded sweep must share: the fingerprint without the hardware (ranks may differ)."""
+    return {k: v for k, v in fingerprint_settings(settings, rescale).items() if k != "hardware"}
+
+
+def sharded_run(settings: SweepSettings, world: shard.World, rescale=None) -> shard.ShardedRun:
+    """The sweep's pairs spread over the ranks; a saved pair needs no more work once it has every threshold."""
+    pairs = {pair_id(p, seed): (p, text, seed) for p, text, seed in settings.pairs}
+    wanted = set(settings.thresholds)
+
+    def complete(folder: Path, key: str) -> bool:
+        return wanted <= done_thresholds(folder / "pairs", [pairs[key]]).get(key, set())
+
+    return shard.ShardedRun(world, settings.out, list(pairs), LAYOUT, agreed_settings(settings, rescale), complete)
+
+
+def _check_folder(settings: SweepSettings, partial: dict):
+    """The settings check of one folder whose pairs this sweep may resume or merge."""
+
+    def check(folder: Path) -> None:
+        state = fingerprint.check(folder, partial, RESULTS, EXTENDABLE)
+        if state.status == "adopt":
+            check_parts_agree(settings, folder)
+
+    return check
+
+
+def run_sweep(settings: SweepSettings, world: shard.World | None = None) -> Path | None:
     """Run (or resume, or extend) the sweep into ``settings.out``; returns runs.parquet's path.
 
-    Raises ValueError for bad input and FolderLocked when another process writes the folder, both
-    before the model loads; Interrupted on Ctrl-C, saying what is saved.
+    Under ``mlx.launch`` each rank runs its share of the pairs into ``OUT/shards/rank-<r>`` and rank 0
+    merges them into OUT once every rank is through; the other ranks return None. Raises ValueError for
+    bad input and FolderLocked when another process writes a folder, both before the model loads (on
+    every rank: a rank's refusal stops them all); Interrupted on Ctrl-C, saying what is saved;
+    ShardsIncomplete when pairs are not done, naming them.
     """
     traces, fixed_rescale = check_inputs(settings)
-    out = settings.out
-    with folder_lock(out, PROG) as lock:
-        if lock.stale_message():
-            print(lock.stale_message())
-        if settings.force_new:
-            removed = fingerprint.clear(out, OUTPUTS)
-            if removed:
-                print(f"--force-new: removed {', '.join(removed)} from {out}")
-        state = fingerprint.check(out, fingerprint_settings(settings, fixed_rescale), OUTPUTS, EXTENDABLE)
-        if state.status == "adopt":
-            check_parts_agree(settings)
+    world = world if world is not None else shard.connect()
+    run = sharded_run(settings, world, fixed_rescale)
+    if settings.force_new:
+        shard.force_new(world, settings.out, run.folder, PROG, OUTPUTS)
+    with contextlib.ExitStack() as stack:
+        check = _check_folder(settings, fingerprint_settings(settings, fixed_rescale))
+        shard.claim(stack, world, settings.out, run.folder, PROG, check)
+        measured, error = None, None
         try:
-            return _sweep(settings, traces, fixed_rescale)
-        except interruptions():
-            saved = len(settings.pairs) - len(todo_pairs(settings))
-            raise Interrupted(
-                f"interrupted: {saved} of {len(settings.pairs)} pairs are saved in {out / 'pairs'}; "
-                "run the same command again to resume"
-            ) from None
+            run.start()
+            measured = _sweep(settings, run, fixed_rescale)
+        except (*interruptions(), shard.Stopped):
+            raise Interrupted(_interrupted_message(settings, run)) from None
+        except shard.ShardError:  # the ranks disagree on the plan: every rank raises it at start()
+            raise
+        except Exception as exc:
+            if world.size == 1:
+                raise
+            error = exc  # said at the barrier, in rank 0's verdict
+        return _finish(settings, run, measured, error, traces)
 
 
-def _sweep(settings: SweepSettings, traces, fixed_rescale) -> Path:
+def _interrupted_message(settings: SweepSettings, run: shard.ShardedRun) -> str:
+    if run.world.size > 1:
+        return run.stopped_message()
+    saved = len(settings.pairs) - len(todo_pairs(settings))
+    return (
+        f"interrupted: {saved} of {len(settings.pairs)} pairs are saved in {settings.out / 'pairs'}; "
+        "run the same command again to resume"
+    )
+
+
+def _finish(settings: SweepSettings, run: shard.ShardedRun, measured, error, traces) -> Path | None:
+    """The barrier, rank 0's merge, and the last collective; every rank raises the one verdict."""
+    world = run.world
+    path = None
+    try:
+        outcome = run.finish(error)
+        try:
+            if world.rank == 0 and outcome.complete and measured is not None:
+                path = _write_tables(settings, run, measured, outcome.locations, traces)
+        finally:
+            run.close()
+    except RuntimeError as exc:  # a rank died inside a collective ("[ring] connection to a peer was lost")
+        if world.size == 1 or isinstance(exc, shard.ShardError):
+            raise
+        raise shard.ShardsIncomplete(f"another rank stopped ({exc}); {run.stopped_message()}") from None
+    if not outcome.complete:
+        raise shard.ShardsIncomplete(outcome.message())
+    if error is not None and world.rank == 0:
+        raise error
+    return path
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What the merge needs from the rank that loaded the model."""
+
+    variant: str
+    default_threshold: float
+    skip_first: int
+    rescale: object
+    configs: dict
+    fingerprint: dict  # the full settings, variant and coefficients included
+    recorded: dict  # the fingerprint as this rank's folder holds it
+
+
+def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale) -> Measured:
+    """This rank's share of the pairs, each saved into the rank's folder as soon as it is measured."""
     from rich.progress import Progress
 
-    from bench import records
-    from bench.replay import predict_schedules
     from calib.generation import generate
     from teacache import apply_teacache, variants
     from teacache.gate import GateConfig
-    from teacache.io import write_json
-    from teacache.provenance import collect
 
-    out, parts, thresholds = settings.out, settings.out / "pairs", settings.thresholds
-    todo = todo_pairs(settings)
+    world, folder, thresholds = run.world, run.folder, settings.thresholds
+    parts = folder / "pairs"
+    by_id = {pair_id(p, seed): (p, text, seed) for p, text, seed in settings.pairs}
+    todo = todo_pairs(settings, folder, [by_id[k] for k in run.share])
     extending = sum(1 for (pid, _t, seed), _m in todo if _part(parts, pair_id(pid, seed), "runs").is_file())
-    print(
-        f"sweep {settings.model}: {len(settings.pairs)} pairs ({len(settings.pairs) - len(todo)} done"
-        + (f", {extending} to extend" if extending else "")
-        + f") x (vanilla + {len(thresholds)} thresholds) x {settings.repeats} repeats, {settings.steps} steps"
-    )
+    if world.rank == 0:
+        print(
+            f"sweep {settings.model}: {len(settings.pairs)} pairs ({len(settings.pairs) - len(run.todo)} done"
+            + (f", {extending} to extend" if extending and world.size == 1 else "")
+            + f") x (vanilla + {len(thresholds)} thresholds) x {settings.repeats} repeats, {settings.steps} steps"
+        )
+        for line in (world.contention_message(), world.hardware_message()):
+            if line:
+                print(line)
+    if world.size > 1:
+        print(f"rank {world.rank} of {world.size} ({world.backend}): {len(todo)} pairs: {', '.join(run.share)}")
     model = arguments.load_model(settings.model, settings.base_model, settings.quantize)
     spec = variants.get(variants.variant_of(model))
     variant, default_threshold, skip_first = spec.name, spec.default_threshold, spec.skip_first_n_steps
     rescale = fixed_rescale or variants.get(variant).rescale()
     fp = fingerprint_settings(settings, rescale, variant)
-    state = fingerprint.check(out, fp, OUTPUTS, EXTENDABLE)
-    if state.message(out):
-        print(state.message(out))
-    recorded = fingerprint.save(out, PROG, fp, state)
+    state = fingerprint.check(folder, fp, RESULTS, EXTENDABLE)
+    if state.message(folder):
+        print(state.message(folder))
+    recorded = fingerprint.save(folder, PROG, fp, state)
     configs = {t: GateConfig(t, rescale, skip_first_n_steps=skip_first) for t in thresholds}
     adherence = _adherence_fn(variant)
-    images_dir = out / "images" if settings.save_images else None
+    images_dir = settings.out / "images" if settings.save_images else None
     if todo:  # warm-up: compile and JIT once before anything is timed
         warm = (todo[0][0][1], todo[0][0][2], *settings.generation)
         generate(model, *warm)
@@ -567,13 +660,31 @@ def _sweep(settings: SweepSettings, traces, fixed_rescale) -> Path:
             warnings.simplefilter("ignore")
             with apply_teacache(model, rel_l1_thresh=max(thresholds), coefficients=rescale):
                 generate(model, *warm)
+    fields = world.row_fields()  # which rank measured each row, on which hardware, contended or not
     with Progress() as progress:
-        task = progress.add_task("sweep", total=len(todo))
+        task = progress.add_task("sweep" if world.size == 1 else f"sweep rank {world.rank}", total=len(todo))
         for pair, missing in todo:
             rows, decisions, noop = run_pair(model, settings, pair, missing, configs, adherence, images_dir, variant)
+            rows, noop = [{**row, **fields} for row in rows], {**noop, **fields}
             save_pair(parts, pair_id(pair[0], pair[2]), rows, decisions, noop)
             progress.advance(task)
-    runs, decisions, noop = _assemble(settings, parts)
+    return Measured(variant, default_threshold, skip_first, rescale, configs, fp, recorded)
+
+
+def _write_tables(settings: SweepSettings, run: shard.ShardedRun, measured: Measured, locations, traces) -> Path:
+    """The folder's tables from every pair wherever it was saved, and provenance.json (on rank 0)."""
+    from bench import records
+    from bench.replay import predict_schedules
+    from teacache.io import write_json
+    from teacache.provenance import collect
+
+    out, thresholds, configs = settings.out, settings.thresholds, measured.configs
+    recorded = measured.recorded
+    if run.folder != out:  # the merged folder gets the settings its tables were made with
+        recorded = fingerprint.save(
+            out, PROG, measured.fingerprint, fingerprint.check(out, measured.fingerprint, RESULTS, EXTENDABLE)
+        )
+    runs, decisions, noop = _assemble(settings, locations)
     runs["predicted_skipped"] = float("nan")
     if traces is not None:
         predicted = predict_schedules(traces, configs)
@@ -581,9 +692,10 @@ def _sweep(settings: SweepSettings, traces, fixed_rescale) -> Path:
         lookup = predicted.set_index(["pair_id", "threshold"])["predicted_skipped"]
         keys = list(zip(runs["pair_id"], runs["threshold"], strict=True))
         runs["predicted_skipped"] = [float(lookup.get(k, float("nan"))) for k in keys]
+    sharding = {"distributed": run.world.provenance()} if run.world.size > 1 else {}
     provenance = collect(
         model=settings.model,
-        variant=variant,
+        variant=measured.variant,
         steps=settings.steps,
         guidance=settings.guidance,
         resolution=f"{settings.width}x{settings.height}",
@@ -593,16 +705,17 @@ def _sweep(settings: SweepSettings, traces, fixed_rescale) -> Path:
         repeats=settings.repeats,
         max_rel_eps=MAX_REL_EPS,
         ssim=SSIM_SETTINGS,
-        rescale=rescale.to_dict(),
+        rescale=measured.rescale.to_dict(),
         rescale_floor=configs[thresholds[-1]].rescale_floor(settings.steps),
-        default_threshold=default_threshold,
-        skip_first_n_steps=skip_first,
+        default_threshold=measured.default_threshold,
+        skip_first_n_steps=measured.skip_first,
         quantization=settings.quantize,
         timing="denoising loop, before_loop to after_loop callbacks, after a warm-up",
         traces=str(settings.traces) if settings.traces else None,
         traces_num_steps=traces.num_steps if traces is not None else None,
         settings_fingerprint=fingerprint.digest(recorded),
         history=recorded["history"],
+        **sharding,
     )
     records.write_table(out / records.DECISIONS.file, records.DECISIONS, decisions)
     records.write_table(out / records.NOOP.file, records.NOOP, noop)
@@ -615,11 +728,16 @@ def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
     try:
         path = run_sweep(settings_from_args(args))
-    except (ValueError, FolderLocked) as exc:
+    except (ValueError, FolderLocked, shard.ShardError) as exc:
         return arguments.fail(PROG, str(exc))
     except Interrupted as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return arguments.EXIT_INTERRUPTED
+    except shard.ShardsIncomplete as exc:  # the command's own verdict: mlx.launch exits 0 whatever a rank did
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 1
+    if path is None:  # a rank other than 0 under mlx.launch: rank 0 says what was merged
+        return 0
     from bench import records
 
     runs = records.read_table(path, records.RUNS)

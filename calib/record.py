@@ -11,14 +11,15 @@ as the settings are the same (``DIR/fingerprint.json``); new seeds extend the fo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from calib import arguments, fingerprint
-from calib.folder_lock import FolderLocked, folder_lock
+from calib import arguments, fingerprint, shard
+from calib.folder_lock import FolderLocked
 from calib.interrupts import Interrupted, interruptions
 from calib.prompts import parse_seeds, parse_size
 from teacache.loading import model_defaults
@@ -29,7 +30,10 @@ COLUMNS = [
     "run_id", "variant", "model", "prompt_id", "prompt", "seed", "step", "num_steps", "sigma", "branch",
     "x_rel_l1", "y_rel_l1", "residual_rel_l1", "x_norm", "y_norm", "residual_norm",
 ]  # fmt: skip
-OUTPUTS = ("runs", "traces.parquet", "provenance.json")  # what --force-new removes
+RESULTS = ("runs", "traces.parquet", "provenance.json")  # what shows that a folder holds a recording
+OUTPUTS = (*RESULTS, shard.SHARDS)  # what --force-new removes
+# A run is the unit of a sharded recording: OUT/shards/rank-<r>/runs/<run_id>.parquet
+LAYOUT = shard.UnitLayout("runs", ".parquet", noun="runs")
 EXTENDABLE = ("seeds",)
 
 
@@ -176,9 +180,10 @@ def measure_overhead(model, settings: dict, prompt: str, pairs: int) -> dict:
     return paired_overhead(ratios)
 
 
-def _todo(settings: RecordSettings) -> list[tuple[str, str, int]]:
-    parts = settings.out / "runs"
-    return [item for item in settings.runs if not (parts / f"{run_id(item[0], item[2])}.parquet").is_file()]
+def _todo(settings: RecordSettings, folder: Path | None = None, runs=None) -> list[tuple[str, str, int]]:
+    parts = (settings.out if folder is None else folder) / "runs"
+    runs = settings.runs if runs is None else runs
+    return [item for item in runs if not (parts / f"{run_id(item[0], item[2])}.parquet").is_file()]
 
 
 def describe_plan(settings: RecordSettings, todo: list) -> str:
@@ -189,98 +194,156 @@ def describe_plan(settings: RecordSettings, todo: list) -> str:
     )
 
 
-def check_parts_agree(settings: RecordSettings) -> None:
+def check_parts_agree(settings: RecordSettings, folder: Path | None = None) -> None:
     """A folder from before fingerprints: its finished runs must have the steps its provenance.json says
     (an earlier version resumed under any settings and rewrote the provenance)."""
     import pandas as pd
 
-    for path in sorted((settings.out / "runs").glob("*.parquet")):
+    folder = settings.out if folder is None else folder
+    for path in sorted((folder / "runs").glob("*.parquet")):
         steps = sorted({int(n) for n in pd.read_parquet(path, columns=["num_steps"])["num_steps"]})
         if steps != [settings.steps]:
             raise fingerprint.SettingsMismatch(
-                f"--out: {settings.out} holds runs that disagree with its provenance.json ({path.name}: steps "
+                f"--out: {folder} holds runs that disagree with its provenance.json ({path.name}: steps "
                 f"{','.join(map(str, steps))}; provenance: steps {settings.steps}); pass --force-new to start it "
                 "afresh, or choose a new --out"
             )
 
 
-def run_record(settings: RecordSettings) -> Path:
+def run_record(settings: RecordSettings, world: shard.World | None = None) -> Path | None:
     """Record (or resume, or extend by seeds) into ``settings.out``; returns traces.parquet's path.
 
-    ValueError / FolderLocked before the model loads; Interrupted on Ctrl-C, saying what is saved.
+    Under ``mlx.launch`` each rank records its share of the runs into ``OUT/shards/rank-<r>`` and rank 0
+    merges them (the others return None). ValueError / FolderLocked before the model loads (on every rank);
+    Interrupted on Ctrl-C, saying what is saved; ShardsIncomplete naming the runs not done.
     """
-    out = settings.out
-    with folder_lock(out, PROG) as lock:
-        if lock.stale_message():
-            print(lock.stale_message())
-        if settings.force_new:
-            removed = fingerprint.clear(out, OUTPUTS)
-            if removed:
-                print(f"--force-new: removed {', '.join(removed)} from {out}")
-        state = fingerprint.check(out, fingerprint_settings(settings), OUTPUTS, EXTENDABLE)
-        if state.status == "adopt":
-            check_parts_agree(settings)
+    world = world if world is not None else shard.connect()
+    run = shard.ShardedRun(world, settings.out, [run_id(p, seed) for p, _t, seed in settings.runs], LAYOUT,
+                           {k: v for k, v in fingerprint_settings(settings).items() if k != "hardware"})  # fmt: skip
+    if settings.force_new:
+        shard.force_new(world, settings.out, run.folder, PROG, OUTPUTS)
+    with contextlib.ExitStack() as stack:
+        partial = fingerprint_settings(settings)
+
+        def check(folder: Path) -> None:
+            if fingerprint.check(folder, partial, RESULTS, EXTENDABLE).status == "adopt":
+                check_parts_agree(settings, folder)
+
+        shard.claim(stack, world, settings.out, run.folder, PROG, check)
+        measured, error = None, None
         try:
-            return _record(settings)
-        except interruptions():
+            run.start()
+            measured = _record(settings, run)
+        except (*interruptions(), shard.Stopped):
+            if world.size > 1:
+                raise Interrupted(run.stopped_message()) from None
             saved = len(settings.runs) - len(_todo(settings))
             raise Interrupted(
-                f"interrupted: {saved} of {len(settings.runs)} runs are saved in {out / 'runs'}; "
+                f"interrupted: {saved} of {len(settings.runs)} runs are saved in {settings.out / 'runs'}; "
                 "run the same command again to resume"
             ) from None
+        except shard.ShardError:
+            raise
+        except Exception as exc:
+            if world.size == 1:
+                raise
+            error = exc  # said at the barrier, in rank 0's verdict
+        path = None
+        try:
+            outcome = run.finish(error)
+            try:
+                if world.rank == 0 and outcome.complete and measured is not None:
+                    path = _write_traces(settings, run, measured, outcome.locations)
+            finally:
+                run.close()
+        except RuntimeError as exc:  # a rank died inside a collective
+            if world.size == 1 or isinstance(exc, shard.ShardError):
+                raise
+            raise shard.ShardsIncomplete(f"another rank stopped ({exc}); {run.stopped_message()}") from None
+        if not outcome.complete:
+            raise shard.ShardsIncomplete(outcome.message())
+        if error is not None and world.rank == 0:
+            raise error
+        return path
 
 
-def _record(settings: RecordSettings) -> Path:
-    import pandas as pd
+def _record(settings: RecordSettings, run: shard.ShardedRun) -> dict:
+    """This rank's share of the runs, each saved into the rank's folder as soon as it is recorded."""
     from rich.progress import Progress
 
     from teacache import apply_teacache, variants
-    from teacache.io import FORMAT_VERSION, write_json, write_parquet
-    from teacache.provenance import collect
+    from teacache.io import write_parquet
 
-    out, parts = settings.out, settings.out / "runs"
-    todo = _todo(settings)
-    print(describe_plan(settings, todo))
+    world, folder = run.world, run.folder
+    parts = folder / "runs"
+    by_id = {run_id(p, seed): (p, text, seed) for p, text, seed in settings.runs}
+    todo = _todo(settings, folder, [by_id[k] for k in run.share])
+    if world.rank == 0:
+        print(describe_plan(settings, [by_id[k] for k in run.todo]))
+        for line in (world.contention_message(), world.hardware_message()):
+            if line:
+                print(line)
+    if world.size > 1:
+        print(f"rank {world.rank} of {world.size} ({world.backend}): {len(todo)} runs: {', '.join(run.share)}")
     model = arguments.load_model(settings.model, settings.base_model, settings.quantize)
     variant = variants.variant_of(model)
     fp = fingerprint_settings(settings, variant)
-    state = fingerprint.check(out, fp, OUTPUTS, EXTENDABLE)
-    if state.message(out):
-        print(state.message(out))
-    recorded = fingerprint.save(out, PROG, fp, state)
+    state = fingerprint.check(folder, fp, RESULTS, EXTENDABLE)
+    if state.message(folder):
+        print(state.message(folder))
+    recorded = fingerprint.save(folder, PROG, fp, state)
     gen_settings = {
         "model": settings.model, "steps": settings.steps, "width": settings.width, "height": settings.height,
         "guidance": settings.guidance,
     }  # fmt: skip
-    overhead = _previous_overhead(out)
-    if todo and settings.overhead_pairs > 0:
+    overhead = _previous_overhead(settings.out)
+    if world.rank == 0 and run.todo and settings.overhead_pairs > 0:  # one measurement, by the rank that merges
         overhead = measure_overhead(model, gen_settings, settings.runs[0][1], settings.overhead_pairs)
+        if world.contended:
+            overhead = {**overhead, "contended": True}  # other ranks ran on the same cores meanwhile
         print(describe_overhead(overhead))
+    fields = world.row_fields()
     with apply_teacache(model, calibrate=True) as handle, Progress() as progress:
-        task = progress.add_task("recording", total=len(todo))
+        task = progress.add_task("recording" if world.size == 1 else f"recording rank {world.rank}", total=len(todo))
         for pid, text, seed in todo:
             frame, _ = record_run(model, handle, gen_settings, pid, text, seed, variant)
-            write_parquet(parts / f"{run_id(pid, seed)}.parquet", frame)
+            write_parquet(parts / f"{run_id(pid, seed)}.parquet", frame.assign(**fields))
             progress.advance(task)
-    frames = [pd.read_parquet(parts / f"{run_id(pid, seed)}.parquet") for pid, _t, seed in settings.runs]
-    traces = pd.concat(frames, ignore_index=True)
+    return {"variant": variant, "fingerprint": fp, "recorded": recorded, "overhead": overhead, "model": model}
+
+
+def _write_traces(settings: RecordSettings, run: shard.ShardedRun, measured: dict, locations) -> Path:
+    """traces.parquet from every run wherever it was saved, and provenance.json (on rank 0)."""
+    import pandas as pd
+
+    from teacache.io import FORMAT_VERSION, write_json, write_parquet
+    from teacache.provenance import collect
+
+    out, recorded = settings.out, measured["recorded"]
+    if run.folder != out:  # the merged folder gets the settings its table was made with
+        state = fingerprint.check(out, measured["fingerprint"], RESULTS, EXTENDABLE)
+        recorded = fingerprint.save(out, PROG, measured["fingerprint"], state)
+    ids = [run_id(pid, seed) for pid, _t, seed in settings.runs]
+    traces = pd.concat([pd.read_parquet(locations[i] / "runs" / f"{i}.parquet") for i in ids], ignore_index=True)
+    sharding = {"distributed": run.world.provenance()} if run.world.size > 1 else {}
     provenance = collect(
         model=settings.model,
-        variant=variant,
+        variant=measured["variant"],
         model_path=settings.model if Path(settings.model).exists() else None,
         quantization=settings.quantize,
         dtype=_dtype(),
         resolution=f"{settings.width}x{settings.height}",
         steps=settings.steps,
         guidance=settings.guidance,
-        scheduler=_scheduler_name(model),
+        scheduler=_scheduler_name(measured["model"]),
         prompts=[{"id": k, "text": v} for k, v in settings.prompts.items()],
         seeds=settings.seeds,
         n_runs=len(settings.runs),
-        recording_overhead=overhead,
+        recording_overhead=measured["overhead"],
         columns=COLUMNS,
         settings_fingerprint=fingerprint.digest(recorded),
         history=recorded["history"],
+        **sharding,
     )
     write_parquet(out / "traces.parquet", traces)
     write_json(out / "provenance.json", provenance)
@@ -318,18 +381,21 @@ def main(argv: list[str] | None = None) -> int:
         settings = settings_from_args(args)
         if args.dry_run:
             if not settings.force_new:
-                fingerprint.check(settings.out, fingerprint_settings(settings), OUTPUTS, EXTENDABLE)
+                fingerprint.check(settings.out, fingerprint_settings(settings), RESULTS, EXTENDABLE)
             todo = _todo(settings)
             print(describe_plan(settings, todo))
             for pid, _text, seed in todo:
                 print(f"  would record {run_id(pid, seed)}")
             return 0
         run_record(settings)
-    except (ValueError, FolderLocked) as exc:
+    except (ValueError, FolderLocked, shard.ShardError) as exc:
         return arguments.fail(PROG, str(exc))
     except Interrupted as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return arguments.EXIT_INTERRUPTED
+    except shard.ShardsIncomplete as exc:  # the command's own verdict: mlx.launch exits 0 whatever a rank did
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -294,6 +294,63 @@ def one_hardware(runs, unit: str = "pair_id") -> str | None:
     )
 
 
+def agree(world: World, error: BaseException | None) -> None:
+    """A collective after each rank checked its own inputs and folder: go on only when every rank may.
+
+    A rank that refused raises its own error; the others raise ShardError naming it, so no rank waits in a
+    later collective for a rank that has left.
+    """
+    said = [b.decode() for b in world.exchange((_describe(error) or "").encode())] if world.size > 1 else []
+    if error is not None:
+        raise error
+    refused = [(rank, text) for rank, text in enumerate(said) if text]
+    if refused:
+        listed = "; ".join(f"rank {rank}: {text}" for rank, text in refused)
+        raise ShardError(f"{len(refused)} of {world.size} ranks refused to start ({listed})")
+
+
+def force_new(world: World, out: Path, folder: Path, command: str, outputs: tuple[str, ...]) -> None:
+    """--force-new under any number of ranks: rank 0 clears OUT (shard folders included) before any rank
+    claims its folder; a rank on a host without a shared folder then clears its own shard folder."""
+    from calib import fingerprint
+    from calib.folder_lock import FolderLocked, folder_lock
+
+    error = None
+    try:
+        if world.rank == 0:
+            with folder_lock(out, command):
+                removed = fingerprint.clear(out, outputs)
+            if removed:
+                print(f"--force-new: removed {', '.join(removed)} from {out}")
+    except FolderLocked as exc:
+        error = exc
+    agree(world, error)
+    if world.rank > 0 and folder.is_dir():
+        with folder_lock(folder, command):
+            fingerprint.clear(folder, outputs)
+
+
+def claim(stack, world: World, out: Path, folder: Path, command: str, check: Callable[[Path], None]) -> None:
+    """Lock this rank's folder (and OUT on rank 0, which writes the merged tables) and ``check`` the settings
+    of every folder whose units the merge may take; then :func:`agree` (every rank calls this)."""
+    from calib import fingerprint
+    from calib.folder_lock import FolderLocked, folder_lock
+
+    error = None
+    try:
+        if world.size > 1 and world.rank == 0:
+            stack.enter_context(folder_lock(out, command))
+        lock = stack.enter_context(folder_lock(folder, command))
+        if lock.stale_message():
+            print(lock.stale_message())
+        for _rank, other in shard_folders(out):
+            if other == folder or (other / fingerprint.FILE).is_file() or any(other.iterdir()):
+                check(other)
+    except (ValueError, FolderLocked) as exc:
+        error = exc
+    agree(world, error)
+
+
 # ------------------------------------------------------------------------------------------- the units
 
 
