@@ -6,6 +6,7 @@ sweep without the new flags must write exactly the tables and provenance it wrot
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
@@ -102,7 +103,7 @@ def test_every_row_of_a_sweep_with_baselines_says_its_arm_and_setting(tmp_path, 
     assert static_ids and static_ids <= set(decisions["run_id"])
     # the threshold tables read --coefficients' runs only; the section reads every arm
     files, summary = report.render(report.load_sweep(out))
-    dist = pd.read_csv(__import__("io").BytesIO(files["distribution.csv"]))
+    dist = pd.read_csv(io.BytesIO(files["distribution.csv"]))
     assert set(dist.loc[dist["metric"] == "ssim", "n"]) == {1}
     text = files["report.md"].decode()
     assert "## Baselines" in text and "Against fewer steps:" in text and "### Rescale functions compared" in text
