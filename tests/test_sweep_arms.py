@@ -151,9 +151,9 @@ def test_the_arm_grid_covers_what_teacache_reached():
     assert sweep_arms.arm_grid(n, schedules, (), skip_first=1) == []
 
 
-def _timed(arm: str, setting: str, in_process: list[float], isolated: list[float]) -> dict:
+def _timed(arm: str, setting: str, in_process: list[float], isolated: list[float], ideal: float = 5.0) -> dict:
     return {"pair_id": "p-s0", "arm": arm, "kind": arm, "arm_setting": setting, "rescale": None,
-            "wall_s_in_process": in_process, "wall_s": isolated}  # fmt: skip
+            "wall_s_in_process": in_process, "wall_s": isolated, "ideal_speedup": ideal}  # fmt: skip
 
 
 def test_the_isolation_check_says_whether_the_two_timings_agree():
@@ -166,7 +166,10 @@ def test_the_isolation_check_says_whether_the_two_timings_agree():
     assert table.loc["0.1", "agree"] and not table.loc["0.3", "agree"]
     assert math.isclose(table.loc["0.3", "in_process_median"], 4.0) and table.loc["0.3", "isolated_n"] == 3
     lines = "\n".join(report_baselines._isolation_lines(table.reset_index(), {}))
-    assert "do not agree with isolated ones at teacache 0.3" in lines
+    assert "do not agree with isolated ones at teacache 0.3" in lines and "above their ideal bound" not in lines
+    runs.loc[2, "ideal_speedup"] = 3.0  # 4x in-process: faster than N / computed allows
+    lines = "\n".join(report_baselines._isolation_lines(report_baselines.isolation(runs), {}))
+    assert "1 of 2 settings measure above their ideal bound" in lines
     assert report_baselines.isolation(runs.drop(columns=["wall_s_in_process"])).empty
 
 
