@@ -27,7 +27,7 @@ OLD_RUN_COLUMNS = [
     "format_version", "pair_id", "variant", "model", "prompt_id", "prompt", "seed", "num_steps", "run_id", "kind",
     "threshold", "computed", "skipped", "skipped_steps", "longest_skip_streak", "wall_s", "wall_s_median", "speedup",
     "ideal_speedup", "max_abs", "mean_abs", "max_rel", "cosine", "ssim", "psnr", "adherence", "image_path",
-    "predicted_skipped",
+    "predicted_skipped", "rank", "hardware", "contended",
 ]  # fmt: skip
 RESCALE_MODULE = """from teacache.rescale import RescaleFunction
 RESCALE = RescaleFunction(coefficients=(0.0, 0.0, 0.0, 1.5, 0.0), x_range=(0.0, 10.0))
