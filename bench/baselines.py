@@ -339,13 +339,18 @@ def apply_step_cache(model, ratio: float) -> Iterator[StepCacheRun]:
 # ------------------------------------------------------------------------------------------------
 # Every arm of one (prompt, seed) pair against one vanilla run
 # ------------------------------------------------------------------------------------------------
-def measure_pair(model, pair: tuple[str, str, int], settings: dict, arms: list[Arm], repeats: int) -> list[dict]:
+def measure_pair(
+    model, pair: tuple[str, str, int], settings: dict, arms: list[Arm], repeats: int, kept: dict | None = None
+) -> list[dict]:
     """Rows for the vanilla run and every arm of one pair, all measured against that vanilla run.
 
     Interleaved like ``teacache-bench sweep``: each repeat runs vanilla and every arm once, the order
     rotated from repeat to repeat. ``settings``: variant, model, steps, width, height, guidance.
     Each row carries ``arm`` and ``arm_setting``; speedup is the median vanilla loop time over the
     arm's median, ``ideal_speedup`` N over the steps whose transformer body ran.
+    ``kept``, when given, receives each row's first :class:`ArmResult` by row index (``"results"``) and
+    whether every vanilla repeat gave the same latents (``"vanilla_repeats_equal"``), for the sweep's images,
+    decision log and proxy-noop record.
     """
     import json
     import statistics
@@ -359,6 +364,7 @@ def measure_pair(model, pair: tuple[str, str, int], settings: dict, arms: list[A
     order = [vanilla(), *arms]
     times: dict[int, list[float]] = {i: [] for i in range(len(order))}
     first: dict[int, ArmResult] = {}
+    vanilla_equal: list[bool] = []
     for repeat in range(repeats):
         shift = repeat % len(order)
         for i in [*range(shift, len(order)), *range(shift)]:
@@ -368,6 +374,15 @@ def measure_pair(model, pair: tuple[str, str, int], settings: dict, arms: list[A
                 what = f"{pair_id} {order[i].name} {order[i].setting}"
                 raise RuntimeError(f"{what}: the skip schedule changed between repeats")
             first.setdefault(i, result)
+            if i == 0:
+                import mlx.core as mx
+
+                vanilla_equal.append(
+                    bool(mx.array_equal(result.generation.latents, first[0].generation.latents).item())
+                )
+    if kept is not None:
+        kept["results"] = [first[i] for i in range(len(order))]
+        kept["vanilla_repeats_equal"] = all(vanilla_equal)
     ref = first[0].generation
     vanilla_median = statistics.median(times[0])
     rows = []

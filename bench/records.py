@@ -21,7 +21,7 @@ import pandas as pd
 from teacache.gate import StepDecision
 from teacache.io import FORMAT_VERSION, write_parquet
 
-KINDS = ("vanilla", "teacache")
+KINDS = ("vanilla", "teacache", "fewer-steps", "static", "step-cache")  # the last three: --baselines arms
 MAX_LISTED = 5  # offending rows named in one error message before "and N more"
 SWEEP_FILES = ("runs.parquet", "decisions.parquet", "noop.parquet", "provenance.json")
 
@@ -103,7 +103,16 @@ RUNS = Table(
         Column("image_path", "str"),
         Column("predicted_skipped", "float"),  # NaN without --traces
     )
-    + _RANK,
+    + _RANK
+    # a sweep with --baselines, --compare-coefficients or --isolate only: what ran and how it was timed
+    + (
+        Column("arm", "str", required=False),  # vanilla, teacache or a baseline arm
+        Column("arm_setting", "str", required=False),  # threshold, N', schedule or ratio
+        Column("rescale", "str", required=False),  # teacache: the rescale function's source
+        Column("steps_run", "int", required=False),  # loop steps (fewer-steps: N')
+        Column("wall_s_in_process", "list", required=False),  # --isolate: the in-process times
+        Column("speedup_in_process", "float", required=False),
+    ),
 )
 DECISIONS = Table("decisions.parquet", _decision_columns())
 NOOP = Table(

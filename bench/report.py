@@ -40,7 +40,11 @@ __all__ = [
 
 def render(sweep: Sweep, floor: float = DEFAULT_FLOOR, metric: str = DEFAULT_METRIC) -> tuple[dict[str, bytes], dict]:
     """Every output file (name -> bytes) and the summary, computed in memory without writing anything."""
-    return render_files(analyse(sweep, floor, metric))
+    from bench import report_baselines
+
+    # the threshold tables read one rescale function's TeaCache runs; the baselines section reads every row
+    analysis = analyse(report_baselines.for_threshold_tables(sweep), floor, metric)
+    return render_files(analysis, report_baselines.section(sweep.runs, sweep.provenance))
 
 
 def build_report(

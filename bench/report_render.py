@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from bench import markdown, plots, stats
+from bench import markdown, plots, report_baselines, stats
 from bench.report_compute import Analysis, summary
 
 # Every file a report can write; a rebuild removes those it no longer produces and never touches others.
@@ -23,6 +23,7 @@ OUTPUTS = frozenset(
         "x_traces.png",
         "skip_heatmap.png",
     }
+    | report_baselines.OUTPUTS
 )
 
 
@@ -51,7 +52,7 @@ def draw_plots(analysis: Analysis) -> tuple[dict[str, bytes], dict[str, str], li
     return files, captions, omitted
 
 
-def report_markdown(analysis: Analysis, captions: dict[str, str], omitted: list[str]) -> str:
+def report_markdown(analysis: Analysis, captions: dict[str, str], omitted: list[str], baselines: str = "") -> str:
     """report.md: provenance, the recommendation, the per-threshold table, the plots and the replay check."""
     prov, runs = analysis.sweep.provenance, analysis.sweep.runs
     table, default = analysis.table, analysis.default_threshold
@@ -74,17 +75,25 @@ def report_markdown(analysis: Analysis, captions: dict[str, str], omitted: list[
         single_run=bool((table["n"] < 2).any()),
         captions=captions,
         omitted=omitted,
+        baselines=baselines,
     )
 
 
-def render_files(analysis: Analysis) -> tuple[dict[str, bytes], dict]:
-    """Every output file (name -> bytes) and the summary, without writing anything."""
+def render_files(analysis: Analysis, baselines: tuple = ([], {}, {})) -> tuple[dict[str, bytes], dict]:
+    """Every output file (name -> bytes) and the summary, without writing anything.
+
+    ``baselines``: :func:`bench.report_baselines.section`'s lines, files and summary (empty for a sweep without arms).
+    """
     files, captions, omitted = draw_plots(analysis)
+    lines, extra_files, extra_summary = baselines
+    files.update(extra_files)
     files["distribution.csv"] = analysis.dist.to_csv(index=False).encode("utf-8")
     if not analysis.pva.empty:
         files["predicted_vs_actual.csv"] = analysis.pva.to_csv(index=False).encode("utf-8")
-    files["report.md"] = report_markdown(analysis, captions, omitted).encode("utf-8")
+    files["report.md"] = report_markdown(analysis, captions, omitted, "\n".join(lines)).encode("utf-8")
     data = summary(analysis)
+    if extra_summary:
+        data["baselines"] = report_baselines.json_ready(extra_summary)
     data["files"] = sorted([*files, "summary.json"])
     assert set(data["files"]) <= OUTPUTS, "add new report files to OUTPUTS"
     files["summary.json"] = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")

@@ -29,7 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.baselines import STEP_CACHE_NATIVE
 from bench.common import parse_coefficients, parse_thresholds
+from bench.sweep_arms import TIMING_ISOLATED
 from calib import arguments, fingerprint, shard
 from calib.folder_lock import FolderLocked
 from calib.interrupts import Interrupted, interruptions
@@ -65,6 +67,16 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--coefficients", default="packaged", help="packaged, a fit.json, or c4,...,c0")
     parser.add_argument("--x-range", default=None, metavar="LO,HI", help="calibrated x range of c4,...,c0")
     parser.add_argument("--traces", type=Path, default=None, help="trace table (any format): predict skips by replay")
+    parser.add_argument(
+        "--baselines", default=None, metavar="ARMS", help="also run these arms: fewer-steps,static,step-cache"
+    )
+    parser.add_argument(
+        "--compare-coefficients", default=None, metavar="A,B",
+        help="one TeaCache arm per rescale function (each: packaged, a fit.json, ...); a rescale column per row",
+    )  # fmt: skip
+    parser.add_argument(
+        "--isolate", action="store_true", help="time every generation in a fresh process (quality stays in-process)"
+    )
     parser.add_argument("--save-images", action="store_true", help="keep every decoded image under DIR/images")
     parser.add_argument("--out", required=True, type=Path, help="the sweep folder")
     parser.add_argument(
@@ -143,6 +155,24 @@ class SweepSettings:
     quantize: int | None = None
     save_images: bool = False
     force_new: bool = False
+    baselines: tuple[str, ...] = ()  # bench.baselines arms besides TeaCache
+    compare_coefficients: tuple[str, ...] = ()  # rescale sources besides --coefficients
+    isolate: bool = False
+
+    @property
+    def arms_mode(self) -> bool:
+        """Every pair measured by bench.baselines.measure_pair (rows carry arm, arm_setting, rescale)."""
+        return bool(self.baselines or self.compare_coefficients or self.isolate)
+
+    @property
+    def rescale_sources(self) -> tuple[str, ...]:
+        """--coefficients first (the one the threshold tables report), then the others to compare."""
+        return (self.coefficients, *(c for c in self.compare_coefficients if c != self.coefficients))
+
+    @property
+    def extendable(self) -> tuple[str, ...]:
+        # the baseline grids follow the thresholds: a new threshold would change every pair's arms
+        return ("seeds",) if self.arms_mode else EXTENDABLE
 
     @property
     def pairs(self) -> list[tuple[str, str, int]]:
@@ -174,6 +204,9 @@ def plan(
     save_images: bool = False,
     force_new: bool = False,
     x_range: str | None = None,
+    baselines: str | None = None,
+    compare_coefficients: str | None = None,
+    isolate: bool = False,
 ) -> SweepSettings:
     """Check every argument (nothing is read but the prompt file, nothing loads); raise ValueError."""
     arguments.check_model(model, base_model)
@@ -186,6 +219,12 @@ def plan(
     if not math.isfinite(guidance):
         raise ValueError(f"--guidance: expected a finite number, got {guidance}")
     parse_coefficients(coefficients)
+    from bench.baselines import parse_baselines
+
+    arms = parse_baselines(baselines)
+    compare = _parse_compare(compare_coefficients)
+    if compare and x_range is not None:
+        raise ValueError("--x-range: applies to --coefficients numbers only; give files to --compare-coefficients")
     return SweepSettings(
         model=model,
         thresholds=parse_thresholds(thresholds),
@@ -204,7 +243,28 @@ def plan(
         quantize=quantize,
         save_images=save_images,
         force_new=force_new,
+        baselines=arms,
+        compare_coefficients=compare,
+        isolate=bool(isolate),
     )
+
+
+def _parse_compare(text: str | None) -> tuple[str, ...]:
+    """'packaged,fit.json' -> the sources; each must be a source --coefficients takes (numbers: no commas)."""
+    if text is None:
+        return ()
+    sources = tuple(part.strip() for part in str(text).split(",") if part.strip())
+    if not sources:
+        raise ValueError("--compare-coefficients: expected comma-separated rescale sources, e.g. packaged,fit.json")
+    for source in sources:
+        if source != "packaged" and not isinstance(parse_coefficients(source), Path):
+            raise ValueError(
+                f"--compare-coefficients: {source!r} is not 'packaged' or a file (a fit.json, a calibration .json "
+                "or a .py module); coefficient numbers go to --coefficients"
+            )
+    if len(set(sources)) != len(sources):
+        raise ValueError("--compare-coefficients: a source given twice")
+    return sources
 
 
 def _parse_x_range(text: str | None):
@@ -218,7 +278,8 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
         model=args.model, thresholds=args.thresholds, out=args.out, prompts=args.prompts, seeds=args.seeds,
         steps=args.steps, size=args.size, guidance=args.guidance, repeats=args.repeats,
         coefficients=args.coefficients, traces=args.traces, base_model=args.base_model, quantize=args.quantize,
-        save_images=args.save_images, force_new=args.force_new, x_range=args.x_range,
+        save_images=args.save_images, force_new=args.force_new, x_range=args.x_range, baselines=args.baselines,
+        compare_coefficients=args.compare_coefficients, isolate=args.isolate,
     )  # fmt: skip
 
 
@@ -244,7 +305,23 @@ def check_inputs(settings: SweepSettings):
         if isinstance(parse_coefficients(settings.coefficients), Path):
             arguments.check_input_file(Path(settings.coefficients.split("#", 1)[0]), "--coefficients")
         rescale = resolve_coefficients(settings.coefficients, None, settings.x_range)[0]
+    for source in settings.compare_coefficients:  # files read now; packaged ones once the variant is known
+        if source != "packaged":
+            from calib.coefficient_sources import resolve_coefficients
+
+            arguments.check_input_file(Path(source.split("#", 1)[0]), "--compare-coefficients")
+            resolve_coefficients(source, None, None, arg="--compare-coefficients")
     return traces, rescale
+
+
+def resolve_rescales(settings: SweepSettings, primary, variant: str) -> dict:
+    """Every TeaCache arm's rescale function by source: --coefficients' (``primary``) first."""
+    from calib.coefficient_sources import resolve_coefficients
+
+    found = {settings.coefficients: primary}
+    for source in settings.rescale_sources[1:]:
+        found[source] = resolve_coefficients(source, variant, None, arg="--compare-coefficients")[0]
+    return found
 
 
 def _rescale_settings(rescale) -> dict:
@@ -271,6 +348,13 @@ def fingerprint_settings(settings: SweepSettings, rescale=None, variant: str | N
         fp["variant"] = variant
     if rescale is not None:
         fp["coefficients"] = _rescale_settings(rescale)
+    # the arm settings join only when given, so a sweep without them keeps its old fingerprint
+    if settings.baselines:
+        fp["baselines"] = list(settings.baselines)
+    if settings.compare_coefficients:
+        fp["compare_coefficients"] = list(settings.compare_coefficients)
+    if settings.isolate:
+        fp["isolate"] = True
     return fp
 
 
@@ -446,7 +530,7 @@ def save_pair(parts: Path, pid: str, rows: list[dict], decisions: list[dict], no
             elif table is records.RUNS:
                 keep = old[~old["run_id"].isin(new_ids) & (old["kind"] != "vanilla")]
                 vanilla = old[old["kind"] == "vanilla"]  # the pair's reference run stays the first one measured
-                teacache = pd.concat([keep, frame[frame["kind"] == "teacache"]], ignore_index=True)
+                teacache = pd.concat([keep, frame[frame["kind"] != "vanilla"]], ignore_index=True)
                 frame = pd.concat([vanilla, teacache.sort_values("threshold", kind="stable")], ignore_index=True)
             else:
                 frame = pd.concat([old[~old["run_id"].isin(new_ids)], frame], ignore_index=True)
@@ -467,7 +551,7 @@ def _assemble(settings: SweepSettings, locations: dict[str, Path]):
         frames = [read_part(locations[pid] / "pairs" / f"{pid}.{table.file}", table) for pid in order]
         tables[table.file] = pd.concat(frames, ignore_index=True)
     runs = tables[records.RUNS.file]
-    keep = (runs["kind"] == "vanilla") | runs["threshold"].isin(settings.thresholds)
+    keep = (runs["kind"] != "teacache") | runs["threshold"].isin(settings.thresholds)
     return runs[keep].reset_index(drop=True), tables[records.DECISIONS.file], tables[records.NOOP.file]
 
 
@@ -533,7 +617,7 @@ def _check_folder(settings: SweepSettings, partial: dict):
     """The settings check of one folder whose pairs this sweep may resume or merge."""
 
     def check(folder: Path) -> None:
-        state = fingerprint.check(folder, partial, RESULTS, EXTENDABLE)
+        state = fingerprint.check(folder, partial, RESULTS, settings.extendable)
         if state.status == "adopt":
             check_parts_agree(settings, folder)
 
@@ -560,7 +644,7 @@ def run_sweep(settings: SweepSettings, world: shard.World | None = None) -> Path
         measured, error = None, None
         try:
             run.start()
-            measured = _sweep(settings, run, fixed_rescale)
+            measured = _sweep(settings, run, fixed_rescale, traces)
         except (*interruptions(), shard.Stopped):
             raise Interrupted(_interrupted_message(settings, run)) from None
         except shard.ShardError:  # the ranks disagree on the plan: every rank raises it at start()
@@ -615,9 +699,10 @@ class Measured:
     configs: dict
     fingerprint: dict  # the full settings, variant and coefficients included
     recorded: dict  # the fingerprint as this rank's folder holds it
+    arms: dict | None = None  # --baselines/--compare-coefficients/--isolate: the arms and their settings
 
 
-def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale) -> Measured:
+def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale, traces=None) -> Measured:
     """This rank's share of the pairs, each saved into the rank's folder as soon as it is measured."""
     from rich.progress import Progress
 
@@ -646,11 +731,18 @@ def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale) -> Mea
     variant, default_threshold, skip_first = spec.name, spec.default_threshold, spec.skip_first_n_steps
     rescale = fixed_rescale or variants.get(variant).rescale()
     fp = fingerprint_settings(settings, rescale, variant)
-    state = fingerprint.check(folder, fp, RESULTS, EXTENDABLE)
+    rescales = resolve_rescales(settings, rescale, variant) if settings.arms_mode else None
+    if rescales is not None and len(rescales) > 1:
+        fp["compare_rescales"] = {k: _rescale_settings(v) for k, v in list(rescales.items())[1:]}
+    state = fingerprint.check(folder, fp, RESULTS, settings.extendable)
     if state.message(folder):
         print(state.message(folder))
     recorded = fingerprint.save(folder, PROG, fp, state)
-    configs = {t: GateConfig(t, rescale, skip_first_n_steps=skip_first) for t in thresholds}
+
+    def configs_for(rescale_fn) -> dict:
+        return {t: GateConfig(t, rescale_fn, skip_first_n_steps=skip_first) for t in thresholds}
+
+    configs = configs_for(rescale)
     adherence = _adherence_fn(variant)
     images_dir = settings.out / "images" if settings.save_images else None
     if todo:  # warm-up: compile and JIT once before anything is timed
@@ -661,14 +753,43 @@ def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale) -> Mea
             with apply_teacache(model, rel_l1_thresh=max(thresholds), coefficients=rescale):
                 generate(model, *warm)
     fields = world.row_fields()  # which rank measured each row, on which hardware, contended or not
+    arms_record = None
+    if settings.arms_mode:
+        from bench import sweep_arms
+        from bench.replay import predict_schedules
+
+        tc_arms = sweep_arms.teacache_arms(rescales, configs_for, thresholds)
+        if traces is not None:
+            schedules, grid_from = sweep_arms.replay_schedules(predict_schedules(traces, configs)), "--traces replay"
+        else:
+            first = settings.pairs[0]
+            schedules = sweep_arms.probe_schedules(model, first, settings.generation, configs)
+            grid_from = f"a probe of every threshold on the first pair ({pair_id(first[0], first[2])})"
+        grid = sweep_arms.arm_grid(settings.steps, schedules, settings.baselines, skip_first)
+        arms_record = {
+            "baselines": list(settings.baselines),
+            "settings": {arm: [a.setting for a in grid if a.name == arm] for arm in settings.baselines},
+            "settings_from": grid_from,
+            "most_common_skipped": {f"{t:g}": k for t, k in sweep_arms.most_common_counts(schedules).items()},
+            "rescales": {k: v.to_dict() for k, v in rescales.items()},
+            "primary_rescale": settings.coefficients,
+            "step_cache_native": sorted(STEP_CACHE_NATIVE),
+        }
     with Progress() as progress:
         task = progress.add_task("sweep" if world.size == 1 else f"sweep rank {world.rank}", total=len(todo))
         for pair, missing in todo:
-            rows, decisions, noop = run_pair(model, settings, pair, missing, configs, adherence, images_dir, variant)
+            if settings.arms_mode:
+                rows, decisions, noop = sweep_arms.run_pair_arms(
+                    model, settings, pair, tc_arms, grid, adherence, images_dir, variant, configs[thresholds[-1]]
+                )
+            else:
+                rows, decisions, noop = run_pair(
+                    model, settings, pair, missing, configs, adherence, images_dir, variant
+                )
             rows, noop = [{**row, **fields} for row in rows], {**noop, **fields}
             save_pair(parts, pair_id(pair[0], pair[2]), rows, decisions, noop)
             progress.advance(task)
-    return Measured(variant, default_threshold, skip_first, rescale, configs, fp, recorded)
+    return Measured(variant, default_threshold, skip_first, rescale, configs, fp, recorded, arms_record)
 
 
 def _write_tables(settings: SweepSettings, run: shard.ShardedRun, measured: Measured, locations, traces) -> Path:
@@ -682,7 +803,7 @@ def _write_tables(settings: SweepSettings, run: shard.ShardedRun, measured: Meas
     recorded = measured.recorded
     if run.folder != out:  # the merged folder gets the settings its tables were made with
         recorded = fingerprint.save(
-            out, PROG, measured.fingerprint, fingerprint.check(out, measured.fingerprint, RESULTS, EXTENDABLE)
+            out, PROG, measured.fingerprint, fingerprint.check(out, measured.fingerprint, RESULTS, settings.extendable)
         )
     runs, decisions, noop = _assemble(settings, locations)
     runs["predicted_skipped"] = float("nan")
@@ -692,6 +813,8 @@ def _write_tables(settings: SweepSettings, run: shard.ShardedRun, measured: Meas
         lookup = predicted.set_index(["pair_id", "threshold"])["predicted_skipped"]
         keys = list(zip(runs["pair_id"], runs["threshold"], strict=True))
         runs["predicted_skipped"] = [float(lookup.get(k, float("nan"))) for k in keys]
+        if "rescale" in runs.columns:  # the replay predicts --coefficients' schedules only
+            runs.loc[runs["rescale"].notna() & (runs["rescale"] != settings.coefficients), "predicted_skipped"] = np.nan
     sharding = {"distributed": run.world.provenance()} if run.world.size > 1 else {}
     provenance = collect(
         model=settings.model,
@@ -710,12 +833,14 @@ def _write_tables(settings: SweepSettings, run: shard.ShardedRun, measured: Meas
         default_threshold=measured.default_threshold,
         skip_first_n_steps=measured.skip_first,
         quantization=settings.quantize,
-        timing="denoising loop, before_loop to after_loop callbacks, after a warm-up",
+        timing="denoising loop, before_loop to after_loop callbacks, after a warm-up"
+        + (f"; {TIMING_ISOLATED}" if settings.isolate else ""),
         traces=str(settings.traces) if settings.traces else None,
         traces_num_steps=traces.num_steps if traces is not None else None,
         settings_fingerprint=fingerprint.digest(recorded),
         history=recorded["history"],
         **sharding,
+        **({"arms": measured.arms} if measured.arms is not None else {}),
     )
     records.write_table(out / records.DECISIONS.file, records.DECISIONS, decisions)
     records.write_table(out / records.NOOP.file, records.NOOP, noop)
