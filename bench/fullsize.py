@@ -367,7 +367,22 @@ def _merge(path: Path, new: pd.DataFrame, columns) -> pd.DataFrame:
     return new.reindex(columns=list(columns) or list(new.columns))
 
 
-def write_outputs(out: Path, rows: list[dict], run_rows: list[dict], provenance: dict) -> None:
+def checkout_of_this_code(git: dict) -> dict:
+    """The git fields, when the sources are the root of their checkout; else nulls (code copied into a
+    folder of another checkout: that checkout's commit says nothing about this code; code_sha256 does)."""
+    import subprocess
+
+    try:
+        top = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": None, "dirty": None}
+    return git if Path(top).resolve() == PROJECT_ROOT.resolve() else {"commit": None, "dirty": None}
+
+
+def write_outputs(out: Path, rows: list[dict], run_rows: list[dict], models: dict[str, dict]) -> None:
+    """Merge into OUT's files: rows of the same (model, quantize, resolution, steps, tag) are replaced."""
     from teacache.io import write_json, write_text
 
     def keyed(frame: pd.DataFrame) -> pd.DataFrame:
@@ -380,11 +395,14 @@ def write_outputs(out: Path, rows: list[dict], run_rows: list[dict], provenance:
     runs = _merge(out / "runs.csv", keyed(pd.DataFrame(run_rows)), ())
     write_text(out / "summary.csv", summary.to_csv(index=False, float_format="%.6g"))
     write_text(out / "runs.csv", runs.to_csv(index=False, float_format="%.6g"))
+    from teacache.io import FORMAT_VERSION
+    from teacache.models.fullsize import MEANINGLESS
+
     existing = {}
     if (out / "provenance.json").exists():
         existing = json.loads((out / "provenance.json").read_text(encoding="utf-8")).get("models", {})
-    existing.update(provenance.pop("models"))
-    write_json(out / "provenance.json", {**provenance, "models": existing})
+    existing.update(models)
+    write_json(out / "provenance.json", {"format_version": FORMAT_VERSION, "note": MEANINGLESS, "models": existing})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -432,13 +450,13 @@ def main(argv: list[str] | None = None) -> int:
             key = "|".join(str(rows[0][k] if rows[0][k] is not None else "") for k in CONFIG_KEY)
             provenance = prov.collect(argv if argv is None else ["teacache-bench", "fullsize", *argv])
             provenance.update(
-                note=MEANINGLESS,
+                git=checkout_of_this_code(provenance["git"]),
                 code_sha256=code_digest(),
                 timing="denoising loop: before_loop -> after_loop callbacks, mx.eval per step",
                 cache_memory="the cached residuals of every branch plus the anchor (previous modulated input)",
-                models={key: model_prov},
+                **model_prov,
             )
-            write_outputs(out, rows, run_rows, provenance)
+            write_outputs(out, rows, run_rows, {key: provenance})
             finished.append(variant)
             for row in rows:
                 say(_row_line(row))
