@@ -357,12 +357,25 @@ def code_digest() -> str:
     return digest.hexdigest()
 
 
+def _key_text(value) -> str:
+    """One spelling per key value, whether it comes from this run or back from a CSV (4, 4.0, "" or NaN)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def config_keys(frame: pd.DataFrame) -> list[tuple[str, ...]]:
+    return [tuple(_key_text(v) for v in row) for row in frame[list(CONFIG_KEY)].itertuples(index=False, name=None)]
+
+
 def _merge(path: Path, new: pd.DataFrame, columns) -> pd.DataFrame:
+    """OUT's rows with those of the configurations in ``new`` replaced by ``new``'s."""
     if path.exists():
-        old = pd.read_csv(path, keep_default_na=False, na_values=[""])
-        keys = set(new[list(CONFIG_KEY)].astype(str).itertuples(index=False, name=None))
-        old_keys = old[list(CONFIG_KEY)].astype(str).fillna("")
-        keep = [tuple(row) not in keys for row in old_keys.itertuples(index=False, name=None)]
+        old = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype={"tag": str})
+        replaced = set(config_keys(new))
+        keep = [key not in replaced for key in config_keys(old)]
         new = pd.concat([old[keep], new], ignore_index=True)
     return new.reindex(columns=list(columns) or list(new.columns))
 
@@ -385,14 +398,8 @@ def write_outputs(out: Path, rows: list[dict], run_rows: list[dict], models: dic
     """Merge into OUT's files: rows of the same (model, quantize, resolution, steps, tag) are replaced."""
     from teacache.io import write_json, write_text
 
-    def keyed(frame: pd.DataFrame) -> pd.DataFrame:
-        frame = frame.copy()
-        for key in CONFIG_KEY:
-            frame[key] = frame[key].astype(object).where(frame[key].notna(), "")
-        return frame
-
-    summary = _merge(out / "summary.csv", keyed(pd.DataFrame(rows, columns=SUMMARY_COLUMNS)), SUMMARY_COLUMNS)
-    runs = _merge(out / "runs.csv", keyed(pd.DataFrame(run_rows)), ())
+    summary = _merge(out / "summary.csv", pd.DataFrame(rows, columns=SUMMARY_COLUMNS), SUMMARY_COLUMNS)
+    runs = _merge(out / "runs.csv", pd.DataFrame(run_rows), ())
     write_text(out / "summary.csv", summary.to_csv(index=False, float_format="%.6g"))
     write_text(out / "runs.csv", runs.to_csv(index=False, float_format="%.6g"))
     from teacache.io import FORMAT_VERSION
@@ -447,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             for row in rows:
                 row["hardware"] = hardware
-            key = "|".join(str(rows[0][k] if rows[0][k] is not None else "") for k in CONFIG_KEY)
+            key = "|".join(_key_text(rows[0][k]) for k in CONFIG_KEY)
             provenance = prov.collect(argv if argv is None else ["teacache-bench", "fullsize", *argv])
             provenance.update(
                 git=checkout_of_this_code(provenance["git"]),
