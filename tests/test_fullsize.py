@@ -4,6 +4,8 @@ full size), weights from a seed, text stand-ins of the real shapes, mflux's quan
 
 from __future__ import annotations
 
+import json
+
 import mlx.core as mx
 import pytest
 from mlx import nn
@@ -193,3 +195,29 @@ def test_thresholds_are_chosen_by_replaying_the_signal():
         assert predicted == skipped(threshold) >= target
         assert skipped(threshold * 0.98) < target
     assert bench_fullsize.choose_threshold([None, 0.0, 0.0], 3, 1, identity) == (1.0, 0)
+
+
+def _row(model: str, arm: str, speedup: float, tag: str = "", quantize=None) -> dict:
+    row = dict.fromkeys(bench_fullsize.SUMMARY_COLUMNS)
+    return {**row, "model": model, "arm": arm, "speedup": speedup, "tag": tag, "quantize": quantize,
+            "resolution": "64x64", "steps": 4}  # fmt: skip
+
+
+def test_outputs_merge_by_configuration(tmp_path):
+    """A configuration measured again replaces its rows (also read back from the CSV: 4 vs 4.0, "" vs NaN);
+    another tag or quantization is kept beside it."""
+    import pandas as pd
+
+    def write(rows, key):
+        runs = [{k: r[k] for k in bench_fullsize.CONFIG_KEY} | {"loop_s": r["speedup"]} for r in rows]
+        bench_fullsize.write_outputs(tmp_path, rows, runs, {key: {"model": rows[0]["model"]}})
+
+    write([_row("random-a", "proxy-all", 1.0), _row("random-a", "gate", 2.0)], "a")
+    write([_row("random-a", "proxy-all", 1.0, quantize=4)], "a4")
+    write([_row("random-a", "proxy-all", 1.1, tag="before")], "a-before")
+    write([_row("random-a", "proxy-all", 0.9), _row("random-a", "gate", 1.9)], "a")
+    write([_row("random-a", "proxy-all", 0.8, quantize=4)], "a4")
+    summary = pd.read_csv(tmp_path / "summary.csv", keep_default_na=False, na_values=[""])
+    assert sorted(summary["speedup"]) == [0.8, 0.9, 1.1, 1.9]
+    assert len(pd.read_csv(tmp_path / "runs.csv")) == 4
+    assert set(json.loads((tmp_path / "provenance.json").read_text())["models"]) == {"a", "a4", "a-before"}
