@@ -54,8 +54,8 @@ CONFIG_KEY = ("model", "quantize", "resolution", "steps", "tag")
 def setup_arg_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="teacache-bench fullsize", description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=DEFAULT_MODELS, help="comma-separated random-<variant> names")
-    parser.add_argument("--size", type=int, default=1024, help="image side in pixels (multiple of 16)")
-    parser.add_argument("--steps", type=int, default=28)
+    parser.add_argument("--size", type=int, default=None, help="image side in pixels; default: each variant's")
+    parser.add_argument("--steps", type=int, default=None, help="default: each variant's")
     parser.add_argument("--guidance", type=float, default=None, help="default: each variant's usual guidance")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-fractions", default="0.35,0.7", help="targets for the gate rows, of the steps")
@@ -102,9 +102,9 @@ def validate(args) -> dict:
         raise ValueError(f"--models: {str(exc).removeprefix('model: ')}") from None
     if not variants:
         raise ValueError("--models: expected at least one random-<variant> name")
-    if args.size < 16 or args.size % 16:
+    if args.size is not None and (args.size < 16 or args.size % 16):
         raise ValueError(f"--size: expected a positive multiple of 16, got {args.size}")
-    if args.steps < 3:
+    if args.steps is not None and args.steps < 3:
         raise ValueError(
             f"--steps: expected at least 3 (the first and last steps are always computed), got {args.steps}"
         )
@@ -209,12 +209,15 @@ def measure_model(variant: str, args, plan: dict, deadline: float | None, say) -
     import mlx.core as mx
     from mflux.models.common.config.model_config import ModelConfig
 
+    from teacache import variants
     from teacache.models import fullsize
     from teacache.rescale import RescaleFunction
 
-    spec = fullsize.RANDOM_VARIANTS[variant]
+    spec = variants.get(variant)
     label = fullsize.model_label(variant, args.blocks)
-    guidance = spec.guidance if args.guidance is None else args.guidance
+    guidance = spec.generation.guidance if args.guidance is None else args.guidance
+    steps = args.steps or spec.generation.steps
+    size = args.size or spec.generation.width
     params = fullsize.parameter_count(fullsize.full_transformer(variant, args.blocks))
     start = time.perf_counter()
     model = fullsize.build_random(variant, seed=args.seed, quantize=args.quantize, blocks=args.blocks)
@@ -227,8 +230,7 @@ def measure_model(variant: str, args, plan: dict, deadline: float | None, say) -
         from teacache.coefficients import load_packaged
 
         rescale, rescale_name = load_packaged(variant), "packaged"
-    session = Session(model, args.steps, args.size, guidance)
-    steps = args.steps
+    session = Session(model, steps, size, guidance)
     proxy_all = {"rel_l1_thresh": PROXY_ALL_THRESHOLD, "coefficients": rescale, "skip_first_n_steps": steps}
     warmup = {}
     t = time.perf_counter()
@@ -270,7 +272,7 @@ def measure_model(variant: str, args, plan: dict, deadline: float | None, say) -
             result = session.run(settings[name])
             results[name].append(result)
             run_rows.append({
-                "model": label, "quantize": args.quantize, "resolution": f"{args.size}x{args.size}", "steps": steps,
+                "model": label, "quantize": args.quantize, "resolution": f"{size}x{size}", "steps": steps,
                 "tag": args.tag, "repeat": repeat, "position": order.index(name), "arm": name,
                 "loop_s": result["loop_s"], "total_s": result["total_s"], "skipped": result["skipped"],
                 "peak_memory_gib": result["peak_bytes"] / 2**30, "cache_memory_mib": result["cache_bytes"] / 2**20,
@@ -294,7 +296,7 @@ def measure_model(variant: str, args, plan: dict, deadline: float | None, say) -
     common = {
         "family": spec.family, "model": label, "variant": variant, "params_b": round(params / 1e9, 3),
         "dtype": str(ModelConfig.precision).removeprefix("mlx.core."), "quantize": args.quantize,
-        "resolution": f"{args.size}x{args.size}", "steps": steps, "guidance": guidance, "branches": branches,
+        "resolution": f"{size}x{size}", "steps": steps, "guidance": guidance, "branches": branches,
         "vanilla_ms_per_step": 1000 * statistics.median(vanilla_loops) / steps,
         "vanilla_ms_per_step_min": 1000 * min(vanilla_loops) / steps,
         "vanilla_ms_per_step_max": 1000 * max(vanilla_loops) / steps,
@@ -435,8 +437,9 @@ def main(argv: list[str] | None = None) -> int:
     def say(line: str) -> None:
         print(line, flush=True)
 
-    say(f"teacache-bench fullsize on {hardware}: {args.size}x{args.size}, {args.steps} steps, {args.repeats} "
-        f"interleaved repeats after warm-up; {MEANINGLESS}")  # fmt: skip
+    setting = f"{args.size or 'default'} px, {args.steps or 'default'} steps"
+    say(f"teacache-bench fullsize on {hardware}: {setting}, {args.repeats} interleaved repeats after warm-up; "
+        f"{MEANINGLESS}")  # fmt: skip
     try:
         for variant in plan["variants"]:
             if deadline is not None and time.perf_counter() > deadline:

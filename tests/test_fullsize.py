@@ -221,3 +221,32 @@ def test_outputs_merge_by_configuration(tmp_path):
     assert sorted(summary["speedup"]) == [0.8, 0.9, 1.1, 1.9]
     assert len(pd.read_csv(tmp_path / "runs.csv")) == 4
     assert set(json.loads((tmp_path / "provenance.json").read_text())["models"]) == {"a", "a4", "a-before"}
+
+
+def test_the_loader_builds_random_names_with_the_family_builder(monkeypatch):
+    """``load_model("random-<variant>")`` goes to the registry's random builder of that family; nothing else."""
+    calls = []
+    monkeypatch.setattr(fullsize, "build_random_qwen", lambda *a, **k: calls.append((a, k)) or "pipeline")
+    assert teacache.load_model("random-qwen-image-2512", seed=5, quantize=8) == "pipeline"
+    assert calls == [(("qwen-image-2512",), {"seed": 5, "quantize": 8})]
+    from teacache.loading import model_defaults
+
+    assert model_defaults("random-z-image") == {"steps": 50, "width": 1024, "height": 1024, "guidance": 4.0}
+    with pytest.raises(ValueError, match="random-flux1-dev"):
+        teacache.load_model("random-tiny-flux1")
+
+
+@pytest.mark.slow
+def test_the_campaign_runs_end_to_end_at_full_width_with_one_block(tmp_path):
+    """``teacache-bench fullsize`` on random-qwen-image with one block of each kind (widths real, NOT full
+    size): every arm gets a row, the proxy computing every step is bit-exact (Qwen-Image is never compiled)."""
+    import pandas as pd
+
+    argv = ["--models", "random-qwen-image", "--blocks", "1", "--size", "32", "--steps", "3", "--repeats", "1"]
+    assert bench_fullsize.main([*argv, "--skip-fractions", "0.3", "--fast-path", "--out", str(tmp_path)]) == 0
+    summary = pd.read_csv(tmp_path / "summary.csv")
+    assert list(summary.columns) == list(bench_fullsize.SUMMARY_COLUMNS)
+    assert list(summary["arm"]) == ["proxy-all", "fast-path", "gate"]
+    assert summary["model"].iloc[0] == "random-qwen-image[blocks=1, NOT full size]" and not summary["full_size"].any()
+    assert summary.set_index("arm").loc[["proxy-all", "fast-path"], "noop_exact"].all()
+    assert summary.set_index("arm").loc["gate", "skipped"] == 1

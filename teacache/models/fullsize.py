@@ -21,7 +21,6 @@ import contextlib
 import hashlib
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import mlx.core as mx
 from mflux.models.common.config.model_config import ModelConfig
@@ -37,35 +36,40 @@ MEANINGLESS = "random weights: the images mean nothing; use these models for tim
 _EVAL_CHUNK_BYTES = 1 << 31
 
 
-@dataclass(frozen=True)
-class RandomVariant:
-    """What a full-size random model is built from: its family, mflux's config and its generation guidance."""
-
-    family: str
-    config: str  # name of the ModelConfig factory mflux builds the variant with
-    guidance: float  # the variant's usual guidance (FLUX.2 base, Qwen-Image, Z-Image: > 1 means two CFG branches)
-
-
-RANDOM_VARIANTS = {
-    "flux1-dev": RandomVariant("flux1", "dev", 3.5),
-    "flux1-schnell": RandomVariant("flux1", "schnell", 0.0),
-    "flux2-klein-4b": RandomVariant("flux2", "flux2_klein_4b", 1.0),
-    "flux2-klein-9b": RandomVariant("flux2", "flux2_klein_9b", 1.0),
-    "flux2-klein-base-4b": RandomVariant("flux2", "flux2_klein_base_4b", 4.0),
-    "flux2-klein-base-9b": RandomVariant("flux2", "flux2_klein_base_9b", 4.0),
-    "qwen-image": RandomVariant("qwen", "qwen_image", 4.0),
-    "z-image": RandomVariant("zimage", "z_image", 4.0),
+# Every variant with a full-size random model -> the ModelConfig factory mflux builds its transformer with.
+# Its family and generation settings are the registry's (teacache.variants).
+MFLUX_CONFIGS = {
+    "flux1-dev": "dev",
+    "flux1-schnell": "schnell",
+    "flux1-krea-dev": "krea_dev",
+    "flux2-klein-4b": "flux2_klein_4b",
+    "flux2-klein-9b": "flux2_klein_9b",
+    "flux2-klein-base-4b": "flux2_klein_base_4b",
+    "flux2-klein-base-9b": "flux2_klein_base_9b",
+    "qwen-image": "qwen_image",
+    "qwen-image-2512": "qwen_image",  # the same architecture; mflux's qwen_image config names the 2512 release
+    "z-image": "z_image",
 }
 
 
+def family_of(variant: str) -> str:
+    from teacache import variants
+
+    return variants.get(variant).family
+
+
+def mflux_config(variant: str) -> ModelConfig:
+    return getattr(ModelConfig, MFLUX_CONFIGS[variant])()
+
+
 def random_names() -> tuple[str, ...]:
-    return tuple(RANDOM_PREFIX + variant for variant in RANDOM_VARIANTS)
+    return tuple(RANDOM_PREFIX + variant for variant in MFLUX_CONFIGS)
 
 
 def parse_random_name(name: str) -> str:
     """``random-flux1-dev`` (or ``flux1-dev``) -> ``flux1-dev``; a ValueError naming the choices otherwise."""
     variant = name.removeprefix(RANDOM_PREFIX)
-    if variant not in RANDOM_VARIANTS:
+    if variant not in MFLUX_CONFIGS:
         raise ValueError(f"model: unknown full-size random model {name!r}; expected one of {', '.join(random_names())}")
     return variant
 
@@ -100,21 +104,20 @@ def full_transformer(variant: str, blocks: int | None = None) -> nn.Module:
 
 
 def _construct(variant: str, blocks: int | None) -> nn.Module:
-    spec = RANDOM_VARIANTS[variant]
-    config = getattr(ModelConfig, spec.config)()
-    if spec.family == "flux1":
+    family, config = family_of(variant), mflux_config(variant)
+    if family == "flux1":
         from mflux.models.flux.model.flux_transformer.transformer import Transformer
 
         counts = {} if blocks is None else {"num_transformer_blocks": blocks, "num_single_transformer_blocks": blocks}
         return Transformer(model_config=config, **counts)  # 19 joint + 38 single blocks by default
-    if spec.family == "flux2":
+    if family == "flux2":
         from mflux.models.flux2.model.flux2_transformer.transformer import Flux2Transformer
 
         overrides = dict(config.transformer_overrides)
         if blocks is not None:
             overrides.update(num_layers=blocks, num_single_layers=blocks)
         return Flux2Transformer(**overrides)
-    if spec.family == "qwen":
+    if family == "qwen":
         from mflux.models.qwen.model.qwen_transformer.qwen_transformer import QwenTransformer
 
         return QwenTransformer(**({} if blocks is None else {"num_layers": blocks}))
@@ -191,10 +194,10 @@ def random_transformer(variant: str, seed: int = 0, quantize: int | None = None,
         raise ValueError(f"quantize: expected 4, 8 or None, got {quantize!r}")
     transformer = full_transformer(variant, blocks)
     draw_weights(transformer, seed, ModelConfig.precision)
-    if RANDOM_VARIANTS[variant].family == "zimage":
+    if family_of(variant) == "zimage":
         transformer.set_float32(False)
     if quantize is not None:
-        quantize_like_mflux(transformer, quantize, _weight_definition(RANDOM_VARIANTS[variant].family))
+        quantize_like_mflux(transformer, quantize, _weight_definition(family_of(variant)))
     return transformer
 
 
@@ -305,11 +308,12 @@ def _finish(model, variant: str, transformer, quantize: int | None, blocks: int 
 def build_random_flux1(
     variant: str = "flux1-dev", *, seed: int = 0, quantize: int | None = None, blocks: int | None = None
 ):
-    """mflux's ``Flux1`` with the full-size FLUX.1 transformer, 512 (dev) / 256 (schnell) T5 tokens."""
+    """mflux's ``Flux1`` with the full-size FLUX.1 transformer, 512 (dev, krea-dev) / 256 (schnell) T5 tokens."""
     from teacache.models.tiny_flux1 import HashedPromptEmbeddings, build_tiny_flux1
 
     variant = parse_random_name(variant)
-    model = build_tiny_flux1(seed=seed, schnell=variant == "flux1-schnell")  # the shell: config, callbacks, VAE
+    model = build_tiny_flux1(seed=seed)  # the shell: callbacks, stand-in VAE
+    model.model_config = mflux_config(variant)
     model.prompt_cache = HashedPromptEmbeddings(tokens=model.model_config.max_sequence_length)
     return _finish(model, variant, random_transformer(variant, seed, quantize, blocks), quantize, blocks)
 
@@ -321,7 +325,7 @@ def build_random_flux2(
     from teacache.models.tiny_flux2 import build_tiny_flux2
 
     variant = parse_random_name(variant)
-    config = getattr(ModelConfig, RANDOM_VARIANTS[variant].config)()
+    config = mflux_config(variant)
     model = build_tiny_flux2(seed=seed)  # the shell: callbacks, compute precision, VAE
     model.model_config = config
     context_dim = config.transformer_overrides["joint_attention_dim"]
@@ -360,5 +364,5 @@ _BUILDERS = {"flux1": build_random_flux1, "flux2": build_random_flux2, "qwen": b
 def build_random(name: str, *, seed: int = 0, quantize: int | None = None, blocks: int | None = None):
     """Any ``random-<variant>`` pipeline by name."""
     variant = parse_random_name(name)
-    builder = _BUILDERS.get(RANDOM_VARIANTS[variant].family, build_random_zimage)
+    builder = _BUILDERS.get(family_of(variant), build_random_zimage)
     return builder(variant, seed=seed, quantize=quantize, blocks=blocks)
