@@ -421,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"teacache-bench fullsize: {exc}", file=sys.stderr)
         return 2
+    from calib.interrupts import interruptions
     from teacache import provenance as prov
     from teacache._compat import check_mflux_version
     from teacache._platform import use_float32_on_cpu
@@ -433,6 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     deadline = None if args.budget_s is None else time.perf_counter() + args.budget_s
     finished: list[str] = []
     failed: list[str] = []
+    stopped = interruptions()  # Ctrl-C, also as mflux's StopImageGenerationException inside its loop
 
     def say(line: str) -> None:
         print(line, flush=True)
@@ -447,6 +449,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             try:
                 rows, run_rows, model_prov = measure_model(variant, args, plan, deadline, say)
+            except stopped:
+                raise
             except Exception:  # noqa: BLE001 - one family's failure must not lose the others' measurements
                 traceback.print_exc()
                 say(f"{variant}: failed (traceback above); nothing written for it")
@@ -471,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
             for row in rows:
                 say(_row_line(row))
             say(f"  wrote {out / 'summary.csv'}")
-    except KeyboardInterrupt:
+    except stopped:
         saved = ", ".join(finished) or "no model"
         print(f"\ninterrupted: {out / 'summary.csv'} holds the rows of {saved}", file=sys.stderr)
         return 130

@@ -198,7 +198,9 @@ def test_thresholds_are_chosen_by_replaying_the_signal():
 
 
 def _row(model: str, arm: str, speedup: float, tag: str = "", quantize=None) -> dict:
-    row = dict.fromkeys(bench_fullsize.SUMMARY_COLUMNS)
+    numbers = ("skipped", "speedup_min", "speedup_max", "ideal", "ratio_to_ideal", "vanilla_ms_per_step",
+               "proxy_overhead_pct", "peak_memory_gib", "cache_memory_mib")  # fmt: skip
+    row = dict.fromkeys(bench_fullsize.SUMMARY_COLUMNS) | dict.fromkeys(numbers, 1.0)
     return {**row, "model": model, "arm": arm, "speedup": speedup, "tag": tag, "quantize": quantize,
             "resolution": "64x64", "steps": 4}  # fmt: skip
 
@@ -250,3 +252,23 @@ def test_the_campaign_runs_end_to_end_at_full_width_with_one_block(tmp_path):
     assert summary["model"].iloc[0] == "random-qwen-image[blocks=1, NOT full size]" and not summary["full_size"].any()
     assert summary.set_index("arm").loc[["proxy-all", "fast-path"], "noop_exact"].all()
     assert summary.set_index("arm").loc["gate", "skipped"] == 1
+
+
+def test_ctrl_c_keeps_the_finished_models_and_exits_130(tmp_path, monkeypatch, capsys):
+    """Ctrl-C inside mflux's loop arrives as StopImageGenerationException: not a model failure to skip."""
+    from mflux.utils.exceptions import StopImageGenerationException
+
+    def measure(variant, *_):
+        if variant == "z-image":
+            raise StopImageGenerationException("Stopping image generation at step 3/20")
+        row = _row(fullsize.model_label(variant), "proxy-all", 1.0)
+        return [row], [{k: row[k] for k in bench_fullsize.CONFIG_KEY}], {"model": row["model"]}
+
+    monkeypatch.setattr(bench_fullsize, "measure_model", measure)
+    argv = ["--models", "random-qwen-image,random-z-image,random-flux1-dev", "--out", str(tmp_path)]
+    assert bench_fullsize.main(argv) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "qwen-image" in err[0] and "summary.csv" in err[0]
+    import pandas as pd
+
+    assert list(pd.read_csv(tmp_path / "summary.csv")["model"]) == ["random-qwen-image"]
