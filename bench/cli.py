@@ -17,6 +17,7 @@ SUBCOMMANDS = {
     "overhead": "bench.overhead",
     "blas": "bench.blas",
     "adherence": "bench.adherence",
+    "fullsize": "bench.fullsize",
 }
 
 

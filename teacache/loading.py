@@ -24,8 +24,15 @@ def model_defaults(name_or_path: str, base_model: str | None = None) -> dict:
     return resolve_spec(name_or_path, base_model).generation.as_dict()
 
 
+RANDOM_PREFIX = "random-"  # random-<variant>: the variant's full-size architecture with random weights
+
+
 def resolve_spec(name_or_path: str, base_model: str | None = None) -> variants.VariantSpec:
     """The variant a ``load_model`` call will give, without loading anything (for early validation)."""
+    if name_or_path.startswith(RANDOM_PREFIX) and base_model is None:
+        from teacache.models.fullsize import parse_random_name
+
+        return variants.get(parse_random_name(name_or_path))
     path = Path(name_or_path).expanduser()
     if base_model is not None:
         spec = variants.find(base_model)
@@ -76,11 +83,17 @@ def load_model(name_or_path: str, *, base_model: str | None = None, quantize: in
 
     An embedded model (``tiny-shapes``, the trained default; random-weight ``tiny-flux1`` etc. from
     ``seed``), an mflux model name (``dev``, ``flux1-dev``, ``flux2-klein-4b``, ``qwen-image``, ...; weights
-    from the Hugging Face cache), or a local folder of mflux-format weights with ``base_model`` naming its
-    architecture (a variant or mflux name). The pipeline carries ``teacache_variant``.
+    from the Hugging Face cache), a local folder of mflux-format weights with ``base_model`` naming its
+    architecture (a variant or mflux name), or ``random-<variant>``: the variant's full-size transformer with
+    weights drawn from ``seed`` (nothing downloaded; for time and memory, its images mean nothing). The
+    pipeline carries ``teacache_variant``.
     """
     check_mflux_version()
     spec = resolve_spec(name_or_path, base_model)
+    if name_or_path.startswith(RANDOM_PREFIX) and base_model is None:
+        use_float32_on_cpu()
+        builder = _attribute(variants.family(spec.family).random_builder)
+        return builder(spec.name, seed=seed, quantize=quantize)
     path = Path(name_or_path).expanduser()
     is_folder = base_model is not None
     if is_folder:

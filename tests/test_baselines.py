@@ -238,14 +238,14 @@ def test_the_fewer_steps_arm_really_runs_n_prime_steps(shapes, fewer):
 
 def test_the_static_arm_computes_exactly_the_steps_of_its_schedule(shapes, monkeypatch):
     model = shapes
-    ran: list[int] = []
-    body = TeaCacheFlux2Transformer._body
+    ran: list[int] = []  # the residual of a computed body (the compiled body itself runs out of Python's sight)
+    residual = TeaCacheFlux2Transformer._residual
 
-    def counting_body(self, *args, **kwargs):
+    def counting_residual(self, *args, **kwargs):
         ran.append(self._controller.step)
-        return body(self, *args, **kwargs)
+        return residual(self, *args, **kwargs)
 
-    monkeypatch.setattr(TeaCacheFlux2Transformer, "_body", counting_body)
+    monkeypatch.setattr(TeaCacheFlux2Transformer, "_residual", counting_residual)
     schedule = StaticSchedule.from_skipped(STEPS, [2, 3, 5, 8, 9], label="asked")
     result = baselines.run_arm(model, baselines.static(schedule), PROMPT, 0, STEPS, *SIZE, 1.0)
     assert ran == [s for s in range(STEPS) if s not in (2, 3, 5, 8, 9)]

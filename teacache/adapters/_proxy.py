@@ -10,13 +10,41 @@ from mlx import nn
 from teacache.core import StepController, register_callback
 
 
+def compile_like_mflux(fn: Callable) -> Callable:
+    """``mx.compile(fn)``, except where mflux runs its own predict uncompiled (M1/M2)."""
+    from mflux.utils.apple_silicon import AppleSiliconUtil
+
+    return fn if AppleSiliconUtil.is_m1_or_m2() else mx.compile(fn)
+
+
 class CachingProxy(nn.Module):
-    """Holds the original transformer unchanged; subclasses re-walk its forward around ``cached_step``."""
+    """Holds the original transformer unchanged; subclasses re-walk its forward around ``cached_step``.
+
+    Where the pipeline compiles its predict (FLUX.2, Z-Image), the predict that stands in for it calls
+    :meth:`compile_segments` once per generation, as mflux compiles its own predict once per generation:
+    the head (up to the signal), the body and the tail then run ``mx.compile``d and only the skip decision,
+    which reads the signal back on the host, runs in Python between them.
+    """
 
     def __init__(self, transformer: nn.Module, controller: StepController) -> None:
         super().__init__()
         self.transformer = transformer
         self._controller = controller
+        object.__setattr__(self, "_segments", {})  # kept out of the module's parameter tree
+
+    def segment_functions(self) -> dict[str, Callable]:
+        """The pure array functions a generation may compile, by name; none unless the pipeline compiles."""
+        return {}
+
+    def compile_segments(self) -> None:
+        """Fresh compiled segments for the next generation (a compiled function sees the weights of its trace)."""
+        object.__setattr__(
+            self, "_segments", {name: compile_like_mflux(fn) for name, fn in self.segment_functions().items()}
+        )
+
+    def segment(self, name: str, fn: Callable) -> Callable:
+        """The compiled ``name`` segment of this generation, else ``fn`` itself."""
+        return self._segments.get(name, fn)
 
     def cached_step(self, modulated, embedded, temb, branch: int, body: Callable[[], mx.array]) -> mx.array:
         """Compute the body or replay its residual, then the tail; the one place a skip happens."""
@@ -39,12 +67,16 @@ class CachingProxy(nn.Module):
         return embedded + residual
 
     def _tail(self, hidden_states: mx.array, temb: mx.array) -> mx.array:
+        return self.segment("tail", self._norm_out_proj_out)(hidden_states, temb)
+
+    def _norm_out_proj_out(self, hidden_states: mx.array, temb: mx.array) -> mx.array:
         tr = self.transformer
         return tr.proj_out(tr.norm_out(hidden_states, temb))
 
 
 def install_proxy(model, controller: StepController, proxy_class: type, predict_factory=None):
-    """Swap in the proxy (and an uncompiled predict, when the pipeline compiles one); return the exact undo.
+    """Swap in the proxy (and a predict with the decision outside ``mx.compile``, when the pipeline compiles
+    its own); return the exact undo.
 
     The fast path (threshold 0) swaps nothing in: it only registers the controller to count steps.
     """

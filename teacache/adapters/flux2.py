@@ -3,9 +3,11 @@
 mflux 0.24.0, ``flux2/model/flux2_transformer/transformer.py``: time embedding (l.82-88), embedders
 (l.104-105), double-stream modulation computed once for all blocks (l.118-119), double blocks (l.136),
 single-stream modulation (l.150), single blocks (l.159), slice + norm_out/proj_out (l.170-173).
-The pipeline's ``_predict`` closure runs CFG inside and is ``mx.compile``d; a skip decision reads a
-value back on the host, impossible inside a compiled function, so while TeaCache is applied the
-pipeline gets an uncompiled predict with the same semantics, and the original is put back on restore.
+The pipeline's ``_predict`` closure runs CFG inside and is ``mx.compile``d as one function; a skip decision
+reads a value back on the host, impossible inside a compiled function, so while TeaCache is applied the
+pipeline gets a predict with the same semantics whose transformer calls run in compiled segments (head up
+to the signal, body, tail; compiled afresh each generation, as mflux compiles its predict) with the
+decision in Python between them; the original predict is put back on restore.
 Under CFG one decision is taken per step (on the conditional branch) and each branch keeps its residual.
 """
 
@@ -67,17 +69,22 @@ class TeaCacheFlux2Transformer(CachingProxy):
         kv_cache=None,
         branch: int = 0,
     ) -> mx.array:
-        tr = self.transformer
         if guidance is not None or kv_cache is not None:
             raise NotImplementedError(
                 "TeaCache on FLUX.2 supports text-to-image without guidance embedding or KV cache"
             )
-        modulated, embedded, temb, mod_img = flux2_signal(tr, hidden_states, timestep)
+        modulated, embedded, temb, mod_img = self.segment("head", self._head)(hidden_states, timestep)
 
         def body() -> mx.array:
-            return self._body(embedded, encoder_hidden_states, temb, mod_img, img_ids, txt_ids)
+            return self.segment("body", self._body)(embedded, encoder_hidden_states, temb, mod_img, img_ids, txt_ids)
 
         return self.cached_step(modulated, embedded, temb, branch=branch, body=body)
+
+    def segment_functions(self) -> dict:
+        return {"head": self._head, "body": self._body, "tail": self._norm_out_proj_out}
+
+    def _head(self, hidden_states: mx.array, timestep):
+        return flux2_signal(self.transformer, hidden_states, timestep)
 
     def _body(self, hidden_states, encoder_hidden_states, temb, mod_img, img_ids, txt_ids) -> mx.array:
         """Flux2Transformer.__call__ from the context embedder to the slice before norm_out."""
@@ -117,8 +124,10 @@ class TeaCacheFlux2Transformer(CachingProxy):
         return hidden_states[:, encoder_hidden_states.shape[1] :, ...]
 
 
-def uncompiled_predict(transformer):
-    """Flux2Klein._predict's closure, uncompiled, telling the proxy which CFG branch each call is."""
+def segmented_predict(transformer):
+    """Flux2Klein._predict's closure, telling the proxy which CFG branch each call is; the proxy's segments
+    are compiled for this generation and the rest (decision, CFG combination) runs eagerly."""
+    transformer.compile_segments()
 
     def predict(
         latents, latent_ids, prompt_embeds, text_ids, negative_prompt_embeds, negative_text_ids, guidance, timestep
@@ -161,5 +170,5 @@ def variant(model) -> str:
 
 
 def install(model, controller: StepController, proxy_class: type = TeaCacheFlux2Transformer):
-    """Swap in the proxy and the uncompiled predict (not on the fast path); return the exact undo."""
-    return install_proxy(model, controller, proxy_class, predict_factory=uncompiled_predict)
+    """Swap in the proxy and the segmented predict (not on the fast path); return the exact undo."""
+    return install_proxy(model, controller, proxy_class, predict_factory=segmented_predict)

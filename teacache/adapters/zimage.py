@@ -1,4 +1,4 @@
-"""Z-Image (base) on mflux's ``ZImage``: a proxy transformer and an uncompiled predict while applied.
+"""Z-Image (base) on mflux's ``ZImage``: a proxy transformer and a segmented predict while applied.
 
 mflux 0.24.0, ``z_image/model/z_image_transformer/transformer.py``: time embedding (l.85-94, t = 1 - sigma),
 patchify (l.97), image embedding (l.105-109), noise refiner over the image tokens (l.112), caption
@@ -9,9 +9,10 @@ included), the only part of the stream the tail reads. The tail is the final lay
 unpatchify and the sign flip.
 ``ZImage._predict`` (``z_image/variants/z_image.py:224-252``) runs CFG inside (a second call with the
 negative caption when guidance > 1) and is ``mx.compile``d off M1/M2; a skip decision reads a value back
-on the host, impossible inside a compiled function, so while TeaCache is applied the pipeline gets an
-uncompiled predict with the same maths, and the original is put back on restore. One decision per step
-(on the conditional branch), one cached residual per branch.
+on the host, impossible inside a compiled function, so while TeaCache is applied the pipeline gets a
+predict with the same maths whose transformer calls run in compiled segments (head up to the signal,
+body, tail; compiled afresh each generation) with the decision in Python between them; the original is
+put back on restore. One decision per step (on the conditional branch), one cached residual per branch.
 """
 
 from __future__ import annotations
@@ -105,23 +106,36 @@ class TeaCacheZImageTransformer(CachingProxy):
         tr = self.transformer
         if not tr.noise_refiner:
             raise NotImplementedError("TeaCache on Z-Image gates on the first noise-refiner block; this one has none")
-        modulated, embedded, t_emb, x_freqs_cis, patches = zimage_signal(tr, x, timestep, sigmas, cap_feats)
+        modulated, embedded, t_emb, x_freqs_cis, *caption = self.segment("head", self._head)(
+            x, timestep, sigmas, cap_feats
+        )
 
         def body() -> mx.array:
-            return self._body(embedded, t_emb, x_freqs_cis, patches)
+            return self.segment("body", self._body)(embedded, t_emb, x_freqs_cis, *caption)
 
-        tail = TailInputs(t_emb=t_emb, x_size=patches["x_size"])
+        tail = TailInputs(t_emb=t_emb, x_size=tuple(x.shape[1:]))  # (F, H, W), as _patchify reads it
         return self.cached_step(modulated, embedded, tail, branch=branch, body=body)
 
-    def _body(self, x_emb: mx.array, t_emb: mx.array, x_freqs_cis: mx.array, patches: dict) -> mx.array:
+    def segment_functions(self) -> dict:
+        return {"head": self._head, "body": self._body, "tail": self._final_layer}
+
+    def _head(self, x: mx.array, timestep, sigmas: mx.array, cap_feats: mx.array):
+        """zimage_signal with array outputs only: (modulated, embedded, t_emb, image rope, caption patches)."""
+        modulated, embedded, t_emb, x_freqs_cis, patches = zimage_signal(
+            self.transformer, x, timestep, sigmas, cap_feats
+        )
+        caption = (patches["cap_emb"], patches["cap_pos_ids"], patches["cap_pad_mask"])
+        return modulated, embedded, t_emb, x_freqs_cis, *caption
+
+    def _body(self, x_emb, t_emb, x_freqs_cis, cap_patches, cap_pos_ids, cap_pad_mask) -> mx.array:
         """ZImageTransformer.__call__ l.108-159: refiners and main layers; returns the image tokens."""
         tr = self.transformer
         x_attn_mask = mx.ones((1, x_emb.shape[1]), dtype=mx.bool_)
         for layer in tr.noise_refiner:
             x_emb = layer(x=x_emb, attn_mask=x_attn_mask, freqs_cis=x_freqs_cis, t_emb=t_emb)
-        cap_emb = tr.cap_embedder[1](tr.cap_embedder[0](patches["cap_emb"]))
-        cap_emb = mx.where(patches["cap_pad_mask"][:, None], tr.cap_pad_token, cap_emb)
-        cap_freqs_cis = tr.rope_embedder(patches["cap_pos_ids"])
+        cap_emb = tr.cap_embedder[1](tr.cap_embedder[0](cap_patches))
+        cap_emb = mx.where(cap_pad_mask[:, None], tr.cap_pad_token, cap_emb)
+        cap_freqs_cis = tr.rope_embedder(cap_pos_ids)
         cap_attn_mask = mx.ones((1, cap_emb.shape[0]), dtype=mx.bool_)
         cap_emb = mx.expand_dims(cap_emb, axis=0)
         for layer in tr.context_refiner:
@@ -135,13 +149,16 @@ class TeaCacheZImageTransformer(CachingProxy):
         return unified[:, :x_len]
 
     def _tail(self, hidden_states: mx.array, temb: TailInputs) -> mx.array:
+        return self.segment("tail", self._final_layer)(hidden_states, temb.t_emb, temb.x_size)
+
+    def _final_layer(self, hidden_states: mx.array, t_emb: mx.array, x_size: tuple[int, int, int]) -> mx.array:
         """Final layer on the image tokens, unpatchify, and the transformer's ``-output``."""
         tr = self.transformer
         key = f"{tr.patch_size}-{tr.f_patch_size}"
-        out = tr.all_final_layer[key](hidden_states, temb.t_emb)
+        out = tr.all_final_layer[key](hidden_states, t_emb)
         output = ZImageTransformer._unpatchify(
             x=out[0],
-            size=temb.x_size,
+            size=x_size,
             patch_size=tr.patch_size,
             f_patch_size=tr.f_patch_size,
             out_channels=tr.out_channels,
@@ -149,8 +166,10 @@ class TeaCacheZImageTransformer(CachingProxy):
         return -output
 
 
-def uncompiled_predict(transformer):
-    """ZImage._predict's closure, uncompiled, telling the proxy which CFG branch each call is."""
+def segmented_predict(transformer):
+    """ZImage._predict's closure, telling the proxy which CFG branch each call is; the proxy's segments are
+    compiled for this generation and the rest (decision, CFG combination) runs eagerly."""
+    transformer.compile_segments()
 
     def predict(latents, timestep, sigmas, text_encodings, negative_encodings, guidance):
         noise = transformer(timestep=timestep, x=latents, cap_feats=text_encodings, sigmas=sigmas, branch=0)
@@ -177,5 +196,5 @@ def variant(model) -> str:
 
 
 def install(model, controller: StepController, proxy_class: type = TeaCacheZImageTransformer):
-    """Swap in the proxy and the uncompiled predict (not on the fast path); return the exact undo."""
-    return install_proxy(model, controller, proxy_class, predict_factory=uncompiled_predict)
+    """Swap in the proxy and the segmented predict (not on the fast path); return the exact undo."""
+    return install_proxy(model, controller, proxy_class, predict_factory=segmented_predict)
