@@ -20,7 +20,6 @@ import argparse
 import contextlib
 import dataclasses
 import json
-import math
 import statistics
 import sys
 import warnings
@@ -35,8 +34,7 @@ from bench.sweep_arms import TIMING_ISOLATED
 from calib import arguments, fingerprint, shard
 from calib.folder_lock import FolderLocked
 from calib.interrupts import Interrupted, interruptions
-from calib.prompts import parse_seeds, parse_size
-from teacache.loading import model_defaults
+from calib.prompts import parse_seeds
 
 PROG = "teacache-bench sweep"
 MAX_REL_EPS = 1e-6
@@ -209,15 +207,10 @@ def plan(
     isolate: bool = False,
 ) -> SweepSettings:
     """Check every argument (nothing is read but the prompt file, nothing loads); raise ValueError."""
-    arguments.check_model(model, base_model)
-    defaults = model_defaults(model, base_model)
-    width, height = parse_size(size) if size else (defaults["width"], defaults["height"])
-    steps = steps if steps is not None else defaults["steps"]
-    arguments.check_at_least(steps, 3, "--steps", " steps")
+    steps, width, height, guidance = arguments.generation_settings(
+        model, base_model, steps, size, guidance, 3, " steps"
+    )
     arguments.check_at_least(repeats, 1, "--repeats")
-    guidance = guidance if guidance is not None else defaults["guidance"]
-    if not math.isfinite(guidance):
-        raise ValueError(f"--guidance: expected a finite number, got {guidance}")
     parse_coefficients(coefficients)
     from bench.baselines import parse_baselines
 

@@ -174,3 +174,22 @@ def check_at_least(value: int, minimum: int, arg: str, why: str = "") -> int:
     if value < minimum:
         raise ValueError(f"{arg}: expected at least {minimum}{why}, got {value}")
     return value
+
+
+def generation_settings(
+    model: str, base_model: str | None, steps: int | None, size: str | None, guidance: float | None,
+    min_steps: int, why: str,
+) -> tuple[int, int, int, float]:  # fmt: skip
+    """(steps, width, height, guidance): what was given, else the model's own defaults, checked."""
+    from calib.prompts import parse_size
+    from teacache.loading import model_defaults
+
+    check_model(model, base_model)
+    defaults = model_defaults(model, base_model)
+    width, height = parse_size(size) if size else (defaults["width"], defaults["height"])
+    steps = steps if steps is not None else defaults["steps"]
+    check_at_least(steps, min_steps, "--steps", why)
+    guidance = guidance if guidance is not None else defaults["guidance"]
+    if not math.isfinite(guidance):
+        raise ValueError(f"--guidance: expected a finite number, got {guidance}")
+    return steps, width, height, float(guidance)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +20,7 @@ from pathlib import Path
 from calib import arguments, fingerprint, shard
 from calib.folder_lock import FolderLocked
 from calib.interrupts import Interrupted, interruptions
-from calib.prompts import parse_seeds, parse_size
-from teacache.loading import model_defaults
+from calib.prompts import parse_seeds
 
 PROG = "teacache-calib record"
 BRANCHES = {0: "cond", 1: "uncond"}
@@ -90,15 +88,10 @@ def plan(
     force_new: bool = False,
 ) -> RecordSettings:
     """Check every argument (nothing loads); raise ValueError with one line naming the argument."""
-    arguments.check_model(model, base_model)
-    defaults = model_defaults(model, base_model)
-    width, height = parse_size(size) if size else (defaults["width"], defaults["height"])
-    steps = steps if steps is not None else defaults["steps"]
-    arguments.check_at_least(steps, 2, "--steps", " steps (a trace needs consecutive steps)")
+    steps, width, height, guidance = arguments.generation_settings(
+        model, base_model, steps, size, guidance, 2, " steps (a trace needs consecutive steps)"
+    )
     arguments.check_at_least(overhead_pairs, 0, "--overhead-pairs")
-    guidance = guidance if guidance is not None else defaults["guidance"]
-    if not math.isfinite(guidance):
-        raise ValueError(f"--guidance: expected a finite number, got {guidance}")
     return RecordSettings(
         model=model,
         prompts=arguments.read_prompts(prompts, model, base_model),
