@@ -21,8 +21,9 @@ from pathlib import Path
 from bench import sweep as sweep_stage
 from calib import arguments, shard
 from calib import record as record_stage
+from calib.command import run_guarded
 from calib.folder_lock import FolderLocked, folder_lock
-from calib.interrupts import Interrupted, interruptions
+from calib.interrupts import interruptions
 from calib.prompts import SETS
 
 PROG = "teacache-bench campaign"
@@ -215,24 +216,17 @@ def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
     start = time.perf_counter()
     try:
-        out = args.out or default_out(args.model)
-        summary = run_campaign(
-            args.model, out, args.thresholds, args.record_seeds, args.sweep_seeds, args.repeats, args.ssim_floor,
-            args.sweep_prompts, args.force_new,
-        )  # fmt: skip
-    except (ValueError, FolderLocked, shard.ShardError) as exc:
-        return arguments.fail(PROG, str(exc))
-    except Interrupted as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return arguments.EXIT_INTERRUPTED
-    except shard.ShardsIncomplete as exc:  # the command's own verdict: mlx.launch exits 0 whatever a rank did
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 1
+        code, summary = run_guarded(PROG, lambda: run_campaign(
+            args.model, args.out or default_out(args.model), args.thresholds, args.record_seeds, args.sweep_seeds,
+            args.repeats, args.ssim_floor, args.sweep_prompts, args.force_new,
+        ))  # fmt: skip
     except interruptions():
         print(
             f"{PROG}: interrupted; traces and sweep pairs are kept, the rest is rebuilt: run it again", file=sys.stderr
         )
         return arguments.EXIT_INTERRUPTED
+    if code:
+        return code
     if summary is None:  # a rank other than 0 under mlx.launch: rank 0 reports
         return 0
     from bench import report

@@ -32,7 +32,7 @@ from bench.baselines import STEP_CACHE_NATIVE
 from bench.common import parse_coefficients, parse_thresholds
 from bench.sweep_arms import TIMING_ISOLATED
 from calib import arguments, fingerprint, shard
-from calib.folder_lock import FolderLocked
+from calib.command import run_guarded
 from calib.interrupts import Interrupted, interruptions
 from calib.prompts import parse_seeds
 
@@ -844,16 +844,9 @@ def _write_tables(settings: SweepSettings, run: shard.ShardedRun, measured: Meas
 
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
-    try:
-        path = run_sweep(settings_from_args(args))
-    except (ValueError, FolderLocked, shard.ShardError) as exc:
-        return arguments.fail(PROG, str(exc))
-    except Interrupted as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return arguments.EXIT_INTERRUPTED
-    except shard.ShardsIncomplete as exc:  # the command's own verdict: mlx.launch exits 0 whatever a rank did
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 1
+    code, path = run_guarded(PROG, lambda: run_sweep(settings_from_args(args)))
+    if code:
+        return code
     if path is None:  # a rank other than 0 under mlx.launch: rank 0 says what was merged
         return 0
     from bench import records

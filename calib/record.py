@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from calib import arguments, fingerprint, shard
-from calib.folder_lock import FolderLocked
+from calib.command import run_guarded
 from calib.interrupts import Interrupted, interruptions
 from calib.prompts import parse_seeds
 
@@ -370,26 +370,20 @@ def _previous_overhead(out: Path) -> dict | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
-    try:
+
+    def work() -> None:
         settings = settings_from_args(args)
-        if args.dry_run:
-            if not settings.force_new:
-                fingerprint.check(settings.out, fingerprint_settings(settings), RESULTS, EXTENDABLE)
-            todo = _todo(settings)
-            print(describe_plan(settings, todo))
-            for pid, _text, seed in todo:
-                print(f"  would record {run_id(pid, seed)}")
-            return 0
-        run_record(settings)
-    except (ValueError, FolderLocked, shard.ShardError) as exc:
-        return arguments.fail(PROG, str(exc))
-    except Interrupted as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return arguments.EXIT_INTERRUPTED
-    except shard.ShardsIncomplete as exc:  # the command's own verdict: mlx.launch exits 0 whatever a rank did
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 1
-    return 0
+        if not args.dry_run:
+            run_record(settings)
+            return
+        if not settings.force_new:
+            fingerprint.check(settings.out, fingerprint_settings(settings), RESULTS, EXTENDABLE)
+        todo = _todo(settings)
+        print(describe_plan(settings, todo))
+        for pid, _text, seed in todo:
+            print(f"  would record {run_id(pid, seed)}")
+
+    return run_guarded(PROG, work)[0]
 
 
 def _dtype() -> str:
