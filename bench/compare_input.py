@@ -7,10 +7,11 @@ unreadable input becomes one CompareError naming the file.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
+
+from teacache.io import read_json_object
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 STAGES = ("traces", "fit", "sweep", "report", "tolerances.py", "gapcheck")
@@ -34,13 +35,7 @@ def version_key(name: str):
 
 
 def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise CompareError(f"cannot read {path}: {exc}") from None
-    if not isinstance(data, dict):
-        raise CompareError(f"{path}: expected a JSON object")
-    return data
+    return read_json_object(path, CompareError)
 
 
 def _variant_of(campaign: Path) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from teacache.gate import StepDecision
-from teacache.io import FORMAT_VERSION, write_parquet
+from teacache.io import FORMAT_VERSION, read_json_object, write_parquet
 
 KINDS = ("vanilla", "teacache", "fewer-steps", "static", "step-cache")  # the last three: --baselines arms
 MAX_LISTED = 5  # offending rows named in one error message before "and N more"
@@ -252,12 +251,7 @@ def read_provenance(folder: Path) -> dict:
     path = folder / "provenance.json"
     if not path.is_file():
         raise RecordError(f"no provenance.json in {folder}: a report needs to say where its runs came from")
-    try:
-        provenance = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise RecordError(f"cannot read {path}: {exc}") from None
-    if not isinstance(provenance, dict):
-        raise RecordError(f"{path}: expected a JSON object")
+    provenance = read_json_object(path, RecordError)
     if provenance.get("format_version") != FORMAT_VERSION:
         raise RecordError(
             f"provenance.json from another tool version: format_version {provenance.get('format_version')}, "

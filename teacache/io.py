@@ -55,6 +55,17 @@ def write_json(path: str | os.PathLike, data: dict) -> None:
     write_text(path, json.dumps(data, indent=2, sort_keys=True, default=_json_default) + "\n")
 
 
+def read_json_object(path: str | os.PathLike, error: type[Exception] = ValueError) -> dict:
+    """A JSON file that must hold an object; anything else raises ``error`` with one line naming the file."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise error(f"cannot read {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise error(f"{path}: expected a JSON object")
+    return data
+
+
 def write_parquet(path: str | os.PathLike, frame) -> None:
     with atomic_path(path) as tmp:
         frame.to_parquet(tmp, index=False)
