@@ -165,7 +165,7 @@ def step_cache_ratios(num_steps: int, skipped: Iterable[int]) -> list[float]:
 class ArmResult:
     """One generation of one arm; ``skipped_steps`` as indices of the steps the pipeline ran."""
 
-    generation: object  # calib.generation.Generation
+    generation: object  # calib.run.generation.Generation
     steps_run: int  # loop steps the pipeline took (fewer-steps: N')
     computed: int  # steps whose transformer body ran
     skipped_steps: list[int]
@@ -187,7 +187,7 @@ def run_arm(model, arm: Arm, prompt: str, seed: int, steps: int, width: int, hei
     """One generation of ``arm`` (``steps`` is the vanilla step count N). Returns an :class:`ArmResult`."""
     import warnings
 
-    from calib.generation import generate
+    from calib.run.generation import generate
 
     if arm.name == VANILLA:
         gen = generate(model, prompt, seed, steps, width, height, guidance)

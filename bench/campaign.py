@@ -19,12 +19,12 @@ from importlib import metadata
 from pathlib import Path
 
 from bench import sweep as sweep_stage
-from calib import arguments, shard
 from calib import record as record_stage
-from calib.command import run_guarded
-from calib.folder_lock import FolderLocked, folder_lock
-from calib.interrupts import interruptions
-from calib.prompts import SETS
+from calib.run import arguments, shard
+from calib.run.command import run_guarded
+from calib.run.folder_lock import FolderLocked, folder_lock
+from calib.run.interrupts import interruptions
+from calib.run.prompts import SETS
 
 PROG = "teacache-bench campaign"
 
@@ -129,7 +129,7 @@ def plan_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swe
 
 def fit_stage(traces: Path, out: Path, min_step: int) -> Path:
     """teacache-calib fit on the recorded traces, compared with the packaged coefficients."""
-    from calib import fit as fit_cmd
+    from calib.fit import command as fit_cmd
     from teacache.io import atomic_path, write_json
 
     command = [str(traces), "--out", str(out), "--compare", "packaged", "--min-step", str(min_step)]

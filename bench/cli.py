@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from calib.dispatch import dispatch
+from calib.run.dispatch import dispatch
 
 SUBCOMMANDS = {
     "campaign": "bench.campaign",

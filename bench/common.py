@@ -36,7 +36,7 @@ def parse_coefficients(spec: str) -> str | Path | tuple[float, ...]:
     """The form of a --coefficients value, checked without parsing any file: 'packaged', numbers or a path.
 
     A path is a fit.json, an mlx-teacache calibration (``PATH#SIGNAL`` for one of its signals), a
-    coefficient module (.py) or a folder; ``calib.coefficient_sources.resolve_coefficients`` reads it.
+    coefficient module (.py) or a folder; ``calib.fit.coefficient_sources.resolve_coefficients`` reads it.
     """
     if spec == "packaged":
         return spec

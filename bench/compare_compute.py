@@ -48,8 +48,8 @@ def cross_score(fit_path: Path, traces_path: Path, other_fit_path: Path) -> dict
     """One hardware's selected rescale function scored on the other hardware's traces (the rows its fit used)."""
     if not (fit_path.is_file() and traces_path.is_file() and other_fit_path.is_file()):
         return None
-    from calib.fit import compare, read_fit, rescale_from_fit
-    from calib.traces import TraceError, load_traces
+    from calib.fit.command import compare, read_fit, rescale_from_fit
+    from calib.traces.reader import TraceError, load_traces
 
     fit, other = read_fit(fit_path), read_fit(other_fit_path)
     options = other.get("options") or {}

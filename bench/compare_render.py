@@ -1,6 +1,6 @@
 """compare.md and speedup_vs_threshold.png drawn from compare-hardware's result, in memory.
 
-compare.md is ``bench/templates/compare.md.j2`` filled from the result dict (``bench.compare_compute``).
+compare.md is ``bench/report/templates/compare.md.j2`` filled from the result dict (``bench.compare_compute``).
 """
 
 from __future__ import annotations

@@ -138,7 +138,7 @@ class Session:
         """One generation; ``settings`` are apply_teacache's arguments (None: vanilla)."""
         import mlx.core as mx
 
-        from calib.generation import generate
+        from calib.run.generation import generate
         from teacache import apply_teacache
 
         steps = steps or self.steps
@@ -421,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"teacache-bench fullsize: {exc}", file=sys.stderr)
         return 2
-    from calib.interrupts import interruptions
+    from calib.run.interrupts import interruptions
     from teacache import provenance as prov
     from teacache._compat import check_mflux_version
     from teacache._platform import use_float32_on_cpu

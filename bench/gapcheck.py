@@ -25,8 +25,8 @@ from bench import markdown
 from bench.mutants import MUTANTS, Mutant, apply_mutant, leftovers
 from bench.sweep import image_metrics, latent_metrics
 from bench.tolerances import PROJECT_ROOT, check_run, load_module, prefix
-from calib.generation import generate
-from calib.prompts import default_set, load_prompts, parse_seeds
+from calib.run.generation import generate
+from calib.run.prompts import default_set, load_prompts, parse_seeds
 from teacache import apply_teacache, load_model, variants
 from teacache.gate import GateConfig
 from teacache.io import write_json, write_text

@@ -1,4 +1,4 @@
-"""Markdown from jinja2 templates (``bench/templates/*.md.j2``): the environment, number formats and table rows.
+"""Markdown from jinja2 templates (``bench/report/templates/*.md.j2``): the environment, number formats and table rows.
 
 The reports are templates filled from plain data, so their layout reads as Markdown and a number's format
 is named once. The environment keeps every newline a template writes (no autoescape, trailing newline kept)
@@ -131,5 +131,5 @@ def environment() -> Environment:
 
 
 def render(template: str, **context) -> str:
-    """Fill ``bench/templates/<template>`` with ``context``."""
+    """Fill ``bench/report/templates/<template>`` with ``context``."""
     return environment().get_template(template).render(**context)

@@ -3,7 +3,7 @@
 Paired and interleaved in one process after a warm-up: vanilla, then the wrapper, alternating, for
 ``--pairs`` pairs. Two settings: threshold 0 (the fast path: the proxy delegates) and the proxy
 active with a threshold no step can reach (signal, decision and host sync every step, nothing skipped).
-A median outside the plausible band (calib.generation.PLAUSIBLE_OVERHEAD) is reported as unreliable.
+A median outside the plausible band (calib.run.generation.PLAUSIBLE_OVERHEAD) is reported as unreliable.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 import time
 import warnings
 
-from calib import arguments
+from calib.run import arguments
 
 PROG = "teacache-bench overhead"
 
@@ -28,7 +28,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 
 
 def _generate_fn(model, steps: int, size: int | None):
-    from calib.prompts import default_set, load_prompts
+    from calib.run.prompts import default_set, load_prompts
     from teacache import variants
 
     prompt = next(iter(load_prompts(default_set(variants.variant_of(model))).values()))
@@ -49,7 +49,7 @@ def measure(model, steps: int, size: int | None, pairs: int, proxy: bool) -> dic
     forced to compute (skip_first_n_steps = steps), so the signal, decision and host sync run each step."""
     import statistics
 
-    from calib.generation import paired_overhead
+    from calib.run.generation import paired_overhead
     from teacache import apply_teacache
 
     run = _generate_fn(model, steps, size)

@@ -77,7 +77,7 @@ _PAIR_BASE = (
     Column("kind", "str"),
 )
 _QUALITY = tuple(Column(n, "float") for n in ("max_abs", "mean_abs", "max_rel", "cosine", "ssim", "psnr"))
-# Which rank of a sharded run (calib.shard) measured the row, on which hardware, and whether ranks shared its
+# Which rank of a sharded run (calib.run.shard) measured the row, on which hardware, and whether ranks shared its
 # cores or GPU; tables of earlier versions lack them.
 _RANK = (Column("rank", "int", required=False), Column("hardware", "str", required=False),
          Column("contended", "bool", required=False))  # fmt: skip

@@ -4,7 +4,7 @@ All thresholds and runs are replayed at once over each run's recorded x, placed 
 (:mod:`teacache.gate_batch`, proven decision for decision identical to the gate class, which stays the
 rule's one definition). A recorded trace always advances the anchor, so the prediction assumes that
 skipping does not change later signals; ``teacache-bench sweep`` reports predicted against actual. Traces
-are read and checked by :mod:`calib.traces`, like every other command.
+are read and checked by :mod:`calib.traces.reader`, like every other command.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 
 from bench.common import parse_thresholds
-from calib.coefficient_sources import parse_x_range, resolve_coefficients
-from calib.errors import FitError
-from calib.traces import REPLAY_COLUMNS, RunTrace, Traces, load_traces
+from calib.fit.coefficient_sources import parse_x_range, resolve_coefficients
+from calib.fit.errors import FitError
+from calib.traces.reader import REPLAY_COLUMNS, RunTrace, Traces, load_traces
 from teacache.gate import GateConfig
 from teacache.gate_batch import longest_streaks, replay_skip_masks, skipped_counts
 from teacache.io import write_json, write_text

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench import records
-from calib import shard
+from calib.run import shard
 
 RUN_COLUMNS: tuple[str, ...] = records.RUNS.names
 DECISION_COLUMNS: tuple[str, ...] = records.DECISIONS.required

@@ -1,6 +1,6 @@
 """A report's files, drawn and formatted in memory: the plots, the CSV tables, report.md and summary.json.
 
-report.md is ``bench/templates/report.md.j2`` filled from an Analysis; nothing here writes to disk.
+report.md is ``bench/report/templates/report.md.j2`` filled from an Analysis; nothing here writes to disk.
 """
 
 from __future__ import annotations

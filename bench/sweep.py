@@ -31,10 +31,10 @@ import numpy as np
 from bench.baselines import STEP_CACHE_NATIVE
 from bench.common import parse_coefficients, parse_thresholds
 from bench.sweep_arms import TIMING_ISOLATED
-from calib import arguments, fingerprint, shard
-from calib.command import run_guarded
-from calib.interrupts import Interrupted, interruptions
-from calib.prompts import parse_seeds
+from calib.run import arguments, fingerprint, shard
+from calib.run.command import run_guarded
+from calib.run.interrupts import Interrupted, interruptions
+from calib.run.prompts import parse_seeds
 
 PROG = "teacache-bench sweep"
 MAX_REL_EPS = 1e-6
@@ -261,7 +261,7 @@ def _parse_compare(text: str | None) -> tuple[str, ...]:
 
 
 def _parse_x_range(text: str | None):
-    from calib.coefficient_sources import parse_x_range
+    from calib.fit.coefficient_sources import parse_x_range
 
     return parse_x_range(text) if text is not None else None
 
@@ -279,7 +279,7 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
 def read_traces(path: Path, steps: int):
     """The traces predictions replay, read and validated by the one trace reader, for runs of ``steps`` steps."""
     from bench.replay import read_replay_traces
-    from calib.traces import TraceError
+    from calib.traces.reader import TraceError
 
     arguments.check_input_file(path, "--traces")
     try:
@@ -293,14 +293,14 @@ def check_inputs(settings: SweepSettings):
     traces = read_traces(settings.traces, settings.steps) if settings.traces is not None else None
     rescale = None
     if settings.coefficients != "packaged" or settings.x_range is not None:
-        from calib.coefficient_sources import resolve_coefficients
+        from calib.fit.coefficient_sources import resolve_coefficients
 
         if isinstance(parse_coefficients(settings.coefficients), Path):
             arguments.check_input_file(Path(settings.coefficients.split("#", 1)[0]), "--coefficients")
         rescale = resolve_coefficients(settings.coefficients, None, settings.x_range)[0]
     for source in settings.compare_coefficients:  # files read now; packaged ones once the variant is known
         if source != "packaged":
-            from calib.coefficient_sources import resolve_coefficients
+            from calib.fit.coefficient_sources import resolve_coefficients
 
             arguments.check_input_file(Path(source.split("#", 1)[0]), "--compare-coefficients")
             resolve_coefficients(source, None, None, arg="--compare-coefficients")
@@ -309,7 +309,7 @@ def check_inputs(settings: SweepSettings):
 
 def resolve_rescales(settings: SweepSettings, primary, variant: str) -> dict:
     """Every TeaCache arm's rescale function by source: --coefficients' (``primary``) first."""
-    from calib.coefficient_sources import resolve_coefficients
+    from calib.fit.coefficient_sources import resolve_coefficients
 
     found = {settings.coefficients: primary}
     for source in settings.rescale_sources[1:]:
@@ -358,7 +358,7 @@ def run_pair(model, settings: SweepSettings, pair, thresholds, configs, adherenc
     """All runs of one (prompt, seed) pair, interleaved over repeats. Returns (runs rows, decision rows, noop)."""
     import mlx.core as mx
 
-    from calib.generation import generate
+    from calib.run.generation import generate
     from teacache import apply_teacache
     from teacache.io import FORMAT_VERSION
 
@@ -435,7 +435,7 @@ def proxy_noop(model, args, config, ref, base: dict) -> dict:
     """
     import mlx.core as mx
 
-    from calib.generation import generate
+    from calib.run.generation import generate
     from teacache import apply_teacache
 
     steps = base["num_steps"]
@@ -699,7 +699,7 @@ def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale, traces
     """This rank's share of the pairs, each saved into the rank's folder as soon as it is measured."""
     from rich.progress import Progress
 
-    from calib.generation import generate
+    from calib.run.generation import generate
     from teacache import apply_teacache, variants
     from teacache.gate import GateConfig
 

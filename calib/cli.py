@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import sys
 
-from calib.dispatch import dispatch
+from calib.run.dispatch import dispatch
 
 SUBCOMMANDS = {
     "record": "calib.record",
-    "fit": "calib.fit",
+    "fit": "calib.fit.command",
     "emit": "calib.emit",
 }
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from calib.fit import FitError, import_module_from_path, read_fit, rescale_from_fit
+from calib.fit.command import FitError, import_module_from_path, read_fit, rescale_from_fit
 from teacache.coefficients import PACKAGED_MODULES, module_name
 from teacache.io import write_text
 from teacache.rescale import FORM_POLY_SIGMA, FORM_POLY_STEP, RescaleFunction

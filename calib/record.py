@@ -17,10 +17,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from calib import arguments, fingerprint, shard
-from calib.command import run_guarded
-from calib.interrupts import Interrupted, interruptions
-from calib.prompts import parse_seeds
+from calib.run import arguments, fingerprint, shard
+from calib.run.command import run_guarded
+from calib.run.interrupts import Interrupted, interruptions
+from calib.run.prompts import parse_seeds
 
 PROG = "teacache-calib record"
 BRANCHES = {0: "cond", 1: "uncond"}
@@ -141,7 +141,7 @@ def run_id(prompt_id: str, seed: int) -> str:
 def record_run(model, handle, settings: dict, prompt_id: str, prompt: str, seed: int, variant: str):
     import pandas as pd
 
-    from calib.generation import generate
+    from calib.run.generation import generate
 
     before = len(handle.records)
     gen = generate(model, prompt, seed, settings["steps"], settings["width"], settings["height"], settings["guidance"])
@@ -157,7 +157,7 @@ def record_run(model, handle, settings: dict, prompt_id: str, prompt: str, seed:
 
 def measure_overhead(model, settings: dict, prompt: str, pairs: int) -> dict:
     """Paired, interleaved loop times: vanilla against the recorder, after a warm-up of each."""
-    from calib.generation import generate, paired_overhead
+    from calib.run.generation import generate, paired_overhead
     from teacache import apply_teacache
 
     args = (settings["steps"], settings["width"], settings["height"], settings["guidance"])
@@ -353,7 +353,7 @@ def describe_overhead(overhead: dict) -> str:
 def _previous_overhead(out: Path) -> dict | None:
     """A resumed recording keeps the overhead its first run measured (a resume measures none); one an earlier
     version stored without judging it is judged now, against the same band."""
-    from calib.generation import implausible
+    from calib.run.generation import implausible
 
     try:
         previous = json.loads((out / "provenance.json").read_text(encoding="utf-8")).get("recording_overhead")

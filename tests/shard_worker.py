@@ -1,4 +1,4 @@
-"""A tiny sharded command for the tests of calib.shard: deterministic rows per unit, no model.
+"""A tiny sharded command for the tests of calib.run.shard: deterministic rows per unit, no model.
 
 Run as ``python tests/shard_worker.py --out DIR`` (one process) or under ``mlx.launch``; each rank writes
 its report to ``DIR.rank-<r>.json`` (not stdout: mlx.launch drops what a rank prints once it stops it) and
@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from calib import shard
+from calib.run import shard
 from teacache.io import write_json, write_text
 
 LAYOUT = shard.UnitLayout("units", ".rows.json", noun="pairs", shared=("images/{key}-*.txt",))

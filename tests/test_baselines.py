@@ -24,8 +24,8 @@ from mlx import nn
 import teacache
 from bench import baselines
 from bench.isolate import job, run_isolated
-from calib.generation import generate
-from calib.prompts import TINY_SHAPES_FAST
+from calib.run.generation import generate
+from calib.run.prompts import TINY_SHAPES_FAST
 from teacache import apply_teacache
 from teacache.adapters.flux2 import TeaCacheFlux2Transformer
 from teacache.gate import GateConfig

@@ -12,7 +12,7 @@ from bench import sweep as sweep_cmd
 from bench import tolerances as tolerances_cmd
 from bench.common import parse_thresholds
 from calib import record as record_cmd
-from calib.prompts import load_prompts, parse_seeds, parse_size
+from calib.run.prompts import load_prompts, parse_seeds, parse_size
 
 
 @pytest.mark.parametrize(
@@ -279,7 +279,7 @@ def test_a_fresh_process_refuses_bad_input_without_importing_the_heavy_modules(t
 
 
 def test_help_shows_the_defaults_and_the_prompt_sets(capsys):
-    from calib.prompts import SETS
+    from calib.run.prompts import SETS
 
     for command in ("sweep", "record", "campaign"):
         assert _run(command, ["--help"]) == 0

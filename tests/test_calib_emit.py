@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from calib import emit as emitmod
-from calib import fit as fitmod
-from calib.fit import rescale_from_fit
+from calib.fit import command as fitmod
+from calib.fit.command import rescale_from_fit
 from teacache.coefficients import module_name
 from teacache.rescale import RescaleFunction
 

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calib import fit as fitmod
-from calib.fit import (
+from calib.fit import command as fitmod
+from calib.fit.command import (
     CandidateSpec,
     FittedModel,
     candidate_specs,
@@ -20,7 +20,7 @@ from calib.fit import (
     group_folds,
     rescale_from_fit,
 )
-from calib.tables import load_traces, step_fraction
+from calib.traces.tables import load_traces, step_fraction
 from teacache.coefficients import load_packaged
 from teacache.gate import GateConfig
 from teacache.rescale import FORM_POLY_SIGMA, FORM_POLY_STEP, RescaleFunction
@@ -497,7 +497,7 @@ def test_compare_other_sources_and_margin(tmp_path, capsys, full_fit):
     assert run_fit([traces, *base, "--compare", full_fit["out"] / "fit.json"], capsys)[0] == 0
     assert json.loads((tmp_path / "o" / "fit.json").read_text())["comparison"]["verdict"] == fitmod.VERDICT_OK
     module = tmp_path / "coeffs.py"
-    shutil.copy(fitmod.__file__.replace("calib/fit.py", "teacache/coefficients/flux1.py"), module)
+    shutil.copy(fitmod.__file__.replace("calib/fit/command.py", "teacache/coefficients/flux1.py"), module)
     assert run_fit([traces, *base, "--compare", module], capsys)[0] == 0
     assert json.loads((tmp_path / "o" / "fit.json").read_text())["comparison"]["verdict"] == fitmod.VERDICT_REFIT
 
@@ -550,7 +550,7 @@ def test_the_parsimony_band_is_one_standard_error_of_the_best():
 
 
 def test_cv_standard_error_is_the_spread_of_fold_errors():
-    from calib.selection import cv_standard_error
+    from calib.fit.selection import cv_standard_error
 
     y = np.array([0.0, 1.0, 0.0, 1.0, 0.0, 1.0])
     folds = np.array([0, 0, 1, 1, 2, 2])
@@ -634,7 +634,7 @@ def test_fit_json_with_interaction_terms_round_trips(tmp_path, capsys):
 def test_existing_fit_files_still_load():
     from pathlib import Path
 
-    paths = sorted(Path(fitmod.__file__).resolve().parents[1].glob("results/**/fit/fit.json"))
+    paths = sorted(Path(fitmod.__file__).resolve().parents[2].glob("results/**/fit/fit.json"))
     assert paths
     for path in paths:
         rescale = rescale_from_fit(path)
@@ -642,7 +642,7 @@ def test_existing_fit_files_still_load():
 
 
 def test_scatter_plot_draws_each_out_of_range_piece_on_its_own(full_fit):
-    from calib.fit_plots import scatter_figure
+    from calib.fit.plots import scatter_figure
 
     fit = full_fit["fit"]
     frame = load_traces([full_fit["traces"]]).frame

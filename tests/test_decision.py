@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calib.decision import (
+from calib.fit.command import CandidateSpec, fit_frame, group_folds
+from calib.fit.decision import (
     CHANGE_OUTPUT,
     CHANGE_RESIDUAL,
     RunTable,
@@ -26,7 +27,6 @@ from calib.decision import (
     score_rescales,
     skippable,
 )
-from calib.fit import CandidateSpec, fit_frame, group_folds
 from teacache.gate_batch import longest_streaks
 from teacache.rescale import RescaleFunction
 

@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from calib import fit as fitmod
-from calib.candidates import candidate_specs
-from calib.coefficient_sources import resolve_coefficients
-from calib.decision import decision_scores
-from calib.fit_decision import COMPARISON_LABEL, DEFAULT_SELECTION
-from calib.selection import group_folds
-from calib.traces import load_traces
+from calib.fit import command as fitmod
+from calib.fit.candidates import candidate_specs
+from calib.fit.coefficient_sources import resolve_coefficients
+from calib.fit.decision import decision_scores
+from calib.fit.decision_folds import COMPARISON_LABEL, DEFAULT_SELECTION
+from calib.fit.selection import group_folds
+from calib.traces.reader import load_traces
 from tests.test_calib_fit import make_traces, write
 
 LINE = "0,0,0,1.2,0.01"

@@ -10,7 +10,7 @@ import pytest
 import teacache
 from bench.sweep import image_metrics
 from bench.tolerances import check_run
-from calib.generation import generate
+from calib.run.generation import generate
 from teacache import NeverSkipsWarning, apply_teacache
 from teacache.adapters.flux1 import TeaCacheFlux1Transformer
 from teacache.rescale import RescaleFunction

@@ -13,9 +13,9 @@ import teacache
 from bench import sweep as sweep_cmd
 from bench import tolerances as tolerances_cmd
 from calib import emit as emit_cmd
-from calib import fit as fit_cmd
 from calib import record as record_cmd
-from calib.fit import rescale_from_fit
+from calib.fit import command as fit_cmd
+from calib.fit.command import rescale_from_fit
 
 SMALL = ["--model", "tiny-flux1", "--steps", "8", "--size", "64x64"]
 

@@ -14,7 +14,7 @@ import pytest
 import teacache
 from bench.sweep import image_metrics
 from bench.tolerances import check_run, prefix
-from calib.generation import generate
+from calib.run.generation import generate
 from teacache.revisions import local_revision
 
 pytestmark = pytest.mark.real_weights

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from bench import replay as replay_cmd
-from calib.coefficient_sources import resolve_coefficients
-from calib.traces import load_traces
+from calib.fit.coefficient_sources import resolve_coefficients
+from calib.traces.reader import load_traces
 from teacache.core import TeaCacheStats
 from teacache.gate import GateConfig, replay
 from teacache.rescale import RescaleFunction

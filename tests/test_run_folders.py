@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import calib.generation
+import calib.run.generation
 import teacache
 import teacache.core
 from bench import sweep as sweep_cmd
@@ -49,7 +49,7 @@ def prompts(tmp_path) -> Path:
 
 
 def _patch_generate(monkeypatch, fn) -> None:
-    monkeypatch.setattr(calib.generation, "generate", fn)
+    monkeypatch.setattr(calib.run.generation, "generate", fn)
     for module in (record_cmd, sweep_cmd):
         monkeypatch.setattr(module, "generate", fn, raising=False)
 
@@ -188,7 +188,7 @@ def test_a_folder_from_before_fingerprints_resumes_only_when_its_runs_agree(tmp_
 
 HOLD = """
 import sys, time
-from calib.folder_lock import folder_lock
+from calib.run.folder_lock import folder_lock
 with folder_lock(sys.argv[1], "teacache-bench sweep (holder)"):
     print("locked", flush=True)
     time.sleep(120)
@@ -220,7 +220,7 @@ def test_one_writer_at_a_time_and_a_dead_writer_is_named(tmp_path, prompts, shar
 def _interrupt_on_call(monkeypatch, n: int, kind: str):
     from mflux.utils.exceptions import StopImageGenerationException
 
-    real = calib.generation.generate
+    real = calib.run.generation.generate
     calls = []
 
     def generate(model, *args):
@@ -269,7 +269,7 @@ def test_ctrl_c_during_sweep_says_what_is_saved_and_exits_130(tmp_path, prompts,
 
 def test_an_implausible_recording_overhead_is_not_stored_as_a_figure(tmp_path, prompts, shared_model, monkeypatch,
                                                                       capsys):  # fmt: skip
-    real = calib.generation.generate
+    real = calib.run.generation.generate
 
     def generate(model, *args):  # the recorder measured 35 % faster than vanilla: a busy machine
         gen = real(model, *args)

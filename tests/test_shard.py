@@ -1,4 +1,4 @@
-"""Sharding over mlx.launch ranks (calib.shard): shares, contention, verdicts, and two real ring ranks."""
+"""Sharding over mlx.launch ranks (calib.run.shard): shares, contention, verdicts, and two real ring ranks."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from calib import shard
+from calib.run import shard
 from tests import shard_worker
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import calib.generation
+import calib.run.generation
 import teacache
 from bench import records
 from bench import report as report_cmd
@@ -89,7 +89,7 @@ def test_a_one_process_rerun_merges_what_the_ranks_saved_without_measuring_again
     def no_generation(*args, **kwargs):
         raise AssertionError("a saved pair was measured again")
 
-    monkeypatch.setattr(calib.generation, "generate", no_generation)
+    monkeypatch.setattr(calib.run.generation, "generate", no_generation)
     assert sweep(out, prompts) == 0
     merged, single = pd.read_parquet(out / "runs.parquet"), pd.read_parquet(one_process / "runs.parquet")
     pd.testing.assert_frame_equal(merged, single)
@@ -107,7 +107,7 @@ def test_pairs_lacking_a_requested_threshold_are_not_done(tmp_path, prompts, one
 
 
 def _one_rank():
-    from calib import shard
+    from calib.run import shard
 
     peer = shard.Peer(rank=0, host="h", device="cpu", gpu=None, cores=None, hardware="cpu-test")
     return shard.World(rank=0, size=1, backend="none", peers=(peer,))

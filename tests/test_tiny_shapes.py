@@ -17,7 +17,7 @@ import pytest
 import teacache
 from bench.sweep import image_metrics, latent_metrics
 from bench.tolerances import check_run, prefix
-from calib.prompts import TINY_SHAPES_FAST
+from calib.run.prompts import TINY_SHAPES_FAST
 from teacache import apply_teacache
 from teacache.adapters.flux2 import TeaCacheFlux2Transformer
 from teacache.rescale import RescaleFunction
@@ -40,7 +40,7 @@ def settings(tolerances):
 def shapes(settings):
     model = teacache.load_model(VARIANT)
     generate = make_generate(model, num_inference_steps=settings["steps"], guidance=settings["guidance"])
-    from calib.generation import generate as generate_with_image
+    from calib.run.generation import generate as generate_with_image
 
     with apply_teacache(model, rel_l1_thresh=settings["threshold"]):
         generate(PROMPT)  # warm-up: see the module docstring

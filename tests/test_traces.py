@@ -14,10 +14,10 @@ import pytest
 from bench import compare_hardware
 from bench import replay as replay_cmd
 from bench import sweep as sweep_cmd
-from calib import fit as fit_cmd
-from calib.coefficient_sources import resolve_coefficients
-from calib.errors import FitError
-from calib.traces import TraceError, load_traces
+from calib.fit import command as fit_cmd
+from calib.fit.coefficient_sources import resolve_coefficients
+from calib.fit.errors import FitError
+from calib.traces.reader import TraceError, load_traces
 from teacache.gate import GateConfig, replay
 from teacache.rescale import RescaleFunction
 from tests.test_compare_hardware import make_campaign

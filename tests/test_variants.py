@@ -54,7 +54,7 @@ def test_specs_point_at_things_that_exist():
 def test_a_variant_name_is_spelled_in_at_most_two_code_files():
     """Its spec and, for an embedded model, its builder. Generated coefficient modules carry the name in their
     provenance (data, not code), and prompt sets have names of their own (``--prompts tiny-shapes``)."""
-    from calib.prompts import SETS
+    from calib.run.prompts import SETS
 
     files = [p for d in CODE_DIRS for p in (ROOT / d).rglob("*.py") if "coefficients" not in p.parts]
     literals = {p: _string_literals(p) for p in files}

@@ -6,9 +6,9 @@ import sys
 from collections.abc import Callable
 from typing import TypeVar
 
-from calib import arguments, shard
-from calib.folder_lock import FolderLocked
-from calib.interrupts import Interrupted
+from calib.run import arguments, shard
+from calib.run.folder_lock import FolderLocked
+from calib.run.interrupts import Interrupted
 
 T = TypeVar("T")
 

@@ -1,6 +1,6 @@
 """The decision score beside cv R^2 in ``teacache-calib fit``: every candidate's schedules on held-out prompts.
 
-:mod:`calib.decision` replays each candidate (fitted per fold, on the same grouped folds as the cv R^2)
+:mod:`calib.fit.decision` replays each candidate (fitted per fold, on the same grouped folds as the cv R^2)
 over the runs it did not see and charges its skips the residual drift they leave uncomputed, against an
 oracle that knows the change. This module puts those scores into fit.json: per candidate, on the
 selected one, on ``--compare`` coefficients, and which candidate each criterion selects.
@@ -20,10 +20,10 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from calib.candidates import CandidateSpec
-from calib.decision import CRITERION, decision_scores, decision_summary, plot_decision_curves
-from calib.errors import FitError
-from calib.selection import group_folds
+from calib.fit.candidates import CandidateSpec
+from calib.fit.decision import CRITERION, decision_scores, decision_summary, plot_decision_curves
+from calib.fit.errors import FitError
+from calib.fit.selection import group_folds
 from teacache.gate import GateConfig
 from teacache.rescale import RescaleFunction
 

@@ -312,8 +312,8 @@ def agree(world: World, error: BaseException | None) -> None:
 def force_new(world: World, out: Path, folder: Path, command: str, outputs: tuple[str, ...]) -> None:
     """--force-new under any number of ranks: rank 0 clears OUT (shard folders included) before any rank
     claims its folder; a rank on a host without a shared folder then clears its own shard folder."""
-    from calib import fingerprint
-    from calib.folder_lock import FolderLocked, folder_lock
+    from calib.run import fingerprint
+    from calib.run.folder_lock import FolderLocked, folder_lock
 
     error = None
     try:
@@ -333,8 +333,8 @@ def force_new(world: World, out: Path, folder: Path, command: str, outputs: tupl
 def claim(stack, world: World, out: Path, folder: Path, command: str, check: Callable[[Path], None]) -> None:
     """Lock this rank's folder (and OUT on rank 0, which writes the merged tables) and ``check`` the settings
     of every folder whose units the merge may take; then :func:`agree` (every rank calls this)."""
-    from calib import fingerprint
-    from calib.folder_lock import FolderLocked, folder_lock
+    from calib.run import fingerprint
+    from calib.run.folder_lock import FolderLocked, folder_lock
 
     error = None
     try:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from calib.errors import FitError
+from calib.fit.errors import FitError
 
 GRID = 129  # constraint points in x on the first round
 # Time-aware forms: a coarser first grid (x by u); the refinement rounds add the exact worst points.

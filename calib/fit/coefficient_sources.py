@@ -15,10 +15,10 @@ import math
 import os
 from pathlib import Path
 
-from calib import mlx_teacache
-from calib.errors import FitError
-from calib.fit_file import read_fit, rescale_from_fit
-from calib.traces import split_signal
+from calib.fit.errors import FitError
+from calib.fit.file import read_fit, rescale_from_fit
+from calib.traces import mlx_teacache
+from calib.traces.reader import split_signal
 from teacache.rescale import RescaleFunction
 
 PACKAGED = "packaged"

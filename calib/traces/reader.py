@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calib import mlx_teacache
+from calib.traces import mlx_teacache
 
 REQUIRED_COLUMNS = ("prompt_id", "step", "x_rel_l1", "y_rel_l1")  # a fit needs all four
 REPLAY_COLUMNS = ("prompt_id", "step", "x_rel_l1")  # a replay needs the signal only

@@ -19,7 +19,7 @@ def dispatch(prog: str, subcommands: dict[str, str], argv: list[str] | None = No
             print(f"{prog}: unknown command {argv[0]!r}; expected one of: {names}", file=sys.stderr)
             return 2
         return 0
-    from calib.interrupts import interruptions
+    from calib.run.interrupts import interruptions
 
     try:
         module = importlib.import_module(subcommands[argv[0]])

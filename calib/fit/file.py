@@ -9,9 +9,9 @@ import json
 import os
 from pathlib import Path
 
-from calib.candidates import CandidateSpec
-from calib.errors import FitError
-from calib.traces import Traces, run_key_columns
+from calib.fit.candidates import CandidateSpec
+from calib.fit.errors import FitError
+from calib.traces.reader import Traces, run_key_columns
 from teacache.io import FORMAT_VERSION
 from teacache.rescale import RescaleFunction
 

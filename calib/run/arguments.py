@@ -46,7 +46,7 @@ class CommandParser(argparse.ArgumentParser):
 
 def add_model_arguments(parser: argparse.ArgumentParser, prompts: bool = True) -> None:
     """--model and --base-model (and --prompts), with the registry's names and defaults in their help."""
-    from calib.prompts import SETS
+    from calib.run.prompts import SETS
     from teacache import variants
 
     parser.add_argument(
@@ -138,7 +138,7 @@ def check_model(name: str, base_model: str | None = None) -> None:
 
 def read_prompts(spec: str | None, model: str, base_model: str | None = None) -> dict[str, str]:
     """A prompt set or file (default: the model's own set), any failure to read it one line about --prompts."""
-    from calib.prompts import default_set, load_prompts
+    from calib.run.prompts import default_set, load_prompts
 
     spec = spec or default_set(base_model or model)
     try:
@@ -181,7 +181,7 @@ def generation_settings(
     min_steps: int, why: str,
 ) -> tuple[int, int, int, float]:  # fmt: skip
     """(steps, width, height, guidance): what was given, else the model's own defaults, checked."""
-    from calib.prompts import parse_size
+    from calib.run.prompts import parse_size
     from teacache.loading import model_defaults
 
     check_model(model, base_model)

@@ -1,11 +1,11 @@
 """``teacache-calib fit``: fit rescale functions to recorded traces and choose one by held-out prompts.
 
-Candidates (:mod:`calib.candidates`): polynomials of degree 1-4 in x (free, through the origin, or
+Candidates (:mod:`calib.fit.candidates`): polynomials of degree 1-4 in x (free, through the origin, or
 monotone on the calibrated range) and the time-aware forms ``poly+step`` / ``poly+sigma`` with time terms
-up to degree 5 and x*u interaction terms, free or monotone in x. Selection (:mod:`calib.selection`) is by
+up to degree 5 and x*u interaction terms, free or monotone in x. Selection (:mod:`calib.fit.selection`) is by
 cross-validated R^2 with prompts held out and the one-standard-error rule; in-sample R^2 is reported next to
-it, and the decision score (:mod:`calib.fit_decision`: what each candidate's schedules leave uncomputed on
-held-out prompts) beside both. Traces are read by :mod:`calib.traces`, the reader every command shares.
+it, and the decision score (:mod:`calib.fit.decision_folds`: what each candidate's schedules leave uncomputed on
+held-out prompts) beside both. Traces are read by :mod:`calib.traces.reader`, the reader every command shares.
 Writes ``fit.json`` plus plots into ``--out``, all at the end, so a failed fit leaves no partial files.
 """
 
@@ -17,7 +17,7 @@ import math
 import sys
 from pathlib import Path
 
-from calib.candidates import (  # noqa: F401  (re-exported: the public names of the fitting modules)
+from calib.fit.candidates import (  # noqa: F401  (re-exported: the public names of the fitting modules)
     DEGREES,
     INTERACTION_DEGREES,
     MODE_FREE,
@@ -30,9 +30,8 @@ from calib.candidates import (  # noqa: F401  (re-exported: the public names of 
     FittedModel,
     candidate_specs,
 )
-from calib.coefficient_sources import import_module_from_path, parse_x_range, resolve_coefficients
-from calib.errors import FitError
-from calib.fit_decision import (
+from calib.fit.coefficient_sources import import_module_from_path, parse_x_range, resolve_coefficients
+from calib.fit.decision_folds import (
     DEFAULT_SELECTION,
     SELECTIONS,
     comparison_scores,
@@ -41,10 +40,11 @@ from calib.fit_decision import (
     score_fit,
     select_by,
 )
-from calib.fit_file import FIT_KIND, describe_data, read_fit, rescale_from_fit  # noqa: F401
-from calib.fit_plots import PLOT_FILES, render_plots  # noqa: F401
-from calib.monotone import fit_monotone  # noqa: F401
-from calib.selection import (  # noqa: F401
+from calib.fit.errors import FitError
+from calib.fit.file import FIT_KIND, describe_data, read_fit, rescale_from_fit  # noqa: F401
+from calib.fit.monotone import fit_monotone  # noqa: F401
+from calib.fit.plots import PLOT_FILES, render_plots  # noqa: F401
+from calib.fit.selection import (  # noqa: F401
     DEFAULT_FOLDS,
     DEFAULT_MARGIN,
     LOO_MAX_PROMPTS,
@@ -61,7 +61,7 @@ from calib.selection import (  # noqa: F401
     select,
     time_input,
 )
-from calib.traces import TraceError, load_traces
+from calib.traces.reader import TraceError, load_traces
 from teacache.io import FORMAT_VERSION, atomic_path, write_json
 from teacache.rescale import FORMS, RescaleFunction
 

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from calib.candidates import TIME_COLUMN, CandidateSpec, FittedModel, design_matrix, fit_params
-from calib.errors import FitError
-from calib.tables import finite_or_none
-from calib.traces import step_fraction
+from calib.fit.candidates import TIME_COLUMN, CandidateSpec, FittedModel, design_matrix, fit_params
+from calib.fit.errors import FitError
+from calib.traces.reader import step_fraction
+from calib.traces.tables import finite_or_none
 from teacache.rescale import FORM_POLY_SIGMA, FORM_POLY_STEP, RescaleFunction
 
 MIN_PROMPTS = 3

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from calib.errors import FitError
-from calib.monotone import fit_monotone, fit_monotone_time_aware, power_columns
+from calib.fit.errors import FitError
+from calib.fit.monotone import fit_monotone, fit_monotone_time_aware, power_columns
 from teacache.rescale import FORM_POLY, FORM_POLY_SIGMA, FORM_POLY_STEP, FORMS, RescaleFunction
 
 MODE_FREE = "free"

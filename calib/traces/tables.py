@@ -1,11 +1,11 @@
-"""Table helpers shared by the calib commands. Trace tables have one reader, :mod:`calib.traces`;
+"""Table helpers shared by the calib commands. Trace tables have one reader, :mod:`calib.traces.reader`;
 its names are available here too, for code that imported them from this module."""
 
 from __future__ import annotations
 
 import math
 
-from calib.traces import (  # noqa: F401  (re-exported)
+from calib.traces.reader import (  # noqa: F401  (re-exported)
     DEFAULT_BRANCH,
     OPTIONAL_COLUMNS,
     PROVENANCE_NAME,

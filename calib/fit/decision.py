@@ -3,7 +3,7 @@
 R^2 rewards predicting y everywhere; the gate only needs to skip the steps whose true change is small.
 So each candidate is replayed (``teacache.gate_batch``) on prompts it was not fitted on, over a grid of
 thresholds, and every schedule is charged the true change it leaves uncomputed. Same grouped folds as
-``teacache-calib fit`` (``calib.fit.group_folds``).
+``teacache-calib fit`` (``calib.fit.command.group_folds``).
 
 What is charged, and why. On a skipped step the proxy adds the residual cached at the last computed
 step c (``body_out - embedded``) to a freshly embedded input: the embedding is current, the residual
@@ -45,13 +45,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from calib.tables import run_key_columns
+from calib.traces.tables import run_key_columns
 from teacache.gate import GateConfig
 from teacache.gate_batch import rescaled_increments, skip_masks
 from teacache.rescale import RescaleFunction
 
 if TYPE_CHECKING:
-    from calib.candidates import CandidateSpec
+    from calib.fit.candidates import CandidateSpec
 
 CHANGE_RESIDUAL = "residual"
 CHANGE_OUTPUT = "output"
@@ -65,7 +65,7 @@ PLOT_FILE = "fit_decision.png"
 class RunTable:
     """Recorded runs as dense arrays ``[runs, steps]``, placed by their step column."""
 
-    keys: list[tuple]  # run key per run (calib.tables.run_key_columns)
+    keys: list[tuple]  # run key per run (calib.traces.tables.run_key_columns)
     prompt_ids: np.ndarray  # [runs]
     x: np.ndarray  # the gate's signal; NaN where there is none (step 0 always: no anchor at run time)
     change: np.ndarray  # a_j: absolute change of the reused tensor at step j (0 where unknown)
@@ -419,11 +419,11 @@ def decision_scores(
 ) -> dict:
     """Decision scores of ``teacache-calib fit`` candidates: each fitted per fold, replayed on its held-out runs.
 
-    ``folds``: fold per frame row, as ``calib.fit.group_folds`` deals them (computed when None);
+    ``folds``: fold per frame row, as ``calib.fit.command.group_folds`` deals them (computed when None);
     ``compare``: extra rescale functions scored as they are on every run (e.g. packaged coefficients).
     """
-    from calib.candidates import FittedModel
-    from calib.selection import group_folds, time_input
+    from calib.fit.candidates import FittedModel
+    from calib.fit.selection import group_folds, time_input
 
     if folds is None:
         folds = group_folds(frame["prompt_id"].to_numpy(), n_folds)

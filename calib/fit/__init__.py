@@ -1,0 +1,2 @@
+"""``teacache-calib fit`` (``command``): candidate rescale functions, fitting, selection, decision scores,
+fit.json, its plots, and where a rescale function to use or score comes from (``coefficient_sources``)."""

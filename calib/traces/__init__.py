@@ -1,0 +1,1 @@
+"""Trace tables in: the one reader (``reader``), mlx-teacache calibration files, and table helpers."""
