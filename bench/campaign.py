@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from bench import sweep as sweep_stage
+from bench.sweep import command as sweep_stage
 from calib import record as record_stage
 from calib.run import arguments, shard
 from calib.run.command import run_guarded
@@ -172,7 +172,7 @@ def run_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swee
     campaign = plan_campaign(
         model, out, thresholds, record_seeds, sweep_seeds, repeats, ssim_floor, sweep_prompts, force_new
     )
-    from bench import report  # after the checks: plotting libraries take seconds to import
+    from bench.report import command as report  # after the checks: plotting libraries take seconds to import
 
     out = campaign.out
     world = shard.connect()
@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         return code
     if summary is None:  # a rank other than 0 under mlx.launch: rank 0 reports
         return 0
-    from bench import report
+    from bench.report import command as report
 
     report.print_summary(summary)
     print(f"\ncampaign done in {time.perf_counter() - start:.0f} s -> {summary['report_path']}")

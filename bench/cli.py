@@ -8,16 +8,17 @@ from calib.run.dispatch import dispatch
 
 SUBCOMMANDS = {
     "campaign": "bench.campaign",
-    "compare-hardware": "bench.compare_hardware",
-    "sweep": "bench.sweep",
-    "replay": "bench.replay",
-    "report": "bench.report",
-    "tolerances": "bench.tolerances",
-    "gapcheck": "bench.gapcheck",
-    "overhead": "bench.overhead",
-    "blas": "bench.blas",
-    "adherence": "bench.adherence",
-    "fullsize": "bench.fullsize",
+    "compare-hardware": "bench.compare.command",
+    "sweep": "bench.sweep.command",
+    "replay": "bench.sweep.replay",
+    "report": "bench.report.command",
+    "decision-check": "bench.report.decision_check",
+    "tolerances": "bench.tolerances.derive",
+    "gapcheck": "bench.tolerances.gapcheck",
+    "overhead": "bench.timing.overhead",
+    "blas": "bench.timing.blas",
+    "adherence": "bench.quality.adherence",
+    "fullsize": "bench.timing.fullsize",
 }
 
 

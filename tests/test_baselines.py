@@ -22,8 +22,8 @@ from mflux.models.common.step_cache.step_cache import StepCache
 from mlx import nn
 
 import teacache
-from bench import baselines
-from bench.isolate import job, run_isolated
+from bench.sweep import baselines
+from bench.sweep.isolate import job, run_isolated
 from calib.run.generation import generate
 from calib.run.prompts import TINY_SHAPES_FAST
 from teacache import apply_teacache
@@ -297,7 +297,7 @@ def test_an_isolated_run_times_one_generation_in_another_process():
 
 
 def test_the_isolated_child_refuses_a_job_that_is_not_json(capsys):
-    from bench.isolate import main
+    from bench.sweep.isolate import main
 
     assert main(["{not json"]) == 2
     assert "JOB_JSON is not JSON" in capsys.readouterr().err

@@ -7,10 +7,10 @@ import time
 import pandas as pd
 import pytest
 
-from bench import replay as replay_cmd
-from bench import sweep as sweep_cmd
-from bench import tolerances as tolerances_cmd
 from bench.common import parse_thresholds
+from bench.sweep import command as sweep_cmd
+from bench.sweep import replay as replay_cmd
+from bench.tolerances import derive as tolerances_cmd
 from calib import record as record_cmd
 from calib.run.prompts import load_prompts, parse_seeds, parse_size
 
@@ -146,7 +146,7 @@ def paths(tmp_path) -> dict:
 
 def _commands():
     from bench import campaign as campaign_cmd
-    from bench import overhead as overhead_cmd
+    from bench.timing import overhead as overhead_cmd
 
     return {"sweep": sweep_cmd.main, "record": record_cmd.main, "overhead": overhead_cmd.main,
             "campaign": campaign_cmd.main}  # fmt: skip

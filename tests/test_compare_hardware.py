@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench import compare_hardware
+from bench.compare import command as compare_hardware
 from teacache.io import FORMAT_VERSION, write_json, write_parquet, write_text
 
 STEPS = 10

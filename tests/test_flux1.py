@@ -8,8 +8,8 @@ import mlx.core as mx
 import pytest
 
 import teacache
-from bench.sweep import image_metrics
-from bench.tolerances import check_run
+from bench.sweep.command import image_metrics
+from bench.tolerances.derive import check_run
 from calib.run.generation import generate
 from teacache import NeverSkipsWarning, apply_teacache
 from teacache.adapters.flux1 import TeaCacheFlux1Transformer

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench import front, front_plots
+from bench.report import front, front_plots
 
 coordinate = st.one_of(st.sampled_from([1.0, 1.5, 2.0, 0.9, 0.95]), st.floats(0.0, 4.0), st.just(math.nan))
 point_lists = st.lists(st.tuples(coordinate, coordinate), min_size=1, max_size=25)

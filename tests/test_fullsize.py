@@ -12,7 +12,7 @@ from mlx import nn
 from mlx.utils import tree_flatten
 
 import teacache  # noqa: F401  (first: OpenBLAS preload before MLX)
-from bench import fullsize as bench_fullsize
+from bench.timing import fullsize as bench_fullsize
 from teacache.models import fullsize
 from teacache.rescale import RescaleFunction
 

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 import teacache
-from bench import sweep as sweep_cmd
-from bench import tolerances as tolerances_cmd
+from bench.sweep import command as sweep_cmd
+from bench.tolerances import derive as tolerances_cmd
 from calib import emit as emit_cmd
 from calib import record as record_cmd
 from calib.fit import command as fit_cmd

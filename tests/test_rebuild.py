@@ -15,10 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from bench import compare_hardware, gapcheck, plots, report
-from bench import tolerances as tolerances_cmd
-from bench.compare_input import version_key
-from bench.tolerance_module import TOLERANCES_DIR, complete, generated_modules, prefix, render_module
+from bench.compare import command as compare_hardware
+from bench.compare.input import version_key
+from bench.report import command as report
+from bench.report import plots
+from bench.tolerances import derive as tolerances_cmd
+from bench.tolerances import gapcheck
+from bench.tolerances.module import TOLERANCES_DIR, complete, generated_modules, prefix, render_module
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"

@@ -9,7 +9,8 @@ import math
 import pandas as pd
 import pytest
 
-from bench import records, report
+from bench.report import command as report
+from bench.sweep import records
 from teacache.gate import StepDecision
 from teacache.io import FORMAT_VERSION, write_json
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench import replay as replay_cmd
+from bench.sweep import replay as replay_cmd
 from calib.fit.coefficient_sources import resolve_coefficients
 from calib.traces.reader import load_traces
 from teacache.core import TeaCacheStats

@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench import report, stats
+from bench.report import command as report
+from bench.report import stats
 from teacache.io import FORMAT_VERSION, write_json, write_parquet
 
 THRESHOLDS = (0.1, 0.2, 0.3, 0.5)

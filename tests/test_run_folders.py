@@ -22,7 +22,7 @@ import pytest
 import calib.run.generation
 import teacache
 import teacache.core
-from bench import sweep as sweep_cmd
+from bench.sweep import command as sweep_cmd
 from calib import record as record_cmd
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,7 +155,7 @@ def test_new_thresholds_and_seeds_extend_a_sweep(tmp_path, prompts, shared_model
     provenance = json.loads((out / "provenance.json").read_text())
     assert provenance["thresholds"] == [0.0, 0.3, 0.5] and provenance["seeds"] == [0, 1]
     assert provenance["history"][-1]["added"] == {"seeds": [1], "thresholds": [0.3]}
-    from bench import records
+    from bench.sweep import records
 
     records.read_sweep(out)  # the extended folder passes the reader every consumer uses
     capsys.readouterr()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from bench.adherence import score_adherence, summarize
+from bench.quality.adherence import score_adherence, summarize
 from teacache.models import shapes
 from teacache.models.shapes import ShapeSpec, WeightsError
 

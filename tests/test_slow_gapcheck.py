@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bench import gapcheck
+from bench.tolerances import gapcheck
 
 pytestmark = pytest.mark.slow
 

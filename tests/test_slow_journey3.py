@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench.tolerance_module import module_path, read_module
+from bench.tolerances.module import module_path, read_module
 
 pytestmark = pytest.mark.slow
 

@@ -16,9 +16,12 @@ import pandas as pd
 import pytest
 
 import teacache
-from bench import records, report, report_baselines, sweep_arms
-from bench import sweep as sweep_cmd
-from bench.baselines import ARMS, STATIC
+from bench.report import baselines as report_baselines
+from bench.report import command as report
+from bench.sweep import arms as sweep_arms
+from bench.sweep import command as sweep_cmd
+from bench.sweep import records
+from bench.sweep.baselines import ARMS, STATIC
 from teacache.schedule import StaticSchedule
 
 SMALL = ["--model", "tiny-flux1", "--steps", "6", "--size", "32x32", "--seeds", "0", "--repeats", "1"]

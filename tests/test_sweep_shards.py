@@ -17,9 +17,9 @@ import pytest
 
 import calib.run.generation
 import teacache
-from bench import records
-from bench import report as report_cmd
-from bench import sweep as sweep_cmd
+from bench.report import command as report_cmd
+from bench.sweep import command as sweep_cmd
+from bench.sweep import records
 from tests.test_shard import _free_port_pair
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,8 +15,8 @@ import mlx.core as mx
 import pytest
 
 import teacache
-from bench.sweep import image_metrics, latent_metrics
-from bench.tolerances import check_run, prefix
+from bench.sweep.command import image_metrics, latent_metrics
+from bench.tolerances.derive import check_run, prefix
 from calib.run.prompts import TINY_SHAPES_FAST
 from teacache import apply_teacache
 from teacache.adapters.flux2 import TeaCacheFlux2Transformer

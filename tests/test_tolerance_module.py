@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import tolerances as tolerances_cmd
-from bench.tolerance_module import (
+from bench.tolerances import derive as tolerances_cmd
+from bench.tolerances.module import (
     KEPT_NOTE,
     TOLERANCES_DIR,
     provisional_constants,

@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench import compare_hardware
-from bench import replay as replay_cmd
-from bench import sweep as sweep_cmd
+from bench.compare import command as compare_hardware
+from bench.sweep import command as sweep_cmd
+from bench.sweep import replay as replay_cmd
 from calib.fit import command as fit_cmd
 from calib.fit.coefficient_sources import resolve_coefficients
 from calib.fit.errors import FitError

@@ -18,8 +18,8 @@ from mflux.models.common.config.model_config import ModelConfig
 from mflux.utils.apple_silicon import AppleSiliconUtil
 
 import teacache
-from bench.sweep import latent_metrics
-from bench.tolerances import check_run
+from bench.sweep.command import latent_metrics
+from bench.tolerances.derive import check_run
 from teacache import NeverSkipsWarning, apply_teacache
 from teacache.adapters import zimage
 from teacache.adapters.zimage import TeaCacheZImageTransformer

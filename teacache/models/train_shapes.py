@@ -1,7 +1,7 @@
 """Train ``tiny-shapes``: flow matching on procedurally drawn shapes, with mflux's Flux2Transformer.
 
     python -m teacache.models.train_shapes --steps 4000 --batch 128 --seed 0 --out DIR
-    python -m bench.adherence --model-dir DIR     # adds held-out prompt adherence to the card
+    python -m bench.quality.adherence --model-dir DIR     # adds held-out prompt adherence to the card
 
 Writes DIR/tiny-shapes.safetensors (float32), tiny-shapes.json (architecture, data recipe, SHA-256,
 training record), loss.png, samples.png and MODEL_CARD.md, each atomically. Reproducible from
@@ -323,8 +323,8 @@ def write_model_card(out_dir: str | Path) -> Path:
         lines += [
             f"{ev['n_prompts']} held-out prompts (combinations never seen in training), one seed each, "
             f"{ev['num_inference_steps']} steps, guidance {ev['guidance']}, no TeaCache, float32 on "
-            f"{ev.get('device', {}).get('device_name', 'an unrecorded device')}, read back by `bench.adherence` "
-            "from pixel statistics:",
+            f"{ev.get('device', {}).get('device_name', 'an unrecorded device')}, "
+            "read back by `bench.quality.adherence` from pixel statistics:",
             "",
             "| shape colour | background | position | all three | shape type |",
             "| --- | --- | --- | --- | --- |",
@@ -342,7 +342,7 @@ def write_model_card(out_dir: str | Path) -> Path:
                 )
             lines.append("")
     else:
-        lines += [f"Not evaluated yet: `python -m bench.adherence --model-dir {out_dir}`.", ""]
+        lines += [f"Not evaluated yet: `python -m bench.quality.adherence --model-dir {out_dir}`.", ""]
     lines += [
         "![samples](samples.png)",
         "",
@@ -415,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
         f"wrote {out / WEIGHTS_NAME} ({size:,} bytes, sha256 {sha}), {MANIFEST_NAME}, loss.png, "
         f"samples.png, {card.name}"
     )
-    print(f"held-out adherence: python -m bench.adherence --model-dir {shlex.quote(str(out))}")
+    print(f"held-out adherence: python -m bench.quality.adherence --model-dir {shlex.quote(str(out))}")
     return 0
 
 

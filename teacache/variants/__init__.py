@@ -73,7 +73,7 @@ class VariantSpec:
     campaign: CampaignSizes | None = None
     builder: str | None = None  # "module:function(seed)" for an embedded model
     refuse_why: str = ""  # set on a name mflux knows but TeaCache refuses (e.g. a distilled model)
-    scores_adherence: bool = False  # draws its prompt's vocabulary: bench.adherence can score its images
+    scores_adherence: bool = False  # draws its prompt's vocabulary: bench.quality.adherence can score its images
     is_default_model: bool = False  # what the commands use when no --model is given
 
     @property

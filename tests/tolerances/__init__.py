@@ -49,7 +49,7 @@ def describe(module: ModuleType) -> str:
 
 def measured_cases(module: ModuleType, variant: str) -> tuple[tuple[str, str, int], ...]:
     """The (prompt id, prompt, seed) pairs the module's constants for ``variant`` were measured on."""
-    from bench.tolerance_module import prefix
+    from bench.tolerances.module import prefix
 
     name = f"{prefix(variant)}_CASES"
     cases = getattr(module, name, ())

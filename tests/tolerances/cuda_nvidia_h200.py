@@ -5,7 +5,7 @@ Each constant: what was measured, where and with what, the measured distribution
 and calibrated (>= 8 prompt x seed pairs on this hardware) or provisional.
 """
 
-from bench.tolerance_module import provisional_constants
+from bench.tolerances.module import provisional_constants
 
 HARDWARE = "cuda-nvidia-h200"
 STATUS = "calibrated"

@@ -1,11 +1,11 @@
 """Tolerances for hardware without a module of its own: every constant measured elsewhere, labelled provisional.
 
 No number lives here: at import each variant's constants are read from the generated module in this folder
-that measured it (``bench.tolerance_module.provisional_sources``), so they follow every re-derivation there.
+that measured it (``bench.tolerances.module.provisional_sources``), so they follow every re-derivation there.
 Derive this hardware's own with ``teacache-bench tolerances`` (README: Re-derive tolerances on new hardware).
 """
 
-from bench.tolerance_module import provisional_constants, provisional_sources
+from bench.tolerances.module import provisional_constants, provisional_sources
 
 HARDWARE = None  # measured on no hardware of its own
 STATUS = "provisional"

@@ -78,7 +78,7 @@ class Arm:
             raise ValueError(f"arm {self.name!r}: needs {needed}")
 
     def to_dict(self) -> dict:
-        """JSON-ready: what a fresh process (``bench.isolate``) needs to run the same arm."""
+        """JSON-ready: what a fresh process (``bench.sweep.isolate``) needs to run the same arm."""
         return {
             "name": self.name,
             "setting": self.setting,
@@ -355,7 +355,7 @@ def measure_pair(
     import json
     import statistics
 
-    from bench.sweep import image_metrics, latent_metrics
+    from bench.sweep.command import image_metrics, latent_metrics
 
     prompt_id, prompt, seed = pair
     pair_id = f"{prompt_id}-s{seed}"

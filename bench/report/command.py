@@ -2,8 +2,8 @@
 
 A report is derived: a pure function of the sweep folder (runs.parquet, decisions.parquet,
 provenance.json), so DIR can be deleted and rebuilt at any time. Reading and validating the folder
-(``bench.report_input``), computing what it says (``bench.report_compute``) and drawing and formatting it
-(``bench.report_render``) happen in memory; this module writes the files, atomically and only once all of
+(``bench.report.input``), computing what it says (``bench.report.compute``) and drawing and formatting it
+(``bench.report.render``) happen in memory; this module writes the files, atomically and only once all of
 them succeeded, so bad input leaves no file behind.
 """
 
@@ -13,11 +13,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from bench import plots, stats
-from bench.markdown import num, ratio
-from bench.report_compute import DEFAULT_FLOOR, DEFAULT_METRIC, analyse, validate_floor
-from bench.report_input import DECISION_COLUMNS, RUN_COLUMNS, ReportInputError, Sweep, load_sweep, validate_runs
-from bench.report_render import OUTPUTS, render_files
+from bench.report import plots, stats
+from bench.report.compute import DEFAULT_FLOOR, DEFAULT_METRIC, analyse, validate_floor
+from bench.report.input import DECISION_COLUMNS, RUN_COLUMNS, ReportInputError, Sweep, load_sweep, validate_runs
+from bench.report.markdown import num, ratio
+from bench.report.render import OUTPUTS, render_files
 from teacache.io import atomic_path, write_text
 
 __all__ = [
@@ -40,7 +40,7 @@ __all__ = [
 
 def render(sweep: Sweep, floor: float = DEFAULT_FLOOR, metric: str = DEFAULT_METRIC) -> tuple[dict[str, bytes], dict]:
     """Every output file (name -> bytes) and the summary, computed in memory without writing anything."""
-    from bench import report_baselines
+    from bench.report import baselines as report_baselines
 
     # the threshold tables read one rescale function's TeaCache runs; the baselines section reads every row
     analysis = analyse(report_baselines.for_threshold_tables(sweep), floor, metric)

@@ -5,7 +5,7 @@ a comment saying what was measured, when, on which hardware and versions, over h
 seeds, the measured min / p1 / median, the margin and why, and whether it is calibrated or provisional.
 With each variant go the (prompt, seed) pairs it was measured on: the tests run on those. The module is
 complete: a variant the sweeps did not measure keeps this hardware's earlier constants, or reads another
-hardware's measured ones at import, labelled provisional (``bench.tolerance_module``). The same input gives
+hardware's measured ones at import, labelled provisional (``bench.tolerances.module``). The same input gives
 a byte-identical file. The tests load the module of the hardware they run on.
 
 Margin rule, the same for every bound: one median-to-worst spread beyond the worst measured run.
@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.tolerance_module import PROJECT_ROOT, TOLERANCES_DIR, complete, module_path, prefix, render_module
+from bench.tolerances.module import PROJECT_ROOT, TOLERANCES_DIR, complete, module_path, prefix, render_module
 from teacache.io import FORMAT_VERSION, write_text
 
 __all__ = ["PROJECT_ROOT", "check_run", "derive", "load_module", "main", "prefix", "render_module"]

@@ -2,7 +2,7 @@
 
 Per (prompt, seed) pair, in one process after a warm-up, interleaved: each repeat runs vanilla and
 every threshold once, the order rotated from repeat to repeat. Raw records only
-(runs.parquet, decisions.parquet, noop.parquet, provenance.json; schemas in bench.records);
+(runs.parquet, decisions.parquet, noop.parquet, provenance.json; schemas in bench.sweep.records);
 ``teacache-bench report`` derives everything else. Resumable per pair: finished pairs live in
 ``DIR/pairs/<pair_id>.*.parquet`` and are never redone, as long as the settings are the same
 (``DIR/fingerprint.json``); new seeds or thresholds extend the folder.
@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.baselines import STEP_CACHE_NATIVE
 from bench.common import parse_coefficients, parse_thresholds
-from bench.sweep_arms import TIMING_ISOLATED
+from bench.sweep.arms import TIMING_ISOLATED
+from bench.sweep.baselines import STEP_CACHE_NATIVE
 from calib.run import arguments, fingerprint, shard
 from calib.run.command import run_guarded
 from calib.run.interrupts import Interrupted, interruptions
@@ -124,7 +124,7 @@ def _adherence_fn(variant: str):
 
     if not variants.get(variant).scores_adherence:
         return None
-    from bench.adherence import score_adherence
+    from bench.quality.adherence import score_adherence
 
     return lambda image, prompt: float(score_adherence(image, prompt)["score"])
 
@@ -153,13 +153,13 @@ class SweepSettings:
     quantize: int | None = None
     save_images: bool = False
     force_new: bool = False
-    baselines: tuple[str, ...] = ()  # bench.baselines arms besides TeaCache
+    baselines: tuple[str, ...] = ()  # bench.sweep.baselines arms besides TeaCache
     compare_coefficients: tuple[str, ...] = ()  # rescale sources besides --coefficients
     isolate: bool = False
 
     @property
     def arms_mode(self) -> bool:
-        """Every pair measured by bench.baselines.measure_pair (rows carry arm, arm_setting, rescale)."""
+        """Every pair measured by bench.sweep.baselines.measure_pair (rows carry arm, arm_setting, rescale)."""
         return bool(self.baselines or self.compare_coefficients or self.isolate)
 
     @property
@@ -212,7 +212,7 @@ def plan(
     )
     arguments.check_at_least(repeats, 1, "--repeats")
     parse_coefficients(coefficients)
-    from bench.baselines import parse_baselines
+    from bench.sweep.baselines import parse_baselines
 
     arms = parse_baselines(baselines)
     compare = _parse_compare(compare_coefficients)
@@ -278,7 +278,7 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
 
 def read_traces(path: Path, steps: int):
     """The traces predictions replay, read and validated by the one trace reader, for runs of ``steps`` steps."""
-    from bench.replay import read_replay_traces
+    from bench.sweep.replay import read_replay_traces
     from calib.traces.reader import TraceError
 
     arguments.check_input_file(path, "--traces")
@@ -483,14 +483,14 @@ PART_FILL = {"predicted_skipped": float("nan")}
 
 
 def read_part(path: Path, table):
-    from bench import records
+    from bench.sweep import records
 
     return records.read_table(path, table, fill=PART_FILL if table is records.RUNS else None)
 
 
 def done_thresholds(parts: Path, pairs: list[tuple[str, str, int]]) -> dict[str, set[float]]:
     """Per pair, the thresholds its finished part holds (a runs part is written last: it marks them done)."""
-    from bench import records
+    from bench.sweep import records
 
     done = {}
     for prompt_id, _text, seed in pairs:
@@ -509,7 +509,7 @@ def save_pair(parts: Path, pid: str, rows: list[dict], decisions: list[dict], no
     """
     import pandas as pd
 
-    from bench import records
+    from bench.sweep import records
 
     new_ids = {r["run_id"] for r in rows}
     merged = {}
@@ -536,7 +536,7 @@ def _assemble(settings: SweepSettings, locations: dict[str, Path]):
     """The tables of every pair, in plan order, each read from the folder that holds it complete."""
     import pandas as pd
 
-    from bench import records
+    from bench.sweep import records
 
     order = [pair_id(pid, seed) for pid, _t, seed in settings.pairs]
     tables = {}
@@ -554,7 +554,7 @@ def check_parts_agree(settings: SweepSettings, folder: Path | None = None) -> No
     An earlier version resumed under any settings and rewrote the provenance, so a provenance alone
     cannot vouch for the runs; their own steps and repeat counts can.
     """
-    from bench import records
+    from bench.sweep import records
 
     folder = settings.out if folder is None else folder
     for path in sorted((folder / "pairs").glob("*.runs.parquet")):
@@ -748,8 +748,8 @@ def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale, traces
     fields = world.row_fields()  # which rank measured each row, on which hardware, contended or not
     arms_record = None
     if settings.arms_mode:
-        from bench import sweep_arms
-        from bench.replay import predict_schedules
+        from bench.sweep import arms as sweep_arms
+        from bench.sweep.replay import predict_schedules
 
         tc_arms = sweep_arms.teacache_arms(rescales, configs_for, thresholds)
         if traces is not None:
@@ -787,8 +787,8 @@ def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale, traces
 
 def _write_tables(settings: SweepSettings, run: shard.ShardedRun, measured: Measured, locations, traces) -> Path:
     """The folder's tables from every pair wherever it was saved, and provenance.json (on rank 0)."""
-    from bench import records
-    from bench.replay import predict_schedules
+    from bench.sweep import records
+    from bench.sweep.replay import predict_schedules
     from teacache.io import write_json
     from teacache.provenance import collect
 
@@ -849,7 +849,7 @@ def main(argv: list[str] | None = None) -> int:
         return code
     if path is None:  # a rank other than 0 under mlx.launch: rank 0 says what was merged
         return 0
-    from bench import records
+    from bench.sweep import records
 
     runs = records.read_table(path, records.RUNS)
     table = runs[runs["kind"] == "teacache"].groupby("threshold")[["skipped", "speedup", "ssim", "cosine"]].median()

@@ -7,7 +7,7 @@ a rule on its geometry (a hole -> ring; else whichever solid circle, square or t
 area and centroid overlaps it best). Colour, background and position make the ``score``; shape type,
 the hardest to draw at 32x32 and the easiest to misread, is reported apart.
 
-    python -m bench.adherence --model-dir teacache/models/weights     # 64 held-out prompts -> card
+    python -m bench.quality.adherence --model-dir teacache/models/weights     # 64 held-out prompts -> card
 """
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ def evaluate_pipeline(
 
 def setup_arg_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m bench.adherence",
+        prog="python -m bench.quality.adherence",
         description="Score tiny-shapes on held-out prompts and write the figures into its manifest and card.",
     )
     parser.add_argument("--model-dir", type=Path, required=True, help="folder with tiny-shapes.safetensors/.json")

@@ -14,7 +14,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from bench import stats
+from bench.report import stats
 
 MEASURED = "tab:blue"
 IDEAL = "tab:gray"

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import json
 
-from bench import markdown, plots, report_baselines, stats
-from bench.report_compute import Analysis, summary
+from bench.report import baselines as report_baselines
+from bench.report import markdown, plots, stats
+from bench.report.compute import Analysis, summary
 
 # Every file a report can write; a rebuild removes those it no longer produces and never touches others.
 OUTPUTS = frozenset(
@@ -82,7 +83,7 @@ def report_markdown(analysis: Analysis, captions: dict[str, str], omitted: list[
 def render_files(analysis: Analysis, baselines: tuple = ([], {}, {})) -> tuple[dict[str, bytes], dict]:
     """Every output file (name -> bytes) and the summary, without writing anything.
 
-    ``baselines``: :func:`bench.report_baselines.section`'s lines, files and summary (empty for a sweep without arms).
+    ``baselines``: :func:`bench.report.baselines.section`'s lines, files and summary (empty for a sweep without arms).
     """
     files, captions, omitted = draw_plots(analysis)
     lines, extra_files, extra_summary = baselines

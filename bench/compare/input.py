@@ -13,7 +13,7 @@ import pandas as pd
 
 from teacache.io import read_json_object
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 STAGES = ("traces", "fit", "sweep", "report", "tolerances.py", "gapcheck")
 
 

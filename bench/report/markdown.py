@@ -118,7 +118,7 @@ FILTERS = {
 @cache
 def environment() -> Environment:
     env = Environment(
-        loader=PackageLoader("bench", "templates"),
+        loader=PackageLoader("bench.report", "templates"),
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,

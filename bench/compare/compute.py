@@ -2,7 +2,7 @@
 
 For every variant both measured: the fits and how each scores on the other's traces, the skip schedules,
 quality and speedups at the thresholds both swept, and the generated tolerance constants side by side.
-Pure computation over what ``bench.compare_input`` reads; nothing here formats or writes.
+Pure computation over what ``bench.compare.input`` reads; nothing here formats or writes.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.compare_input import (
+from bench.compare.input import (
     PROJECT_ROOT,
     CompareError,
     find_campaigns,
@@ -23,8 +23,8 @@ from bench.compare_input import (
     provenance_summary,
     tolerance_source,
 )
-from bench.report_input import ReportInputError, load_sweep
-from bench.stats import distribution, parse_steps, quantile, recommend, teacache_runs, thresholds
+from bench.report.input import ReportInputError, load_sweep
+from bench.report.stats import distribution, parse_steps, quantile, recommend, teacache_runs, thresholds
 from teacache.io import FORMAT_VERSION
 
 KIND = "teacache-bench compare-hardware"
@@ -147,7 +147,7 @@ def recommended(runs: pd.DataFrame, floor: float) -> dict:
 
 
 def _constants(module, variant: str) -> dict:
-    from bench.tolerances import prefix
+    from bench.tolerances.derive import prefix
 
     p = prefix(variant) + "_"
     out = {}
@@ -185,7 +185,7 @@ def _difference(a, b) -> tuple[bool, object, object]:
 
 
 def tolerance_rows(path_a: Path | None, path_b: Path | None, variant: str) -> tuple[list[dict], dict]:
-    from bench.tolerances import load_module
+    from bench.tolerances.derive import load_module
 
     sources = {"a": _shown(path_a), "b": _shown(path_b)}
     missing = [side.upper() for side, path in (("a", path_a), ("b", path_b)) if path is None]

@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from bench import front, front_plots, plots, stats
+from bench.report import front, front_plots, plots, stats
 
 OUTPUTS = frozenset(
     {
@@ -128,7 +128,7 @@ def _isolation_lines(table: pd.DataFrame, provenance: dict) -> list[str]:
     agree = table["agree"].all()
     lines = [
         "Every timed generation ran twice: in this process (interleaved with the others) and in a fresh process "
-        "(`bench.isolate`: load, one warm-up run, one timed run). Speedup per repeat: the pair's median vanilla "
+        "(`bench.sweep.isolate`: load, one warm-up run, one timed run). Speedup per repeat: the pair's median vanilla "
         "time over that repeat's time; 95% bootstrap CI of the median over repeats and pairs.",
         "",
         "| arm | setting | n | ideal | in-process speedup [95% CI] | isolated speedup [95% CI] | CIs overlap |",
@@ -179,7 +179,7 @@ def section(runs: pd.DataFrame, provenance: dict) -> tuple[list[str], dict[str, 
             "mflux's StepCache runs natively only in "
             + ", ".join(arms.get("step_cache_native") or [])
             + "; here its class runs unchanged through the few loop lines those pipelines use "
-            "(bench.baselines.apply_step_cache). It skips nothing in runs shorter than 10 steps."
+            "(bench.sweep.baselines.apply_step_cache). It skips nothing in runs shorter than 10 steps."
         )
     lines += ["", f"Rescale function of the threshold tables above: {primary}.", ""]
     has_baselines = bool(settings) and (pts["arm"] != "teacache").any()

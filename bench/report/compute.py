@@ -1,6 +1,6 @@
 """What a report says, computed from a validated sweep: distributions, the recommendation, the summary.
 
-Pure functions of the sweep's tables (``bench.stats`` does the statistics); nothing here formats or writes.
+Pure functions of the sweep's tables (``bench.report.stats`` does the statistics); nothing here formats or writes.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from bench import stats
-from bench.report_input import ReportInputError, Sweep
+from bench.report import stats
+from bench.report.input import ReportInputError, Sweep
 from teacache.io import FORMAT_VERSION
 
 DEFAULT_FLOOR = 0.95

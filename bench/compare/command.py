@@ -10,8 +10,8 @@ speedups against the ideal bound N/(N-k), and the generated tolerance constants 
 ``compare.md``, ``compare.json`` and ``speedup_vs_threshold.png`` into ``--out`` (default
 ``results/comparisons/<A>-vs-<B>/``), each atomically and only when every input reads.
 
-Jobs: ``bench.compare_input`` finds and reads the campaigns, ``bench.compare_compute`` computes the
-comparison, ``bench.compare_render`` draws and formats it; this module is the command that writes it.
+Jobs: ``bench.compare.input`` finds and reads the campaigns, ``bench.compare.compute`` computes the
+comparison, ``bench.compare.render`` draws and formats it; this module is the command that writes it.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from bench.compare_compute import KIND, build, jsonable
-from bench.compare_input import PROJECT_ROOT, CompareError
-from bench.compare_render import render_markdown, render_plot
-from bench.report_compute import validate_floor
-from bench.report_input import ReportInputError
+from bench.compare.compute import KIND, build, jsonable
+from bench.compare.input import PROJECT_ROOT, CompareError
+from bench.compare.render import render_markdown, render_plot
+from bench.report.compute import validate_floor
+from bench.report.input import ReportInputError
 from teacache.io import atomic_path, write_json, write_text
 
 __all__ = ["KIND", "PLOT", "CompareError", "build", "default_out", "main", "render_markdown", "render_plot"]

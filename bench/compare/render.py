@@ -1,13 +1,13 @@
 """compare.md and speedup_vs_threshold.png drawn from compare-hardware's result, in memory.
 
-compare.md is ``bench/report/templates/compare.md.j2`` filled from the result dict (``bench.compare_compute``).
+compare.md is ``bench/report/templates/compare.md.j2`` filled from the result dict (``bench.compare.compute``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from bench import markdown
+from bench.report import markdown
 
 PROVENANCE_FIELDS = (
     ("backend", "backend"),
@@ -70,7 +70,7 @@ def render_plot(result: dict) -> bytes | None:
         return None
     from matplotlib.figure import Figure
 
-    from bench.plots import figure_png
+    from bench.report.plots import figure_png
 
     fig = Figure(figsize=(5.0 * len(variants), 4.0), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(variants)))

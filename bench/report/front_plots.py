@@ -1,7 +1,7 @@
 """Plots of the combined speed/quality front (every arm) and of TeaCache's front per rescale function.
 
-Each function takes the points of ``bench.front.points`` and returns a matplotlib Figure (no pyplot
-state); ``bench.plots.figure_png`` turns it into reproducible PNG bytes.
+Each function takes the points of ``bench.report.front.points`` and returns a matplotlib Figure (no pyplot
+state); ``bench.report.plots.figure_png`` turns it into reproducible PNG bytes.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from bench import front
-from bench.baselines import TEACACHE
+from bench.report import front
+from bench.sweep.baselines import TEACACHE
 
 ARM_STYLE = {  # colour, marker
     "teacache": ("tab:blue", "o"),

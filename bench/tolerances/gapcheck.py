@@ -1,6 +1,6 @@
 """``teacache-bench gapcheck``: do the tolerances separate measured noise from real bugs?
 
-Runs the correct wrapper and each deliberately broken one (``bench.mutants``) on the same prompts
+Runs the correct wrapper and each deliberately broken one (``bench.tolerances.mutants``) on the same prompts
 and seeds, at the settings a generated tolerance module was measured with, and reports for every
 tolerance the correct wrapper's values (the noise), each mutant's value and whether the tolerance
 separates them. A tolerance that catches none of the mutants it exists for is flagged, and so is a
@@ -21,10 +21,10 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from bench import markdown
-from bench.mutants import MUTANTS, Mutant, apply_mutant, leftovers
-from bench.sweep import image_metrics, latent_metrics
-from bench.tolerances import PROJECT_ROOT, check_run, load_module, prefix
+from bench.report import markdown
+from bench.sweep.command import image_metrics, latent_metrics
+from bench.tolerances.derive import PROJECT_ROOT, check_run, load_module, prefix
+from bench.tolerances.mutants import MUTANTS, Mutant, apply_mutant, leftovers
 from calib.run.generation import generate
 from calib.run.prompts import default_set, load_prompts, parse_seeds
 from teacache import apply_teacache, load_model, variants

@@ -1,6 +1,6 @@
 """The input of a report: a sweep folder's runs, decisions and provenance, read and validated.
 
-The tables' schemas and their reader live in ``bench.records`` (the sweep writes through it); every problem
+The tables' schemas and their reader live in ``bench.sweep.records`` (the sweep writes through it); every problem
 found becomes one ReportInputError whose message says what is wrong and what to do, raised before anything
 is computed or written.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench import records
+from bench.sweep import records
 from calib.run import shard
 
 RUN_COLUMNS: tuple[str, ...] = records.RUNS.names
@@ -43,7 +43,7 @@ def validate_runs(runs: pd.DataFrame) -> None:
 
 
 def load_sweep(runs_dir: str | Path) -> Sweep:
-    """Read and validate a sweep folder (bench.records); raises ReportInputError with one clear message."""
+    """Read and validate a sweep folder (bench.sweep.records); raises ReportInputError with one clear message."""
     try:
         found = records.read_sweep(runs_dir)
     except records.RecordError as exc:

@@ -1,12 +1,12 @@
 """The sweep's pairs with baseline arms, several rescale functions or isolated timing.
 
 ``teacache-bench sweep --baselines/--compare-coefficients/--isolate`` measures every pair through
-:func:`bench.baselines.measure_pair`: vanilla, one TeaCache arm per (rescale function, threshold) and
+:func:`bench.sweep.baselines.measure_pair`: vanilla, one TeaCache arm per (rescale function, threshold) and
 the baseline arms, interleaved and rotated, all against the pair's one vanilla run. The baseline
 settings are fixed once per sweep (:func:`arm_grid`) from what TeaCache does at the swept thresholds:
 a warm-up probe of each threshold on the sweep's first pair, or the schedules that replaying
 ``--traces`` predicts. With ``--isolate`` every timed generation runs again in a fresh process
-(``bench.isolate``): ``wall_s`` and ``speedup`` are those timings, the in-process ones stay beside
+(``bench.sweep.isolate``): ``wall_s`` and ``speedup`` are those timings, the in-process ones stay beside
 them, and the quality metrics come from the in-process images.
 """
 
@@ -16,18 +16,20 @@ import json
 import statistics
 from collections import Counter
 
-from bench import baselines as bl
+from bench.sweep import baselines as bl
 from teacache.schedule import StaticSchedule, most_common
 
-TIMING_ISOLATED = "isolated: each timed generation in a fresh process (bench.isolate), after one warm-up run there"
+TIMING_ISOLATED = (
+    "isolated: each timed generation in a fresh process (bench.sweep.isolate), after one warm-up run there"
+)
 
 
 def arm_grid(num_steps: int, schedules: dict[float, list[list[int]]], arms: tuple[str, ...], skip_first: int):
     """The baseline arms for TeaCache's skip schedules per threshold (``{threshold: [skipped steps, ...]}``).
 
-    fewer-steps: :func:`bench.baselines.step_grid` of the computed counts reached; static: an even
+    fewer-steps: :func:`bench.sweep.baselines.step_grid` of the computed counts reached; static: an even
     spread of each computed count (``even:M``) plus each threshold's most common schedule; step-cache:
-    :func:`bench.baselines.step_cache_ratios` of the skipped counts. Duplicates run once.
+    :func:`bench.sweep.baselines.step_cache_ratios` of the skipped counts. Duplicates run once.
     """
     computed = sorted({num_steps - len(s) for runs in schedules.values() for s in runs})
     skipped = sorted({len(s) for runs in schedules.values() for s in runs})
@@ -62,7 +64,7 @@ def probe_schedules(model, pair, generation: tuple, configs: dict) -> dict[float
 
 
 def replay_schedules(predicted) -> dict[float, list[list[int]]]:
-    """The schedules ``bench.replay.predict_schedules`` predicts, by threshold."""
+    """The schedules ``bench.sweep.replay.predict_schedules`` predicts, by threshold."""
     found: dict[float, list[list[int]]] = {}
     for row in predicted.itertuples():
         found.setdefault(float(row.threshold), []).append(json.loads(row.predicted_skipped_steps))
@@ -80,7 +82,7 @@ def teacache_arms(rescales: dict, configs_for, thresholds) -> list[tuple[str, bl
 
 def run_pair_arms(model, settings, pair, tc_arms, grid, adherence, images_dir, variant: str, noop_config):
     """One pair, every arm: (runs rows, decision rows, proxy-noop row) in the sweep's tables."""
-    from bench import sweep
+    from bench.sweep import command as sweep
     from teacache.io import FORMAT_VERSION
 
     prompt_id, prompt, seed = pair
@@ -132,7 +134,7 @@ def isolated_times(settings, pair, order: list, rows: list[dict]) -> None:
     in-process ones move to ``wall_s_in_process`` / ``speedup_in_process``. A fresh process that skips
     other steps than the in-process run refuses the pair.
     """
-    from bench.isolate import job, run_isolated
+    from bench.sweep.isolate import job, run_isolated
 
     prompt_id, prompt, seed = pair
     times: dict[int, list[float]] = {i: [] for i in range(len(order))}

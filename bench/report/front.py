@@ -1,6 +1,6 @@
 """Speed/quality fronts over every arm of a sweep: pure functions from the runs table to tables and words.
 
-Rows are runs; ``arm`` and ``arm_setting`` name what ran (``bench.baselines``), ``pair_id`` the
+Rows are runs; ``arm`` and ``arm_setting`` name what ran (``bench.sweep.baselines``), ``pair_id`` the
 (prompt, seed) pair whose vanilla run every arm of that pair is measured against, so two arms are
 compared pair by pair. An optional ``rescale`` column tells TeaCache arms with different rescale
 functions apart.
@@ -14,8 +14,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from bench import stats
-from bench.baselines import BASELINES, TEACACHE, VANILLA
+from bench.report import stats
+from bench.sweep.baselines import BASELINES, TEACACHE, VANILLA
 
 QUALITIES: tuple[str, ...] = ("ssim", "cosine", "psnr")
 KEYS: tuple[str, ...] = ("arm", "rescale", "arm_setting")  # what one point of a front is
@@ -97,7 +97,7 @@ def compare(
     ``speed``: the measured median speedup, or ``"ideal_speedup_median"`` (N over computed steps) to
     compare at equal work where timings are too noisy to order the settings.
     Best: highest median ``quality`` (ties: the faster). ``difference``: median over pairs of TeaCache's
-    quality minus the baseline's, with a bootstrap CI (``bench.stats.bootstrap_median_ci``);
+    quality minus the baseline's, with a bootstrap CI (``bench.report.stats.bootstrap_median_ci``);
     ``outcome``: "beats" (CI above 0), "loses" (CI below 0), "tie" (CI holds 0), or "no baseline"
     when no setting of that arm is as fast.
     """

@@ -2,7 +2,7 @@
 
 Several runs in one process share MLX's compiled-function cache, its allocator and whatever a
 wrapper leaves behind; a leak there shows up as a speedup that is not real. :func:`run_isolated`
-starts ``python -m bench.isolate JOB`` (JOB as JSON), which loads the model, warms up with the same
+starts ``python -m bench.sweep.isolate JOB`` (JOB as JSON), which loads the model, warms up with the same
 arm (compile and JIT are not timed, as in the sweep), times the generation and prints one JSON line.
 """
 
@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-_ROOT = Path(__file__).resolve().parent.parent  # the folder holding bench/, calib/, teacache/
+_ROOT = Path(__file__).resolve().parents[2]  # the folder holding bench/, calib/, teacache/
 RESULT_PREFIX = "isolate-result: "
 
 
@@ -35,7 +35,7 @@ def job(
     warmups: int = 1,
     repeats: int = 1,
 ) -> dict:
-    """The JSON-ready description of one isolated timing (``arm``: a :class:`bench.baselines.Arm`)."""
+    """The JSON-ready description of one isolated timing (``arm``: a :class:`bench.sweep.baselines.Arm`)."""
     if warmups < 0 or repeats < 1:
         raise ValueError(f"isolate: expected warmups >= 0 and repeats >= 1, got {warmups} and {repeats}")
     return {
@@ -56,7 +56,7 @@ def run_isolated(spec: dict, timeout_s: float | None = None, python: str = sys.e
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), env.get("PYTHONPATH", "")) if p)
     start = time.perf_counter()
     proc = subprocess.run(
-        [python, "-m", "bench.isolate", json.dumps(spec)],
+        [python, "-m", "bench.sweep.isolate", json.dumps(spec)],
         capture_output=True,
         text=True,
         timeout=timeout_s,
@@ -78,7 +78,7 @@ def _run(spec: dict) -> dict:
     import numpy as np
 
     import teacache  # noqa: F401  (OpenBLAS preload before MLX)
-    from bench.baselines import Arm, run_arm
+    from bench.sweep.baselines import Arm, run_arm
     from teacache import load_model
 
     model = load_model(spec["model"], base_model=spec.get("base_model"), quantize=spec.get("quantize"))
@@ -107,12 +107,12 @@ def _run(spec: dict) -> dict:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m bench.isolate JOB_JSON (bench.isolate.job builds it)", file=sys.stderr)
+        print("usage: python -m bench.sweep.isolate JOB_JSON (bench.sweep.isolate.job builds it)", file=sys.stderr)
         return 2
     try:
         spec = json.loads(argv[0])
     except json.JSONDecodeError as exc:
-        print(f"bench.isolate: JOB_JSON is not JSON: {exc}", file=sys.stderr)
+        print(f"bench.sweep.isolate: JOB_JSON is not JSON: {exc}", file=sys.stderr)
         return 2
     print(RESULT_PREFIX + json.dumps(_run(spec)), flush=True)
     return 0

@@ -1,6 +1,6 @@
 """Does a fit criterion predict the measured front? Sweeps of several rescale functions, compared pair by pair.
 
-``python -m calib.decision_check --candidate LABEL=SWEEP_DIR=FIT_JSON ... --out DIR`` reads each
+``teacache-bench decision-check --candidate LABEL=SWEEP_DIR=FIT_JSON ... --out DIR`` reads each
 candidate's ``teacache-bench sweep`` folder (same prompts and seeds) and the fit.json it was swept with,
 and writes ``comparison.md``, ``points.csv``, ``paired.csv``, ``areas.csv``, ``fronts.png`` and ``provenance.json``.
 
@@ -13,7 +13,7 @@ interpolated linearly in computed steps, so candidates are compared at equal wor
 - ``mean over A..B``: the per-prompt difference of the mean interpolated SSIM over the computed steps
   A..B that every candidate reached on that prompt (the front's area, per prompt).
 
-Each row gives the median difference over prompts with a bootstrap CI (``bench.stats.bootstrap_median_ci``).
+Each row gives the median difference over prompts with a bootstrap CI (``bench.report.stats.bootstrap_median_ci``).
 """
 
 from __future__ import annotations
@@ -29,8 +29,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench import stats
+from bench.report import stats
 from teacache.io import atomic_path, write_json, write_text
+
+PROG = "teacache-bench decision-check"
 
 PAIRED_COLUMNS = ["a", "b", "measure", "n_prompts", "median_difference", "ci_low", "ci_high", "outcome"]
 
@@ -135,9 +137,9 @@ def verdicts(table: pd.DataFrame, scores: pd.DataFrame) -> dict[str, str]:
 
 
 def front_areas(runs: pd.DataFrame) -> pd.DataFrame:
-    """bench.front's area per rescale function (ideal speedup x median SSIM), on the TeaCache runs."""
-    from bench import front
-    from bench.baselines import TEACACHE
+    """bench.report.front's area per rescale function (ideal speedup x median SSIM), on the TeaCache runs."""
+    from bench.report import front
+    from bench.sweep.baselines import TEACACHE
 
     arms = runs.assign(arm=TEACACHE, rescale=runs["candidate"], arm_setting=runs["threshold"])
     pts = front.points(arms, ("ssim",))
@@ -154,7 +156,7 @@ def report(
     lines = [
         "# Which fit criterion predicts the measured front?",
         "",
-        "Written by `python -m calib.decision_check` (provenance.json beside this file). "
+        "Written by `teacache-bench decision-check` (provenance.json beside this file). "
         + "\n\n".join(__doc__.split("\n\n")[2:4]),
         "",
         "## Scores from the fit (all candidates, held-out prompts)",
@@ -169,7 +171,8 @@ def report(
         "",
         markdown_table(table),
         "",
-        "## Area each front dominates (bench.front.rescale_areas: ideal speedup x median SSIM, common reference)",
+        "## Area each front dominates "
+        "(bench.report.front.rescale_areas: ideal speedup x median SSIM, common reference)",
         "",
         markdown_table(areas),
         "",
@@ -221,21 +224,25 @@ def fronts_png(points: pd.DataFrame, scores: pd.DataFrame) -> bytes:
     return buf.getvalue()
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="python -m calib.decision_check", description=__doc__.split("\n\n")[0])
+def setup_arg_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--candidate", action="append", required=True, metavar="LABEL=SWEEP_DIR=FIT_JSON")
     parser.add_argument(
         "--scores", type=Path, required=True, help="the fit.json of the full fit: each criterion's scores"
     )
     parser.add_argument("--levels", default="6,8,10,13,17", help="computed steps to compare at")
     parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = setup_arg_parser().parse_args(argv)
     try:
         candidates = [parse_candidate(v) for v in args.candidate]
         levels = [int(v) for v in args.levels.split(",")]
     except ValueError as exc:
-        print(f"calib.decision_check: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     full = json.loads(args.scores.read_text())
     frames, scores, inputs = [], {}, []
@@ -245,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         fitted = json.loads(fit_path.read_text())["selected"]["label"]
         cand = next((c for c in full["candidates"] if c["label"] == fitted), None)
         if cand is None:
-            print(f"calib.decision_check: error: --scores has no candidate {fitted!r}", file=sys.stderr)
+            print(f"{PROG}: error: --scores has no candidate {fitted!r}", file=sys.stderr)
             return 2
         scores[label] = {"cv_r2": cand["cv_r2"], "decision_excess": cand["decision_excess"]}
         command = json.loads((sweep / "provenance.json").read_text()).get("command")
@@ -262,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp.write_bytes(fronts_png(points, score_frame))
     from teacache.provenance import collect
 
-    write_json(args.out / "provenance.json", collect(["python", "-m", "calib.decision_check", *argv], inputs=inputs))
+    write_json(args.out / "provenance.json", collect([*PROG.split(), *argv], inputs=inputs))
     found = verdicts(table, score_frame)
     areas = front_areas(runs)
     write_text(args.out / "areas.csv", areas.to_csv(index=False))

@@ -1,0 +1,1 @@
+"""``teacache-bench compare-hardware`` (``command``): two hardware's campaigns found, compared and rendered."""

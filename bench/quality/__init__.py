@@ -1,0 +1,1 @@
+"""How close a run's result is to its vanilla pair (``metrics``) and to its prompt (``adherence``)."""
