@@ -8,7 +8,7 @@ import mlx.core as mx
 import pytest
 
 import teacache
-from bench.sweep.command import image_metrics
+from bench.quality.metrics import image_metrics
 from bench.tolerances.derive import check_run
 from calib.run.generation import generate
 from teacache import NeverSkipsWarning, apply_teacache

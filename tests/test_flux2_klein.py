@@ -9,7 +9,7 @@ import pytest
 from mflux.utils.apple_silicon import AppleSiliconUtil
 
 import teacache
-from bench.sweep.command import latent_metrics
+from bench.quality.metrics import latent_metrics
 from teacache import apply_teacache
 from teacache.adapters.flux2 import TeaCacheFlux2Transformer
 from tests.conftest import make_generate

@@ -12,7 +12,7 @@ import mlx.core as mx
 import pytest
 
 import teacache
-from bench.sweep.command import image_metrics
+from bench.quality.metrics import image_metrics
 from bench.tolerances.derive import check_run, prefix
 from calib.run.generation import generate
 from teacache.revisions import local_revision

@@ -15,7 +15,7 @@ import mlx.core as mx
 import pytest
 
 import teacache
-from bench.sweep.command import image_metrics, latent_metrics
+from bench.quality.metrics import image_metrics, latent_metrics
 from bench.tolerances.derive import check_run, prefix
 from calib.run.prompts import TINY_SHAPES_FAST
 from teacache import apply_teacache

@@ -18,7 +18,7 @@ from mflux.models.common.config.model_config import ModelConfig
 from mflux.utils.apple_silicon import AppleSiliconUtil
 
 import teacache
-from bench.sweep.command import latent_metrics
+from bench.quality.metrics import latent_metrics
 from bench.tolerances.derive import check_run
 from teacache import NeverSkipsWarning, apply_teacache
 from teacache.adapters import zimage

@@ -17,6 +17,7 @@ import statistics
 from collections import Counter
 
 from bench.sweep import baselines as bl
+from bench.sweep.pair import pair_id, proxy_noop, save_image
 from teacache.schedule import StaticSchedule, most_common
 
 TIMING_ISOLATED = (
@@ -82,11 +83,10 @@ def teacache_arms(rescales: dict, configs_for, thresholds) -> list[tuple[str, bl
 
 def run_pair_arms(model, settings, pair, tc_arms, grid, adherence, images_dir, variant: str, noop_config):
     """One pair, every arm: (runs rows, decision rows, proxy-noop row) in the sweep's tables."""
-    from bench.sweep import command as sweep
     from teacache.io import FORMAT_VERSION
 
     prompt_id, prompt, seed = pair
-    pid = sweep.pair_id(prompt_id, seed)
+    pid = pair_id(prompt_id, seed)
     primary = settings.rescale_sources[0]
     arms = [arm for _source, arm in tc_arms] + list(grid)
     sources = [source for source, _arm in tc_arms] + [None] * len(grid)
@@ -112,7 +112,7 @@ def run_pair_arms(model, settings, pair, tc_arms, grid, adherence, images_dir, v
             format_version=FORMAT_VERSION,
             rescale=source,
             adherence=adherence(gen.image, prompt) if adherence else float("nan"),
-            image_path=sweep._save(images_dir, row["run_id"], gen.image),
+            image_path=save_image(images_dir, row["run_id"], gen.image),
             predicted_skipped=float("nan"),
         )
         if arm == bl.VANILLA:
@@ -121,7 +121,7 @@ def run_pair_arms(model, settings, pair, tc_arms, grid, adherence, images_dir, v
         decisions += [{"run_id": row["run_id"], **d.as_dict()} for d in results[i].decisions]
     base = {k: out[0][k] for k in ("format_version", "pair_id", "variant", "model", "prompt_id", "prompt", "seed",
                                    "num_steps")}  # fmt: skip
-    noop = sweep.proxy_noop(model, (prompt, seed, *settings.generation), noop_config, ref, base)
+    noop = proxy_noop(model, (prompt, seed, *settings.generation), noop_config, ref, base)
     noop["vanilla_repeats_equal"] = kept["vanilla_repeats_equal"]
     assert primary == settings.coefficients
     return out, decisions, noop

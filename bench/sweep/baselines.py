@@ -22,6 +22,7 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from bench.quality.metrics import image_metrics, latent_metrics
 from teacache.gate import GateConfig
 from teacache.rescale import RescaleFunction
 from teacache.schedule import StaticSchedule
@@ -354,8 +355,6 @@ def measure_pair(
     """
     import json
     import statistics
-
-    from bench.sweep.command import image_metrics, latent_metrics
 
     prompt_id, prompt, seed = pair
     pair_id = f"{prompt_id}-s{seed}"

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import statistics
 import sys
@@ -29,20 +28,16 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import parse_coefficients, parse_thresholds
+from bench.quality.metrics import MAX_REL_EPS, SSIM_SETTINGS, image_metrics, latent_metrics
 from bench.sweep.arms import TIMING_ISOLATED
 from bench.sweep.baselines import STEP_CACHE_NATIVE
+from bench.sweep.pair import pair_id, proxy_noop, save_image
 from calib.run import arguments, fingerprint, shard
 from calib.run.command import run_guarded
 from calib.run.interrupts import Interrupted, interruptions
 from calib.run.prompts import parse_seeds
 
 PROG = "teacache-bench sweep"
-MAX_REL_EPS = 1e-6
-SSIM_SETTINGS = {
-    "data_range": 255,
-    "channel_axis": -1,
-    "note": "skimage.metrics.structural_similarity on uint8 RGB, per-channel SSIM averaged",
-}
 # What the sweep writes into its folder: --force-new removes exactly these.
 OUTPUTS = ("pairs", "images", "runs.parquet", "decisions.parquet", "noop.parquet", "provenance.json", shard.SHARDS)
 # What shows that a folder holds a sweep's results (images and shard folders alone are no sweep to check)
@@ -83,40 +78,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# ------------------------------------------------------------------------------------------ metrics
-
-
-def _float64(values) -> np.ndarray:
-    """MLX arrays (bfloat16 included: numpy has no such type) or numpy arrays, flattened to float64."""
-    import mlx.core as mx
-
-    if isinstance(values, mx.array):
-        values = np.array(values.astype(mx.float32))
-    return np.asarray(values, dtype=np.float64).ravel()
-
-
-def latent_metrics(latents, reference) -> dict:
-    a = _float64(latents)
-    b = _float64(reference)
-    diff = np.abs(a - b)
-    denominator = np.linalg.norm(a) * np.linalg.norm(b)
-    return {
-        "max_abs": float(diff.max()),
-        "mean_abs": float(diff.mean()),
-        "max_rel": float((diff / (np.abs(b) + MAX_REL_EPS)).max()),
-        "cosine": float(np.dot(a, b) / denominator) if denominator > 0 else float("nan"),
-    }
-
-
-def image_metrics(image: np.ndarray, reference: np.ndarray) -> dict:
-    from skimage.metrics import peak_signal_noise_ratio, structural_similarity
-
-    if min(image.shape[:2]) < 7:
-        return {"ssim": float("nan"), "psnr": float("nan")}
-    ssim = structural_similarity(reference, image, data_range=255, channel_axis=-1)
-    with np.errstate(divide="ignore"):
-        psnr = peak_signal_noise_ratio(reference, image, data_range=255)
-    return {"ssim": float(ssim), "psnr": float(psnr)}
+# ---------------------------------------------------------------------------------------- adherence
 
 
 def _adherence_fn(variant: str):
@@ -179,10 +141,6 @@ class SweepSettings:
     @property
     def generation(self) -> tuple:
         return self.steps, self.width, self.height, self.guidance
-
-
-def pair_id(prompt_id: str, seed: int) -> str:
-    return f"{prompt_id}-s{seed}"
 
 
 def plan(
@@ -403,7 +361,7 @@ def run_pair(model, settings: SweepSettings, pair, thresholds, configs, adherenc
             "wall_s": times["vanilla"], "wall_s_median": vanilla_median, "speedup": 1.0, "ideal_speedup": 1.0,
             **latent_metrics(ref.latents, ref.latents), **image_metrics(ref.image, ref.image),
             "adherence": adherence(ref.image, prompt) if adherence else float("nan"),
-            "image_path": _save(images_dir, f"{pid}-vanilla", ref.image),
+            "image_path": save_image(images_dir, f"{pid}-vanilla", ref.image),
         }
     ]  # fmt: skip
     decisions = []
@@ -419,56 +377,12 @@ def run_pair(model, settings: SweepSettings, pair, thresholds, configs, adherenc
             "speedup": vanilla_median / median, "ideal_speedup": n / (n - skipped),
             **latent_metrics(gen.latents, ref.latents), **image_metrics(gen.image, ref.image),
             "adherence": adherence(gen.image, prompt) if adherence else float("nan"),
-            "image_path": _save(images_dir, run_id, gen.image),
+            "image_path": save_image(images_dir, run_id, gen.image),
         })  # fmt: skip
         decisions += [{"run_id": run_id, **d.as_dict()} for d in stats.log]
     noop = proxy_noop(model, args, configs[thresholds[-1]], ref, base)  # args: this pair's generation arguments
     noop["vanilla_repeats_equal"] = all(vanilla_equal)  # every vanilla repeat, before and after TeaCache runs
     return rows, decisions, noop
-
-
-def proxy_noop(model, args, config, ref, base: dict) -> dict:
-    """The proxy fully active (signal, decision, residual) with every step forced to compute.
-
-    Where the integration re-walks the forward or swaps a compiled predict for an uncompiled one,
-    this measures how far that execution path alone moves the result (oracle 3 of the test pyramid).
-    """
-    import mlx.core as mx
-
-    from calib.run.generation import generate
-    from teacache import apply_teacache
-
-    steps = base["num_steps"]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        with apply_teacache(model, config=dataclasses.replace(config, skip_first_n_steps=steps)) as handle:
-            gen = generate(model, *args)
-    assert handle.stats.skipped == 0
-    return {
-        **base,
-        "run_id": f"{base['pair_id']}-proxy-noop",
-        "kind": "proxy-noop",
-        "bit_exact": bool(mx.array_equal(gen.latents, ref.latents).item()),
-        "wall_s_median": gen.loop_s,
-        **latent_metrics(gen.latents, ref.latents),
-        **image_metrics(gen.image, ref.image),
-    }
-
-
-def _save(images_dir: Path | None, name: str, image: np.ndarray) -> str | None:
-    if images_dir is None:
-        return None
-    from PIL import Image
-
-    from teacache.io import atomic_path
-
-    path = images_dir / f"{name}.png"
-    scale = max(1, 256 // max(image.shape[:2]))
-    with atomic_path(path) as tmp:
-        Image.fromarray(image).resize((image.shape[1] * scale, image.shape[0] * scale), Image.NEAREST).save(
-            tmp, format="PNG"
-        )
-    return str(Path("images") / path.name)
 
 
 # --------------------------------------------------------------------------------------- the folder

@@ -21,8 +21,8 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from bench.quality.metrics import image_metrics, latent_metrics
 from bench.report import markdown
-from bench.sweep.command import image_metrics, latent_metrics
 from bench.tolerances.derive import PROJECT_ROOT, check_run, load_module, prefix
 from bench.tolerances.mutants import MUTANTS, Mutant, apply_mutant, leftovers
 from calib.run.generation import generate

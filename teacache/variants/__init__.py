@@ -86,15 +86,16 @@ class VariantSpec:
 
     def rescale(self):
         """The packaged rescale function (``teacache.coefficients``)."""
-        from teacache.coefficients import load_packaged
-
-        return load_packaged(self.name)
+        return _by_name("teacache.coefficients").load_packaged(self.name)
 
     def recipe(self) -> dict:
         """The generation settings the packaged coefficients were fitted on ({} when unknown)."""
-        from teacache.coefficients import load_recipe
+        return _by_name("teacache.coefficients").load_recipe(self.name)
 
-        return load_recipe(self.name)
+
+def _by_name(module: str):
+    """A package that reads this registry, looked up when called: the registry imports none of them."""
+    return importlib.import_module(module)
 
 
 @cache
@@ -173,9 +174,7 @@ def variant_of(model, family_name: str | None = None) -> str:
         raise ValueError(_refusal(spec))
     if spec is None:
         if family_name is None:
-            from teacache.adapters import adapter_for
-
-            family_name = adapter_for(model).FAMILY
+            family_name = _by_name("teacache.adapters").adapter_for(model).FAMILY
         fam = family(family_name)
         raise ValueError(
             f"model: a {fam.label} pipeline for {model_name!r}, which has no TeaCache integration; supported "

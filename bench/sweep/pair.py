@@ -1,0 +1,60 @@
+"""What every way of measuring a (prompt, seed) pair shares: its id, its saved images, its proxy-noop run.
+
+The plain threshold sweep (:mod:`bench.sweep.command`) and the sweep with baseline arms
+(:mod:`bench.sweep.arms`) write the same rows through these, so their tables name and measure alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+from PIL import Image
+
+from bench.quality.metrics import image_metrics, latent_metrics
+from calib.run.generation import generate
+from teacache import apply_teacache
+from teacache.io import atomic_path
+
+
+def pair_id(prompt_id: str, seed: int) -> str:
+    return f"{prompt_id}-s{seed}"
+
+
+def proxy_noop(model, args, config, ref, base: dict) -> dict:
+    """The proxy fully active (signal, decision, residual) with every step forced to compute.
+
+    Where the integration re-walks the forward or swaps a compiled predict for an uncompiled one,
+    this measures how far that execution path alone moves the result (oracle 3 of the test pyramid).
+    """
+    steps = base["num_steps"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with apply_teacache(model, config=dataclasses.replace(config, skip_first_n_steps=steps)) as handle:
+            gen = generate(model, *args)
+    assert handle.stats.skipped == 0
+    return {
+        **base,
+        "run_id": f"{base['pair_id']}-proxy-noop",
+        "kind": "proxy-noop",
+        "bit_exact": bool(mx.array_equal(gen.latents, ref.latents).item()),
+        "wall_s_median": gen.loop_s,
+        **latent_metrics(gen.latents, ref.latents),
+        **image_metrics(gen.image, ref.image),
+    }
+
+
+def save_image(images_dir: Path | None, name: str, image: np.ndarray) -> str | None:
+    """The image under ``images_dir`` (upscaled to about 256 px, nearest), as the path a row records."""
+    if images_dir is None:
+        return None
+    path = images_dir / f"{name}.png"
+    scale = max(1, 256 // max(image.shape[:2]))
+    with atomic_path(path) as tmp:
+        Image.fromarray(image).resize((image.shape[1] * scale, image.shape[0] * scale), Image.NEAREST).save(
+            tmp, format="PNG"
+        )
+    return str(Path("images") / path.name)
