@@ -25,6 +25,9 @@ from calib.run.command import run_guarded
 from calib.run.folder_lock import FolderLocked, folder_lock
 from calib.run.interrupts import interruptions
 from calib.run.prompts import SETS
+from teacache import variants
+from teacache.io import atomic_path, write_json
+from teacache.provenance import hardware_slug
 
 PROG = "teacache-bench campaign"
 
@@ -33,20 +36,14 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 def campaign_models() -> list[str]:
     """The models with campaign sizes in their variant spec (the embedded ones)."""
-    from teacache import variants
-
     return sorted(spec.name for spec in variants.all_specs() if spec.campaign is not None)
 
 
 def default_out(variant: str) -> Path:
-    from teacache.provenance import hardware_slug
-
     return PROJECT_ROOT / "results" / hardware_slug() / variant / metadata.version("mflux")
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
-    from teacache import variants
-
     per_model = "\n".join(
         f"  {name}: record {c.record_prompts} x seeds {c.record_seeds}; sweep {c.sweep_prompts} x seeds "
         f"{c.sweep_seeds}, thresholds {c.thresholds}, {c.repeats} repeats"
@@ -87,16 +84,12 @@ class Campaign:
     @property
     def min_step(self) -> int:
         """The fit's first step: the gate's skip_first_n_steps (earlier steps are always computed)."""
-        from teacache import variants
-
         return variants.get(self.model).skip_first_n_steps
 
 
 def plan_campaign(model: str, out: Path, thresholds=None, record_seeds=None, sweep_seeds=None, repeats=None,
                   ssim_floor: float = 0.95, sweep_prompts=None, force_new: bool = False) -> Campaign:  # fmt: skip
     """Check the arguments of every stage at once; raise ValueError naming the first bad one."""
-    from teacache import variants
-
     if model not in campaign_models():
         raise ValueError(f"--model: expected one of {', '.join(campaign_models())}, got {model!r}")
     cfg = variants.get(model).campaign
@@ -129,8 +122,8 @@ def plan_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swe
 
 def fit_stage(traces: Path, out: Path, min_step: int) -> Path:
     """teacache-calib fit on the recorded traces, compared with the packaged coefficients."""
+    # heavy (pandas): loaded after the arguments are checked
     from calib.fit import command as fit_cmd
-    from teacache.io import atomic_path, write_json
 
     command = [str(traces), "--out", str(out), "--compare", "packaged", "--min-step", str(min_step)]
     args = fit_cmd.setup_arg_parser().parse_args([str(traces), "--out", str(out)])  # the fit's own defaults
@@ -150,8 +143,6 @@ def fit_stage(traces: Path, out: Path, min_step: int) -> Path:
 def share_inputs(world: shard.World, paths: list[Path], error: BaseException | None) -> None:
     """Rank 0's fit.json and traces on every rank before the sweep reads them (hosts without a shared folder
     lack them: rank 0 alone fits, and the recording is merged on rank 0)."""
-    from teacache.io import atomic_path
-
     shard.agree(world, error)  # a failed fit stops every rank here, not in the sweep
     if world.size == 1:
         return
@@ -229,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         return code
     if summary is None:  # a rank other than 0 under mlx.launch: rank 0 reports
         return 0
+    # heavy (matplotlib, pandas, scipy): loaded after the arguments are checked
     from bench.report import command as report
 
     report.print_summary(summary)

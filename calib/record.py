@@ -17,10 +17,16 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from rich.progress import Progress
+
 from calib.run import arguments, fingerprint, shard
 from calib.run.command import run_guarded
+from calib.run.generation import generate, implausible, paired_overhead
 from calib.run.interrupts import Interrupted, interruptions
 from calib.run.prompts import parse_seeds
+from teacache import apply_teacache, variants
+from teacache.io import FORMAT_VERSION, write_json, write_parquet
+from teacache.provenance import collect
 
 PROG = "teacache-calib record"
 BRANCHES = {0: "cond", 1: "uncond"}
@@ -139,9 +145,8 @@ def run_id(prompt_id: str, seed: int) -> str:
 
 
 def record_run(model, handle, settings: dict, prompt_id: str, prompt: str, seed: int, variant: str):
+    # heavy (pandas): loaded after the arguments are checked
     import pandas as pd
-
-    from calib.run.generation import generate
 
     before = len(handle.records)
     gen = generate(model, prompt, seed, settings["steps"], settings["width"], settings["height"], settings["guidance"])
@@ -157,9 +162,6 @@ def record_run(model, handle, settings: dict, prompt_id: str, prompt: str, seed:
 
 def measure_overhead(model, settings: dict, prompt: str, pairs: int) -> dict:
     """Paired, interleaved loop times: vanilla against the recorder, after a warm-up of each."""
-    from calib.run.generation import generate, paired_overhead
-    from teacache import apply_teacache
-
     args = (settings["steps"], settings["width"], settings["height"], settings["guidance"])
     generate(model, prompt, 0, *args)
     with apply_teacache(model, calibrate=True):
@@ -190,6 +192,7 @@ def describe_plan(settings: RecordSettings, todo: list) -> str:
 def check_parts_agree(settings: RecordSettings, folder: Path | None = None) -> None:
     """A folder from before fingerprints: its finished runs must have the steps its provenance.json says
     (an earlier version resumed under any settings and rewrote the provenance)."""
+    # heavy (pandas): loaded after the arguments are checked
     import pandas as pd
 
     folder = settings.out if folder is None else folder
@@ -262,11 +265,6 @@ def run_record(settings: RecordSettings, world: shard.World | None = None) -> Pa
 
 def _record(settings: RecordSettings, run: shard.ShardedRun) -> dict:
     """This rank's share of the runs, each saved into the rank's folder as soon as it is recorded."""
-    from rich.progress import Progress
-
-    from teacache import apply_teacache, variants
-    from teacache.io import write_parquet
-
     world, folder = run.world, run.folder
     parts = folder / "runs"
     by_id = {run_id(p, seed): (p, text, seed) for p, text, seed in settings.runs}
@@ -307,10 +305,8 @@ def _record(settings: RecordSettings, run: shard.ShardedRun) -> dict:
 
 def _write_traces(settings: RecordSettings, run: shard.ShardedRun, measured: dict, locations) -> Path:
     """traces.parquet from every run wherever it was saved, and provenance.json (on rank 0)."""
+    # heavy (pandas): loaded after the arguments are checked
     import pandas as pd
-
-    from teacache.io import FORMAT_VERSION, write_json, write_parquet
-    from teacache.provenance import collect
 
     out, recorded = settings.out, measured["recorded"]
     if run.folder != out:  # the merged folder gets the settings its table was made with
@@ -353,8 +349,6 @@ def describe_overhead(overhead: dict) -> str:
 def _previous_overhead(out: Path) -> dict | None:
     """A resumed recording keeps the overhead its first run measured (a resume measures none); one an earlier
     version stored without judging it is judged now, against the same band."""
-    from calib.run.generation import implausible
-
     try:
         previous = json.loads((out / "provenance.json").read_text(encoding="utf-8")).get("recording_overhead")
     except (OSError, ValueError, AttributeError):
@@ -387,6 +381,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dtype() -> str:
+    # heavy (mflux): loaded after the arguments are checked
     from mflux.models.common.config.model_config import ModelConfig
 
     return str(ModelConfig.precision)

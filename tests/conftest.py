@@ -1,6 +1,9 @@
-"""Shared fixtures: one tiny pipeline per session and a generate() that returns final latents."""
+"""Shared fixtures: one tiny pipeline per session, a generate() that returns final latents, and the
+session's tiny-flux1 in place of every model load (``shared_model``)."""
 
 from __future__ import annotations
+
+import sys
 
 import pytest
 
@@ -32,6 +35,34 @@ def make_generate(model, **defaults):
 @pytest.fixture(scope="session")
 def tiny_flux1():
     return teacache.load_model("tiny-flux1")
+
+
+def patch_everywhere(monkeypatch, owner, name: str, replacement) -> None:
+    """Replace ``owner.<name>`` and every other name the project's loaded modules bound to the same object.
+
+    Commands import what they use at their top (``from teacache import load_model``), so patching the
+    defining module alone would leave their names pointing at the original.
+    """
+    original = getattr(owner, name)
+    monkeypatch.setattr(owner, name, replacement)
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").partition(".")[0] not in ("bench", "calib", "teacache"):
+            continue
+        for attr, value in list(vars(module).items()):
+            if value is original:
+                monkeypatch.setattr(module, attr, replacement)
+
+
+@pytest.fixture
+def shared_model(tiny_flux1, monkeypatch):
+    """Every command gets the session's tiny-flux1 instead of loading its own (one load per session)."""
+
+    def load(name, *args, **kwargs):
+        assert name == "tiny-flux1", name
+        return tiny_flux1
+
+    patch_everywhere(monkeypatch, teacache, "load_model", load)
+    return tiny_flux1
 
 
 @pytest.fixture(scope="session")

@@ -7,12 +7,14 @@ import time
 import pandas as pd
 import pytest
 
+import teacache
 from bench.common import parse_thresholds
 from bench.sweep import command as sweep_cmd
 from bench.sweep import replay as replay_cmd
 from bench.tolerances import derive as tolerances_cmd
 from calib import record as record_cmd
 from calib.run.prompts import load_prompts, parse_seeds, parse_size
+from tests.conftest import patch_everywhere
 
 
 @pytest.mark.parametrize(
@@ -124,13 +126,7 @@ def no_model(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded before the bad input was refused")
 
-    import teacache
-    import teacache.loading
-
-    for target in (teacache, teacache.loading):
-        monkeypatch.setattr(target, "load_model", refuse)
-    for module in (record_cmd, sweep_cmd):  # where a command imported the loader by name
-        monkeypatch.setattr(module, "load_model", refuse, raising=False)
+    patch_everywhere(monkeypatch, teacache, "load_model", refuse)
 
 
 @pytest.fixture

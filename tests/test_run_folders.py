@@ -24,21 +24,10 @@ import teacache
 import teacache.core
 from bench.sweep import command as sweep_cmd
 from calib import record as record_cmd
+from tests.conftest import patch_everywhere
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["--model", "tiny-flux1", "--steps", "4", "--size", "32x32"]
-
-
-@pytest.fixture
-def shared_model(tiny_flux1, monkeypatch):
-    def load(name, *args, **kwargs):
-        assert name == "tiny-flux1", name
-        return tiny_flux1
-
-    monkeypatch.setattr(teacache, "load_model", load)
-    for module in (record_cmd, sweep_cmd):  # where a command imported the loader by name
-        monkeypatch.setattr(module, "load_model", load, raising=False)
-    return tiny_flux1
 
 
 @pytest.fixture
@@ -49,9 +38,7 @@ def prompts(tmp_path) -> Path:
 
 
 def _patch_generate(monkeypatch, fn) -> None:
-    monkeypatch.setattr(calib.run.generation, "generate", fn)
-    for module in (record_cmd, sweep_cmd):
-        monkeypatch.setattr(module, "generate", fn, raising=False)
+    patch_everywhere(monkeypatch, calib.run.generation, "generate", fn)
 
 
 def record(out: Path, prompts: Path, *extra: str) -> int:

@@ -15,7 +15,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import teacache
 from bench.report import baselines as report_baselines
 from bench.report import command as report
 from bench.sweep import arms as sweep_arms
@@ -35,16 +34,6 @@ OLD_RUN_COLUMNS = [
 RESCALE_MODULE = """from teacache.rescale import RescaleFunction
 RESCALE = RescaleFunction(coefficients=(0.0, 0.0, 0.0, 1.5, 0.0), x_range=(0.0, 10.0))
 """
-
-
-@pytest.fixture
-def shared_model(tiny_flux1, monkeypatch):
-    def load(name, *args, **kwargs):
-        assert name == "tiny-flux1", name
-        return tiny_flux1
-
-    monkeypatch.setattr(teacache, "load_model", load)
-    return tiny_flux1
 
 
 @pytest.fixture

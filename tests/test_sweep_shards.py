@@ -16,27 +16,16 @@ import pandas as pd
 import pytest
 
 import calib.run.generation
-import teacache
 from bench.report import command as report_cmd
 from bench.sweep import command as sweep_cmd
 from bench.sweep import records
+from tests.conftest import patch_everywhere
 from tests.test_shard import _free_port_pair
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["--model", "tiny-flux1", "--steps", "4", "--size", "32x32", "--seeds", "0", "--repeats", "1"]
 PROMPTS = {"fox": "a red fox in the snow", "tower": "a lighthouse at dusk"}
 TIMING = ["wall_s", "wall_s_median", "speedup", "rank", "contended"]  # what a sharded run may change
-
-
-@pytest.fixture
-def shared_model(tiny_flux1, monkeypatch):
-    def load(name, *args, **kwargs):
-        assert name == "tiny-flux1", name
-        return tiny_flux1
-
-    monkeypatch.setattr(teacache, "load_model", load)
-    monkeypatch.setattr(sweep_cmd, "load_model", load, raising=False)
-    return tiny_flux1
 
 
 @pytest.fixture
@@ -89,7 +78,7 @@ def test_a_one_process_rerun_merges_what_the_ranks_saved_without_measuring_again
     def no_generation(*args, **kwargs):
         raise AssertionError("a saved pair was measured again")
 
-    monkeypatch.setattr(calib.run.generation, "generate", no_generation)
+    patch_everywhere(monkeypatch, calib.run.generation, "generate", no_generation)
     assert sweep(out, prompts) == 0
     merged, single = pd.read_parquet(out / "runs.parquet"), pd.read_parquet(one_process / "runs.parquet")
     pd.testing.assert_frame_equal(merged, single)

@@ -26,6 +26,7 @@ from bench.compare.render import render_markdown, render_plot
 from bench.report.compute import validate_floor
 from bench.report.input import ReportInputError
 from teacache.io import atomic_path, write_json, write_text
+from teacache.provenance import collect
 
 __all__ = ["KIND", "PLOT", "CompareError", "build", "default_out", "main", "render_markdown", "render_plot"]
 
@@ -66,7 +67,6 @@ def main(argv: list[str] | None = None) -> int:
     png = None if args.no_plot else render_plot(result)
     data = jsonable(result)
     data["files"] = ["compare.md", "compare.json"] + ([PLOT] if png else [])
-    from teacache.provenance import collect
 
     data["provenance"] = collect([KIND, *(argv if argv is not None else sys.argv[1:])])
     if png:

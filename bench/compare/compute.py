@@ -25,6 +25,9 @@ from bench.compare.input import (
 )
 from bench.report.input import ReportInputError, load_sweep
 from bench.report.stats import distribution, parse_steps, quantile, recommend, teacache_runs, thresholds
+from bench.tolerances.derive import load_module, prefix
+from calib.fit.command import compare, read_fit, rescale_from_fit
+from calib.traces.reader import TraceError, load_traces
 from teacache.io import FORMAT_VERSION
 
 KIND = "teacache-bench compare-hardware"
@@ -48,8 +51,6 @@ def cross_score(fit_path: Path, traces_path: Path, other_fit_path: Path) -> dict
     """One hardware's selected rescale function scored on the other hardware's traces (the rows its fit used)."""
     if not (fit_path.is_file() and traces_path.is_file() and other_fit_path.is_file()):
         return None
-    from calib.fit.command import compare, read_fit, rescale_from_fit
-    from calib.traces.reader import TraceError, load_traces
 
     fit, other = read_fit(fit_path), read_fit(other_fit_path)
     options = other.get("options") or {}
@@ -147,8 +148,6 @@ def recommended(runs: pd.DataFrame, floor: float) -> dict:
 
 
 def _constants(module, variant: str) -> dict:
-    from bench.tolerances.derive import prefix
-
     p = prefix(variant) + "_"
     out = {}
     for name in sorted(vars(module)):
@@ -185,8 +184,6 @@ def _difference(a, b) -> tuple[bool, object, object]:
 
 
 def tolerance_rows(path_a: Path | None, path_b: Path | None, variant: str) -> tuple[list[dict], dict]:
-    from bench.tolerances.derive import load_module
-
     sources = {"a": _shown(path_a), "b": _shown(path_b)}
     missing = [side.upper() for side, path in (("a", path_a), ("b", path_b)) if path is None]
     if missing:

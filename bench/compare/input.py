@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from teacache.io import read_json_object
+from teacache.provenance import tolerance_module_name
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 STAGES = ("traces", "fit", "sweep", "report", "tolerances.py", "gapcheck")
@@ -26,7 +27,7 @@ def _is_campaign(folder: Path) -> bool:
 
 
 def version_key(name: str):
-    try:
+    try:  # packaging is not a declared dependency: without it, names sort as text
         from packaging.version import Version
 
         return (0, Version(name))
@@ -94,7 +95,6 @@ def tolerance_source(campaign: Path, label: str) -> Path | None:
     own = campaign / "tolerances.py"
     if own.is_file():
         return own
-    from teacache.provenance import tolerance_module_name
 
     generated = PROJECT_ROOT / "tests" / "tolerances" / f"{tolerance_module_name(label)}.py"
     return generated if generated.is_file() else None

@@ -68,6 +68,7 @@ def render_plot(result: dict) -> bytes | None:
     variants = [(name, v) for name, v in result["variants"].items() if "speedups" in v]
     if not variants:
         return None
+    # heavy (matplotlib, pandas, scipy): loaded after the arguments are checked
     from matplotlib.figure import Figure
 
     from bench.report.plots import figure_png

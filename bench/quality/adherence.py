@@ -18,11 +18,16 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+import mlx.core as mx
 import numpy as np
 import PIL.Image
 from scipy import ndimage
 
+from teacache.io import write_json
+from teacache.models import shapes
 from teacache.models.shapes import PALETTE, POSITIONS, ShapeSpec, parse_prompt
+from teacache.models.train_shapes import write_model_card
+from teacache.provenance import device_info
 
 MAIN_ATTRIBUTES = ("color", "background", "position")
 ALL_ATTRIBUTES = (*MAIN_ATTRIBUTES, "shape")
@@ -197,13 +202,8 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
-    import mlx.core as mx
+    # heavy (mflux): loaded after the arguments are checked
     from mflux.models.common.config.model_config import ModelConfig
-
-    from teacache.io import write_json
-    from teacache.models import shapes
-    from teacache.models.train_shapes import write_model_card
-    from teacache.provenance import device_info
 
     ModelConfig.precision = mx.float32  # the card's figures are float32 on every backend, as on a CPU
     weights = args.model_dir / "tiny-shapes.safetensors"

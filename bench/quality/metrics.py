@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import mlx.core as mx
 import numpy as np
-from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 
 MAX_REL_EPS = 1e-6
 SSIM_SETTINGS = {
@@ -41,6 +40,9 @@ def latent_metrics(latents, reference) -> dict:
 
 
 def image_metrics(image: np.ndarray, reference: np.ndarray) -> dict:
+    # scikit-image loads scipy (seconds): imported at the first image, so a bad argument is refused at once
+    from skimage.metrics import peak_signal_noise_ratio, structural_similarity
+
     if min(image.shape[:2]) < 7:
         return {"ssim": float("nan"), "psnr": float("nan")}
     ssim = structural_similarity(reference, image, data_range=255, channel_axis=-1)

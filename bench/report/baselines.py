@@ -8,6 +8,7 @@ provenance in, markdown lines and file bytes out.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -44,8 +45,6 @@ def primary_rescale(runs: pd.DataFrame, provenance: dict) -> str | None:
 
 def for_threshold_tables(sweep):
     """The sweep the threshold tables read (:func:`threshold_runs`)."""
-    import dataclasses
-
     return dataclasses.replace(sweep, runs=threshold_runs(sweep.runs, sweep.provenance))
 
 

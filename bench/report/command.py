@@ -13,6 +13,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from rich.console import Console
+from rich.table import Table
+
+from bench.report import baselines as report_baselines
 from bench.report import plots, stats
 from bench.report.compute import DEFAULT_FLOOR, DEFAULT_METRIC, analyse, validate_floor
 from bench.report.input import DECISION_COLUMNS, RUN_COLUMNS, ReportInputError, Sweep, load_sweep, validate_runs
@@ -40,8 +44,6 @@ __all__ = [
 
 def render(sweep: Sweep, floor: float = DEFAULT_FLOOR, metric: str = DEFAULT_METRIC) -> tuple[dict[str, bytes], dict]:
     """Every output file (name -> bytes) and the summary, computed in memory without writing anything."""
-    from bench.report import baselines as report_baselines
-
     # the threshold tables read one rescale function's TeaCache runs; the baselines section reads every row
     analysis = analyse(report_baselines.for_threshold_tables(sweep), floor, metric)
     return render_files(analysis, report_baselines.section(sweep.runs, sweep.provenance))
@@ -75,9 +77,6 @@ def build_report(
 
 def print_summary(summary: dict, console=None) -> None:
     """One screen: the per-threshold medians, the recommendation and where report.md is."""
-    from rich.console import Console
-    from rich.table import Table
-
     console = console or Console()
     table = Table(title=f"TeaCache sweep: {summary['variant']} ({summary['model']}) on {summary['device_name']}")
     for name in ("threshold", "n", "skipped", "speedup [95% CI]", "ideal", "SSIM p5", "cosine p5"):

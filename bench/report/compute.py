@@ -13,6 +13,7 @@ import pandas as pd
 from bench.report import stats
 from bench.report.input import ReportInputError, Sweep
 from teacache.io import FORMAT_VERSION
+from teacache.rescale import RescaleFunction
 
 DEFAULT_FLOOR = 0.95
 DEFAULT_METRIC = "ssim"
@@ -38,8 +39,6 @@ def rescale_floor(provenance: dict) -> float | None:
         return float(floor)
     data = provenance.get("rescale")
     if isinstance(data, dict):
-        from teacache.rescale import RescaleFunction
-
         try:
             fn = RescaleFunction.from_dict(data)
         except (ValueError, TypeError):

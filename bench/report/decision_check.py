@@ -19,6 +19,7 @@ Each row gives the median difference over prompts with a bootstrap CI (``bench.r
 from __future__ import annotations
 
 import argparse
+import io
 import itertools
 import json
 import math
@@ -29,8 +30,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.report import stats
+from bench.report import front, stats
+from bench.sweep.baselines import TEACACHE
 from teacache.io import atomic_path, write_json, write_text
+from teacache.provenance import collect
 
 PROG = "teacache-bench decision-check"
 
@@ -138,9 +141,6 @@ def verdicts(table: pd.DataFrame, scores: pd.DataFrame) -> dict[str, str]:
 
 def front_areas(runs: pd.DataFrame) -> pd.DataFrame:
     """bench.report.front's area per rescale function (ideal speedup x median SSIM), on the TeaCache runs."""
-    from bench.report import front
-    from bench.sweep.baselines import TEACACHE
-
     arms = runs.assign(arm=TEACACHE, rescale=runs["candidate"], arm_setting=runs["threshold"])
     pts = front.points(arms, ("ssim",))
     return front.rescale_areas(pts, speed="ideal_speedup_median")
@@ -198,8 +198,7 @@ def markdown_table(frame: pd.DataFrame) -> str:
 
 
 def fronts_png(points: pd.DataFrame, scores: pd.DataFrame) -> bytes:
-    import io
-
+    # heavy (matplotlib): loaded after the arguments are checked
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(11, 4.6), dpi=100, layout="constrained")
@@ -267,7 +266,6 @@ def main(argv: list[str] | None = None) -> int:
     write_text(args.out / "paired.csv", table.to_csv(index=False))
     with atomic_path(args.out / "fronts.png") as tmp:
         tmp.write_bytes(fronts_png(points, score_frame))
-    from teacache.provenance import collect
 
     write_json(args.out / "provenance.json", collect([*PROG.split(), *argv], inputs=inputs))
     found = verdicts(table, score_frame)

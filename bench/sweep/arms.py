@@ -17,7 +17,9 @@ import statistics
 from collections import Counter
 
 from bench.sweep import baselines as bl
+from bench.sweep.isolate import job, run_isolated
 from bench.sweep.pair import pair_id, proxy_noop, save_image
+from teacache.io import FORMAT_VERSION
 from teacache.schedule import StaticSchedule, most_common
 
 TIMING_ISOLATED = (
@@ -83,8 +85,6 @@ def teacache_arms(rescales: dict, configs_for, thresholds) -> list[tuple[str, bl
 
 def run_pair_arms(model, settings, pair, tc_arms, grid, adherence, images_dir, variant: str, noop_config):
     """One pair, every arm: (runs rows, decision rows, proxy-noop row) in the sweep's tables."""
-    from teacache.io import FORMAT_VERSION
-
     prompt_id, prompt, seed = pair
     pid = pair_id(prompt_id, seed)
     primary = settings.rescale_sources[0]
@@ -134,8 +134,6 @@ def isolated_times(settings, pair, order: list, rows: list[dict]) -> None:
     in-process ones move to ``wall_s_in_process`` / ``speedup_in_process``. A fresh process that skips
     other steps than the in-process run refuses the pair.
     """
-    from bench.sweep.isolate import job, run_isolated
-
     prompt_id, prompt, seed = pair
     times: dict[int, list[float]] = {i: [] for i in range(len(order))}
     for repeat in range(settings.repeats):

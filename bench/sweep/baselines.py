@@ -18,14 +18,23 @@ that call the transformer in the loop, around the transformer (one cached output
 from __future__ import annotations
 
 import contextlib
+import json
 import math
+import statistics
+import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+import mlx.core as mx
+from mlx import nn
+
 from bench.quality.metrics import image_metrics, latent_metrics
+from calib.run.generation import generate
+from teacache import apply_teacache
+from teacache.core import is_applied
 from teacache.gate import GateConfig
 from teacache.rescale import RescaleFunction
-from teacache.schedule import StaticSchedule
+from teacache.schedule import StaticSchedule, apply_schedule
 
 VANILLA = "vanilla"
 TEACACHE = "teacache"
@@ -186,10 +195,6 @@ def _streak(skipped: list[int]) -> int:
 
 def run_arm(model, arm: Arm, prompt: str, seed: int, steps: int, width: int, height: int, guidance: float):
     """One generation of ``arm`` (``steps`` is the vanilla step count N). Returns an :class:`ArmResult`."""
-    import warnings
-
-    from calib.run.generation import generate
-
     if arm.name == VANILLA:
         gen = generate(model, prompt, seed, steps, width, height, guidance)
         return ArmResult(gen, steps, steps, [], 0)
@@ -203,14 +208,7 @@ def run_arm(model, arm: Arm, prompt: str, seed: int, steps: int, width: int, hei
         return ArmResult(gen, steps, steps - len(skipped), skipped, _streak(skipped))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the sweep states the recipe and floor once, in its provenance
-        if arm.name == TEACACHE:
-            from teacache import apply_teacache
-
-            handle = apply_teacache(model, config=arm.gate)
-        else:
-            from teacache.schedule import apply_schedule
-
-            handle = apply_schedule(model, arm.schedule)
+        handle = apply_teacache(model, config=arm.gate) if arm.name == TEACACHE else apply_schedule(model, arm.schedule)
         with handle:
             gen = generate(model, prompt, seed, steps, width, height, guidance)
     stats = handle.stats
@@ -236,6 +234,7 @@ class StepCacheRun:
         self._reused: set[int] = set()
 
     def call_before_loop(self, seed, prompt, latents, config, **_) -> None:
+        # heavy (mflux): loaded after the arguments are checked
         from mflux.models.common.step_cache.step_cache import StepCache
 
         first = StepCache.for_run(config, ratio=self.ratio)
@@ -256,6 +255,7 @@ class StepCacheRun:
 
     def step(self, compute):
         """mflux's loop lines: reuse the stored output on a chosen step, else compute and store it."""
+        # heavy (mflux): loaded after the arguments are checked
         from mflux.models.common.step_cache.step_cache import StepCache
 
         if not self._caches:
@@ -275,8 +275,6 @@ class StepCacheRun:
 
 
 def _reusing_transformer_class():
-    from mlx import nn
-
     class ReusingTransformer(nn.Module):
         """Stands in for a pipeline's transformer: every call goes through ``StepCacheRun.step``."""
 
@@ -299,8 +297,6 @@ def apply_step_cache(model, ratio: float) -> Iterator[StepCacheRun]:
     own predict wrapped, so the reused output is the guided one, as in mflux's loops; pipelines that
     call the transformer in the loop (FLUX.1, Qwen-Image) get a wrapped transformer instead.
     """
-    from teacache.core import is_applied
-
     if is_applied(model):
         raise RuntimeError("model: TeaCache is applied to this pipeline; restore() it before the step-cache arm")
     run = StepCacheRun(ratio)
@@ -353,9 +349,6 @@ def measure_pair(
     whether every vanilla repeat gave the same latents (``"vanilla_repeats_equal"``), for the sweep's images,
     decision log and proxy-noop record.
     """
-    import json
-    import statistics
-
     prompt_id, prompt, seed = pair
     pair_id = f"{prompt_id}-s{seed}"
     n = settings["steps"]
@@ -374,8 +367,6 @@ def measure_pair(
                 raise RuntimeError(f"{what}: the skip schedule changed between repeats")
             first.setdefault(i, result)
             if i == 0:
-                import mlx.core as mx
-
                 vanilla_equal.append(
                     bool(mx.array_equal(result.generation.latents, first[0].generation.latents).item())
                 )

@@ -25,17 +25,25 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+import mlx.core as mx
 import numpy as np
+from rich.progress import Progress
 
 from bench.common import parse_coefficients, parse_thresholds
 from bench.quality.metrics import MAX_REL_EPS, SSIM_SETTINGS, image_metrics, latent_metrics
+from bench.sweep import arms as sweep_arms
 from bench.sweep.arms import TIMING_ISOLATED
-from bench.sweep.baselines import STEP_CACHE_NATIVE
+from bench.sweep.baselines import STEP_CACHE_NATIVE, parse_baselines
 from bench.sweep.pair import pair_id, proxy_noop, save_image
 from calib.run import arguments, fingerprint, shard
 from calib.run.command import run_guarded
+from calib.run.generation import generate
 from calib.run.interrupts import Interrupted, interruptions
 from calib.run.prompts import parse_seeds
+from teacache import apply_teacache, variants
+from teacache.gate import GateConfig
+from teacache.io import FORMAT_VERSION, write_json
+from teacache.provenance import collect
 
 PROG = "teacache-bench sweep"
 # What the sweep writes into its folder: --force-new removes exactly these.
@@ -82,10 +90,9 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 
 
 def _adherence_fn(variant: str):
-    from teacache import variants
-
     if not variants.get(variant).scores_adherence:
         return None
+    # heavy (mflux, PIL, scipy): loaded after the arguments are checked
     from bench.quality.adherence import score_adherence
 
     return lambda image, prompt: float(score_adherence(image, prompt)["score"])
@@ -170,7 +177,6 @@ def plan(
     )
     arguments.check_at_least(repeats, 1, "--repeats")
     parse_coefficients(coefficients)
-    from bench.sweep.baselines import parse_baselines
 
     arms = parse_baselines(baselines)
     compare = _parse_compare(compare_coefficients)
@@ -219,6 +225,7 @@ def _parse_compare(text: str | None) -> tuple[str, ...]:
 
 
 def _parse_x_range(text: str | None):
+    # heavy (pandas): loaded after the arguments are checked
     from calib.fit.coefficient_sources import parse_x_range
 
     return parse_x_range(text) if text is not None else None
@@ -236,6 +243,7 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
 
 def read_traces(path: Path, steps: int):
     """The traces predictions replay, read and validated by the one trace reader, for runs of ``steps`` steps."""
+    # heavy (pandas): loaded after the arguments are checked
     from bench.sweep.replay import read_replay_traces
     from calib.traces.reader import TraceError
 
@@ -251,6 +259,7 @@ def check_inputs(settings: SweepSettings):
     traces = read_traces(settings.traces, settings.steps) if settings.traces is not None else None
     rescale = None
     if settings.coefficients != "packaged" or settings.x_range is not None:
+        # heavy (pandas): loaded after the arguments are checked
         from calib.fit.coefficient_sources import resolve_coefficients
 
         if isinstance(parse_coefficients(settings.coefficients), Path):
@@ -258,6 +267,7 @@ def check_inputs(settings: SweepSettings):
         rescale = resolve_coefficients(settings.coefficients, None, settings.x_range)[0]
     for source in settings.compare_coefficients:  # files read now; packaged ones once the variant is known
         if source != "packaged":
+            # heavy (pandas): loaded after the arguments are checked
             from calib.fit.coefficient_sources import resolve_coefficients
 
             arguments.check_input_file(Path(source.split("#", 1)[0]), "--compare-coefficients")
@@ -267,6 +277,7 @@ def check_inputs(settings: SweepSettings):
 
 def resolve_rescales(settings: SweepSettings, primary, variant: str) -> dict:
     """Every TeaCache arm's rescale function by source: --coefficients' (``primary``) first."""
+    # heavy (pandas): loaded after the arguments are checked
     from calib.fit.coefficient_sources import resolve_coefficients
 
     found = {settings.coefficients: primary}
@@ -314,12 +325,6 @@ def fingerprint_settings(settings: SweepSettings, rescale=None, variant: str | N
 
 def run_pair(model, settings: SweepSettings, pair, thresholds, configs, adherence, images_dir, variant: str):
     """All runs of one (prompt, seed) pair, interleaved over repeats. Returns (runs rows, decision rows, noop)."""
-    import mlx.core as mx
-
-    from calib.run.generation import generate
-    from teacache import apply_teacache
-    from teacache.io import FORMAT_VERSION
-
     prompt_id, prompt, seed = pair
     pid = pair_id(prompt_id, seed)
     args = (prompt, seed, *settings.generation)
@@ -397,6 +402,7 @@ PART_FILL = {"predicted_skipped": float("nan")}
 
 
 def read_part(path: Path, table):
+    # heavy (pandas): loaded after the arguments are checked
     from bench.sweep import records
 
     return records.read_table(path, table, fill=PART_FILL if table is records.RUNS else None)
@@ -404,6 +410,7 @@ def read_part(path: Path, table):
 
 def done_thresholds(parts: Path, pairs: list[tuple[str, str, int]]) -> dict[str, set[float]]:
     """Per pair, the thresholds its finished part holds (a runs part is written last: it marks them done)."""
+    # heavy (pandas): loaded after the arguments are checked
     from bench.sweep import records
 
     done = {}
@@ -421,6 +428,7 @@ def save_pair(parts: Path, pid: str, rows: list[dict], decisions: list[dict], no
     Decisions and noop first, runs last: a runs part marks the pair's thresholds done, and a rerun after
     an interruption between the writes recomputes them (rows of the same run_id are replaced, not doubled).
     """
+    # heavy (pandas): loaded after the arguments are checked
     import pandas as pd
 
     from bench.sweep import records
@@ -448,6 +456,7 @@ def save_pair(parts: Path, pid: str, rows: list[dict], decisions: list[dict], no
 
 def _assemble(settings: SweepSettings, locations: dict[str, Path]):
     """The tables of every pair, in plan order, each read from the folder that holds it complete."""
+    # heavy (pandas): loaded after the arguments are checked
     import pandas as pd
 
     from bench.sweep import records
@@ -468,6 +477,7 @@ def check_parts_agree(settings: SweepSettings, folder: Path | None = None) -> No
     An earlier version resumed under any settings and rewrote the provenance, so a provenance alone
     cannot vouch for the runs; their own steps and repeat counts can.
     """
+    # heavy (pandas): loaded after the arguments are checked
     from bench.sweep import records
 
     folder = settings.out if folder is None else folder
@@ -611,12 +621,6 @@ class Measured:
 
 def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale, traces=None) -> Measured:
     """This rank's share of the pairs, each saved into the rank's folder as soon as it is measured."""
-    from rich.progress import Progress
-
-    from calib.run.generation import generate
-    from teacache import apply_teacache, variants
-    from teacache.gate import GateConfig
-
     world, folder, thresholds = run.world, run.folder, settings.thresholds
     parts = folder / "pairs"
     by_id = {pair_id(p, seed): (p, text, seed) for p, text, seed in settings.pairs}
@@ -662,7 +666,7 @@ def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale, traces
     fields = world.row_fields()  # which rank measured each row, on which hardware, contended or not
     arms_record = None
     if settings.arms_mode:
-        from bench.sweep import arms as sweep_arms
+        # heavy (pandas): loaded after the arguments are checked
         from bench.sweep.replay import predict_schedules
 
         tc_arms = sweep_arms.teacache_arms(rescales, configs_for, thresholds)
@@ -701,10 +705,9 @@ def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale, traces
 
 def _write_tables(settings: SweepSettings, run: shard.ShardedRun, measured: Measured, locations, traces) -> Path:
     """The folder's tables from every pair wherever it was saved, and provenance.json (on rank 0)."""
+    # heavy (pandas): loaded after the arguments are checked
     from bench.sweep import records
     from bench.sweep.replay import predict_schedules
-    from teacache.io import write_json
-    from teacache.provenance import collect
 
     out, thresholds, configs = settings.out, settings.thresholds, measured.configs
     recorded = measured.recorded
@@ -763,6 +766,7 @@ def main(argv: list[str] | None = None) -> int:
         return code
     if path is None:  # a rank other than 0 under mlx.launch: rank 0 says what was merged
         return 0
+    # heavy (pandas): loaded after the arguments are checked
     from bench.sweep import records
 
     runs = records.read_table(path, records.RUNS)

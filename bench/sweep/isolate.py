@@ -16,6 +16,12 @@ import sys
 import time
 from pathlib import Path
 
+import mlx.core as mx
+import numpy as np
+
+from bench.sweep.baselines import Arm, run_arm
+from teacache import load_model
+
 _ROOT = Path(__file__).resolve().parents[2]  # the folder holding bench/, calib/, teacache/
 RESULT_PREFIX = "isolate-result: "
 
@@ -74,12 +80,6 @@ def run_isolated(spec: dict, timeout_s: float | None = None, python: str = sys.e
 
 
 def _run(spec: dict) -> dict:
-    import mlx.core as mx
-    import numpy as np
-
-    import teacache  # noqa: F401  (OpenBLAS preload before MLX)
-    from bench.sweep.baselines import Arm, run_arm
-    from teacache import load_model
 
     model = load_model(spec["model"], base_model=spec.get("base_model"), quantize=spec.get("quantize"))
     arm = Arm.from_dict(spec["arm"])

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
-from PIL import Image
 
 from bench.quality.metrics import image_metrics, latent_metrics
 from calib.run.generation import generate
@@ -51,6 +50,8 @@ def save_image(images_dir: Path | None, name: str, image: np.ndarray) -> str | N
     """The image under ``images_dir`` (upscaled to about 256 px, nearest), as the path a row records."""
     if images_dir is None:
         return None
+    from PIL import Image  # heavy: imported when an image is saved, so a bad argument is refused at once
+
     path = images_dir / f"{name}.png"
     scale = max(1, 256 // max(image.shape[:2]))
     with atomic_path(path) as tmp:

@@ -23,9 +23,11 @@ from bench.common import parse_thresholds
 from calib.fit.coefficient_sources import parse_x_range, resolve_coefficients
 from calib.fit.errors import FitError
 from calib.traces.reader import REPLAY_COLUMNS, RunTrace, Traces, load_traces
+from teacache import variants
 from teacache.gate import GateConfig
 from teacache.gate_batch import longest_streaks, replay_skip_masks, skipped_counts
 from teacache.io import write_json, write_text
+from teacache.provenance import collect
 
 SCHEDULE_COLUMNS = [
     "run_id", "prompt_id", "seed", "threshold", "num_steps", "predicted_skipped", "longest_streak",
@@ -63,7 +65,6 @@ def gate_defaults(variant: str | None) -> tuple[int, int, str]:
     skip_first, skip_last = _GATE_DEFAULTS["skip_first_n_steps"], _GATE_DEFAULTS["skip_last_n_steps"]
     if variant is None:
         return skip_first, skip_last, "gate defaults (no variant known)"
-    from teacache import variants
 
     spec = variants.find(variant)
     if spec is None:
@@ -203,8 +204,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(summary.to_string())
     if args.out:
-        from teacache.provenance import collect
-
         write_text(args.out, schedules.to_csv(index=False))
         provenance = collect(
             ["teacache-bench", "replay", *argv],

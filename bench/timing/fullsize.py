@@ -26,13 +26,32 @@ import hashlib
 import json
 import math
 import statistics
+import subprocess
 import sys
 import time
 import traceback
 import warnings
 from pathlib import Path
 
+import mlx.core as mx
+import numpy as np
 import pandas as pd
+
+import calib
+import teacache
+from bench.common import parse_thresholds
+from calib.run.generation import generate
+from calib.run.interrupts import interruptions
+from teacache import apply_teacache, variants
+from teacache import provenance as prov
+from teacache._compat import check_mflux_version
+from teacache._platform import use_float32_on_cpu
+from teacache.coefficients import load_packaged
+from teacache.gate import GateConfig, replay
+from teacache.io import FORMAT_VERSION, write_json, write_text
+from teacache.models import fullsize
+from teacache.models.fullsize import MEANINGLESS, parse_random_name
+from teacache.rescale import RescaleFunction
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MODELS = "random-flux1-dev,random-flux2-klein-base-4b,random-qwen-image,random-z-image"
@@ -93,9 +112,6 @@ def parse_fractions(text: str) -> list[float]:
 
 def validate(args) -> dict:
     """Every argument checked before anything loads; a ValueError names the argument."""
-    from bench.common import parse_thresholds
-    from teacache.models.fullsize import parse_random_name
-
     try:
         variants = [parse_random_name(name.strip()) for name in args.models.split(",") if name.strip()]
     except ValueError as exc:
@@ -136,11 +152,6 @@ class Session:
 
     def run(self, settings: dict | None, steps: int | None = None) -> dict:
         """One generation; ``settings`` are apply_teacache's arguments (None: vanilla)."""
-        import mlx.core as mx
-
-        from calib.run.generation import generate
-        from teacache import apply_teacache
-
         steps = steps or self.steps
         kwargs = {"prompt": PROMPT, "seed": SEED, "steps": steps, "width": self.size, "height": self.size}
         mx.synchronize()
@@ -169,9 +180,6 @@ class Session:
 def choose_threshold(xs: list[float | None], steps: int, target: int, rescale) -> tuple[float, int]:
     """The smallest threshold (4 significant digits) whose replayed schedule skips >= ``target`` steps
     (else the one skipping most), and its predicted skip count."""
-    import numpy as np
-
-    from teacache.gate import GateConfig, replay
 
     def predicted(threshold: float) -> int:
         log = replay(GateConfig(threshold, rescale), xs, num_steps=steps)
@@ -193,25 +201,17 @@ def choose_threshold(xs: list[float | None], steps: int, target: int, rescale) -
 
 
 def _max_abs(a, b) -> float:
-    import mlx.core as mx
-
     return float(mx.max(mx.abs(a.astype(mx.float32) - b.astype(mx.float32))).item())
 
 
 def _exact(a, b) -> bool:
-    import mlx.core as mx
-
     return a.shape == b.shape and a.dtype == b.dtype and bool(mx.array_equal(a, b).item())
 
 
 def measure_model(variant: str, args, plan: dict, deadline: float | None, say) -> tuple[list[dict], list[dict], dict]:
     """Build, warm up and measure one model; returns (summary rows, run rows, provenance)."""
-    import mlx.core as mx
+    # heavy (mflux): loaded after the arguments are checked
     from mflux.models.common.config.model_config import ModelConfig
-
-    from teacache import variants
-    from teacache.models import fullsize
-    from teacache.rescale import RescaleFunction
 
     spec = variants.get(variant)
     label = fullsize.model_label(variant, args.blocks)
@@ -227,8 +227,6 @@ def measure_model(variant: str, args, plan: dict, deadline: float | None, say) -
         rescale = RescaleFunction((1.0, 0.0), provenance={"source": "identity: random weights have no calibration"})
         rescale_name = "identity"
     else:
-        from teacache.coefficients import load_packaged
-
         rescale, rescale_name = load_packaged(variant), "packaged"
     session = Session(model, steps, size, guidance)
     proxy_all = {"rel_l1_thresh": PROXY_ALL_THRESHOLD, "coefficients": rescale, "skip_first_n_steps": steps}
@@ -348,9 +346,6 @@ def _arm_key(arm) -> str:
 def code_digest() -> str:
     """sha256 of the Python sources of teacache, bench and calib as imported: which tree measured, also
     where no git checkout travels with the code."""
-    import calib
-    import teacache
-
     digest = hashlib.sha256()
     for package in (teacache, sys.modules["bench"], calib):
         root = Path(package.__file__).parent
@@ -385,8 +380,6 @@ def _merge(path: Path, new: pd.DataFrame, columns) -> pd.DataFrame:
 def checkout_of_this_code(git: dict) -> dict:
     """The git fields, when the sources are the root of their checkout; else nulls (code copied into a
     folder of another checkout: that checkout's commit says nothing about this code; code_sha256 does)."""
-    import subprocess
-
     try:
         top = subprocess.run(
             ["git", "rev-parse", "--show-toplevel"], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True
@@ -398,14 +391,10 @@ def checkout_of_this_code(git: dict) -> dict:
 
 def write_outputs(out: Path, rows: list[dict], run_rows: list[dict], models: dict[str, dict]) -> None:
     """Merge into OUT's files: rows of the same (model, quantize, resolution, steps, tag) are replaced."""
-    from teacache.io import write_json, write_text
-
     summary = _merge(out / "summary.csv", pd.DataFrame(rows, columns=SUMMARY_COLUMNS), SUMMARY_COLUMNS)
     runs = _merge(out / "runs.csv", pd.DataFrame(run_rows), ())
     write_text(out / "summary.csv", summary.to_csv(index=False, float_format="%.6g"))
     write_text(out / "runs.csv", runs.to_csv(index=False, float_format="%.6g"))
-    from teacache.io import FORMAT_VERSION
-    from teacache.models.fullsize import MEANINGLESS
 
     existing = {}
     if (out / "provenance.json").exists():
@@ -421,11 +410,6 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"teacache-bench fullsize: {exc}", file=sys.stderr)
         return 2
-    from calib.run.interrupts import interruptions
-    from teacache import provenance as prov
-    from teacache._compat import check_mflux_version
-    from teacache._platform import use_float32_on_cpu
-    from teacache.models.fullsize import MEANINGLESS
 
     check_mflux_version()
     use_float32_on_cpu()

@@ -9,11 +9,15 @@ A median outside the plausible band (calib.run.generation.PLAUSIBLE_OVERHEAD) is
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 import warnings
 
 from calib.run import arguments
+from calib.run.generation import paired_overhead
+from calib.run.prompts import default_set, load_prompts
+from teacache import apply_teacache, variants
 
 PROG = "teacache-bench overhead"
 
@@ -28,9 +32,6 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 
 
 def _generate_fn(model, steps: int, size: int | None):
-    from calib.run.prompts import default_set, load_prompts
-    from teacache import variants
-
     prompt = next(iter(load_prompts(default_set(variants.variant_of(model))).values()))
     kwargs = {"num_inference_steps": steps}
     if size is not None:
@@ -47,11 +48,6 @@ def _generate_fn(model, steps: int, size: int | None):
 def measure(model, steps: int, size: int | None, pairs: int, proxy: bool) -> dict:
     """proxy=False: threshold 0 (fast path). proxy=True: the variant's default threshold with every step
     forced to compute (skip_first_n_steps = steps), so the signal, decision and host sync run each step."""
-    import statistics
-
-    from calib.run.generation import paired_overhead
-    from teacache import apply_teacache
-
     run = _generate_fn(model, steps, size)
     settings = {"rel_l1_thresh": None, "skip_first_n_steps": steps} if proxy else {"rel_l1_thresh": 0.0}
     run()

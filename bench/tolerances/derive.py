@@ -16,6 +16,7 @@ in n + 1; the margin covers that without reaching the values the gap check shows
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import sys
@@ -26,6 +27,7 @@ import pandas as pd
 
 from bench.tolerances.module import PROJECT_ROOT, TOLERANCES_DIR, complete, module_path, prefix, render_module
 from teacache.io import FORMAT_VERSION, write_text
+from teacache.provenance import hardware_slug
 
 __all__ = ["PROJECT_ROOT", "check_run", "derive", "load_module", "main", "prefix", "render_module"]
 
@@ -162,8 +164,6 @@ def derive(sweep_dir: Path, threshold: float | None = None, provisional: bool = 
 
 
 def _slug(prov: dict) -> str:
-    from teacache.provenance import hardware_slug
-
     return hardware_slug({k: prov.get(k) for k in ("backend", "device_name", "cpu_count")})
 
 
@@ -221,8 +221,6 @@ def check_run(tol, variant: str, run: dict) -> dict[str, bool]:
 
 def load_module(path: Path):
     """Import a generated tolerance module from a path."""
-    import importlib.util
-
     spec = importlib.util.spec_from_file_location(f"_tolerances_{Path(path).stem}", path)
     if spec is None or spec.loader is None or not Path(path).exists():
         raise ValueError(f"--tolerances: cannot import {path}")

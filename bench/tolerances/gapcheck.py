@@ -28,6 +28,7 @@ from bench.tolerances.mutants import MUTANTS, Mutant, apply_mutant, leftovers
 from calib.run.generation import generate
 from calib.run.prompts import default_set, load_prompts, parse_seeds
 from teacache import apply_teacache, load_model, variants
+from teacache.core import StepController
 from teacache.gate import GateConfig
 from teacache.io import write_json, write_text
 from teacache.provenance import collect, hardware_slug, tolerance_module_name
@@ -60,7 +61,6 @@ def _force_restore(model, original) -> None:
     if "_predict" in vars(model):
         object.__delattr__(model, "_predict")
     registry = model.callbacks
-    from teacache.core import StepController
 
     for lst in (registry.before_loop, registry.in_loop, registry.after_loop, registry.interrupt):
         lst[:] = [c for c in lst if not isinstance(c, StepController)]

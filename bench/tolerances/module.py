@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.tolerances.pyliteral import assignment, evaluate
+from teacache.provenance import tolerance_module_name
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 TOLERANCES_DIR = PROJECT_ROOT / "tests" / "tolerances"
@@ -106,8 +107,6 @@ def _unwrap(comment_lines: list[str]) -> list[str]:
 
 
 def module_path(hardware: str, folder: Path = TOLERANCES_DIR) -> Path:
-    from teacache.provenance import tolerance_module_name
-
     return folder / f"{tolerance_module_name(hardware)}.py"
 
 

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
-from teacache.core import StepController, TeaCacheHandle
+from teacache.adapters import adapter_for
+from teacache.core import StepController, TeaCacheHandle, is_applied
+from teacache.signal import rel_l1
 
 
 class StaleResidualController(StepController):
@@ -56,8 +58,6 @@ class NeverEngagesController(StepController):
 
 
 def rel_l1_item(a: mx.array, b: mx.array) -> float:
-    from teacache.signal import rel_l1
-
     return rel_l1(a, b).item()
 
 
@@ -113,8 +113,6 @@ MUTANTS_BY_NAME = {m.name: m for m in MUTANTS}
 
 def apply_mutant(model, mutant: Mutant, gate_config) -> TeaCacheHandle:
     """Install ``mutant`` on ``model`` the way apply_teacache installs the real wrapper."""
-    from teacache.adapters import adapter_for
-
     adapter = adapter_for(model)
     controller = mutant.controller(gate_config)
     proxy_base = _proxy_class(adapter)
@@ -139,8 +137,6 @@ def _proxy_class(adapter) -> type:
 
 def leftovers(model, original_transformer) -> list[str]:
     """What a restore left behind: a proxy, a replaced predict function, a TeaCache callback."""
-    from teacache.core import is_applied
-
     found = []
     if model.transformer is not original_transformer:
         found.append("proxy transformer")

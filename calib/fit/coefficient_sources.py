@@ -19,6 +19,7 @@ from calib.fit.errors import FitError
 from calib.fit.file import read_fit, rescale_from_fit
 from calib.traces import mlx_teacache
 from calib.traces.reader import split_signal
+from teacache.coefficients import load_packaged, module_name
 from teacache.rescale import RescaleFunction
 
 PACKAGED = "packaged"
@@ -87,8 +88,6 @@ def _no_range(x_range, arg: str, what: str) -> None:
 
 
 def _packaged(variant: str | None, arg: str) -> tuple[RescaleFunction, str]:
-    from teacache.coefficients import load_packaged, module_name
-
     if variant is None:
         raise FitError(f"{arg} packaged: no variant known; pass --variant (the traces have no variant column)")
     try:

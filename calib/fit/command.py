@@ -17,6 +17,9 @@ import math
 import sys
 from pathlib import Path
 
+from rich.console import Console
+from rich.table import Table
+
 from calib.fit.candidates import (  # noqa: F401  (re-exported: the public names of the fitting modules)
     DEGREES,
     INTERACTION_DEGREES,
@@ -63,6 +66,7 @@ from calib.fit.selection import (  # noqa: F401
 )
 from calib.traces.reader import TraceError, load_traces
 from teacache.io import FORMAT_VERSION, atomic_path, write_json
+from teacache.provenance import collect
 from teacache.rescale import FORMS, RescaleFunction
 
 __all__ = [
@@ -191,7 +195,6 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, dict[str, byte
         variant = args.variant or (traces.variants[0] if len(traces.variants) == 1 else None)
         comparison_source = load_comparison(args.compare, variant, x_range)
     result = fit_frame(frame, specs, args.folds)
-    from teacache.provenance import collect
 
     fit = {
         "format_version": FORMAT_VERSION,
@@ -240,9 +243,6 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, dict[str, byte
 
 
 def print_summary(fit: dict, path: Path) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     console = Console(width=max(100, Console().width))
     data = fit["data"]
     cands = fit["candidates"]

@@ -45,6 +45,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from calib.fit.candidates import FittedModel
+from calib.fit.selection import group_folds, time_input
 from calib.traces.tables import run_key_columns
 from teacache.gate import GateConfig
 from teacache.gate_batch import rescaled_increments, skip_masks
@@ -422,9 +424,6 @@ def decision_scores(
     ``folds``: fold per frame row, as ``calib.fit.command.group_folds`` deals them (computed when None);
     ``compare``: extra rescale functions scored as they are on every run (e.g. packaged coefficients).
     """
-    from calib.fit.candidates import FittedModel
-    from calib.fit.selection import group_folds, time_input
-
     if folds is None:
         folds = group_folds(frame["prompt_id"].to_numpy(), n_folds)
     folds = np.asarray(folds)
@@ -478,6 +477,7 @@ def plot_decision_curves(result: dict, labels: Sequence[str] | None = None, max_
     per run (totals divided by the number of runs); the shaded band is the range the scores are taken
     over. Rendered in memory, so the caller writes it atomically.
     """
+    # heavy (matplotlib): loaded after the arguments are checked
     from matplotlib.figure import Figure
 
     n_runs = max(int(result["n_runs"]), 1)

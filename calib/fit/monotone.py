@@ -67,6 +67,7 @@ def lstsq_with_inequalities(
     """argmin ||design @ c - y|| subject to ``rows(points) @ c >= 0``, with ``refine(c, points)`` returning
     the worst constraint value anywhere and the points extended by where it is negative, until that
     value is at least ``-tolerance``."""
+    # heavy (scipy): loaded after the arguments are checked
     from scipy.optimize import nnls
 
     n_params = design.shape[1]

@@ -39,6 +39,7 @@ def scatter_figure(fit: dict, frame: pd.DataFrame):
     The pieces left and right of the range are drawn separately: one line through both would cross the
     plot and look like data.
     """
+    # heavy (matplotlib): loaded after the arguments are checked
     from matplotlib.figure import Figure
 
     sel = fit["selected"]
@@ -70,6 +71,7 @@ def scatter_figure(fit: dict, frame: pd.DataFrame):
 
 
 def residuals_figure(fit: dict, frame: pd.DataFrame):
+    # heavy (matplotlib): loaded after the arguments are checked
     from matplotlib.figure import Figure
 
     sel = fit["selected"]
@@ -94,6 +96,7 @@ def residuals_figure(fit: dict, frame: pd.DataFrame):
 
 def cv_figure(fit: dict):
     """Cross-validated RMSE of the best candidates (at most CV_PLOT_MAX), the selected one highlighted."""
+    # heavy (matplotlib): loaded after the arguments are checked
     from matplotlib.figure import Figure
 
     sel = fit["selected"]

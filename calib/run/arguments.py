@@ -11,7 +11,13 @@ import math
 import os
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
+
+from calib.run.prompts import SETS, default_set, load_prompts, parse_size
+from teacache import load_model as _load
+from teacache import variants
+from teacache.loading import model_defaults, resolve_spec
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
@@ -29,8 +35,6 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return text
 
     def _split_lines(self, text: str, width: int) -> list[str]:
-        import textwrap
-
         return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)  # keep set names whole
 
 
@@ -46,9 +50,6 @@ class CommandParser(argparse.ArgumentParser):
 
 def add_model_arguments(parser: argparse.ArgumentParser, prompts: bool = True) -> None:
     """--model and --base-model (and --prompts), with the registry's names and defaults in their help."""
-    from calib.run.prompts import SETS
-    from teacache import variants
-
     parser.add_argument(
         "--model",
         default=variants.default_model(),
@@ -118,8 +119,6 @@ def check_model(name: str, base_model: str | None = None) -> None:
 
     Loads nothing (the registry imports no mflux): a bad name costs milliseconds, not a model load.
     """
-    from teacache.loading import resolve_spec
-
     path = Path(name).expanduser()
     if path.is_file():
         raise ValueError(f"--model: {name} is a file; a local model is a folder of mflux-format weights")
@@ -138,8 +137,6 @@ def check_model(name: str, base_model: str | None = None) -> None:
 
 def read_prompts(spec: str | None, model: str, base_model: str | None = None) -> dict[str, str]:
     """A prompt set or file (default: the model's own set), any failure to read it one line about --prompts."""
-    from calib.run.prompts import default_set, load_prompts
-
     spec = spec or default_set(base_model or model)
     try:
         return load_prompts(spec)
@@ -153,8 +150,6 @@ def read_prompts(spec: str | None, model: str, base_model: str | None = None) ->
 
 def load_model(name: str, base_model: str | None, quantize: int | None):
     """teacache.load_model, with a failure to get the weights (network, disk, format) said in one line."""
-    from teacache import load_model as _load
-
     try:
         return _load(name, base_model=base_model, quantize=quantize)
     except ValueError:
@@ -181,9 +176,6 @@ def generation_settings(
     min_steps: int, why: str,
 ) -> tuple[int, int, int, float]:  # fmt: skip
     """(steps, width, height, guidance): what was given, else the model's own defaults, checked."""
-    from calib.run.prompts import parse_size
-    from teacache.loading import model_defaults
-
     check_model(model, base_model)
     defaults = model_defaults(model, base_model)
     width, height = parse_size(size) if size else (defaults["width"], defaults["height"])

@@ -6,6 +6,8 @@ import importlib
 import os
 import sys
 
+from calib.run.interrupts import interruptions
+
 # mflux draws a tqdm bar per generation; our commands show one progress bar of their own.
 os.environ.setdefault("TQDM_DISABLE", "1")
 
@@ -19,7 +21,6 @@ def dispatch(prog: str, subcommands: dict[str, str], argv: list[str] | None = No
             print(f"{prog}: unknown command {argv[0]!r}; expected one of: {names}", file=sys.stderr)
             return 2
         return 0
-    from calib.run.interrupts import interruptions
 
     try:
         module = importlib.import_module(subcommands[argv[0]])

@@ -19,7 +19,12 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+import mlx.core as mx
+
 from teacache.io import FORMAT_VERSION, portable, write_json
+from teacache.loading import resolve_spec
+from teacache.provenance import DISTRIBUTION, hardware_slug
+from teacache.revisions import local_revision
 
 FILE = "fingerprint.json"
 MAX_SHOWN = 8  # values of one list shown in a message before "..."
@@ -51,8 +56,6 @@ class FolderState:
 
 def project_version() -> str | None:
     """This project's installed version, as provenance.json records it (``teacache.provenance.DISTRIBUTION``)."""
-    from teacache.provenance import DISTRIBUTION
-
     try:
         return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:
@@ -60,8 +63,6 @@ def project_version() -> str | None:
 
 
 def versions() -> dict:
-    import mlx.core as mx
-
     try:
         mflux = metadata.version("mflux")
     except metadata.PackageNotFoundError:
@@ -88,9 +89,6 @@ def _file_sha256(path: Path) -> str:
 
 def weights_identity(model: str, base_model: str | None = None) -> dict:
     """Which weights a model name stands for, without loading them."""
-    from teacache.loading import resolve_spec
-    from teacache.revisions import local_revision
-
     path = Path(model).expanduser()
     if base_model is not None and path.is_dir():
         return {"folder": str(path.resolve()), "files_sha256": _folder_digest(path)}
@@ -106,8 +104,6 @@ def weights_identity(model: str, base_model: str | None = None) -> dict:
 
 def environment(model: str, base_model: str | None = None) -> dict:
     """The settings every fingerprint holds besides the command's own: weights, versions, hardware."""
-    from teacache.provenance import hardware_slug
-
     return {"weights": weights_identity(model, base_model), "versions": versions(), "hardware": hardware_slug()}
 
 
@@ -230,8 +226,6 @@ def _from_provenance(folder: Path, current: dict) -> dict:
     hardware name) is taken from this run, and the fingerprint's history says so. Without a readable
     provenance.json (an interrupted first run) the folder cannot be checked: SettingsMismatch.
     """
-    from teacache.provenance import hardware_slug
-
     try:
         prov = json.loads((folder / "provenance.json").read_text(encoding="utf-8"))
         versions = prov.get("versions") or {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -72,8 +73,6 @@ def implausible(median: float, band: tuple[float, float] = PLAUSIBLE_OVERHEAD) -
 
 def paired_overhead(ratios: list[float], band: tuple[float, float] = PLAUSIBLE_OVERHEAD) -> dict:
     """Median/min/max overhead of paired (wrapped / vanilla) loop-time ratios, or why they are not a figure."""
-    import statistics
-
     if not ratios:
         raise ValueError("paired_overhead: expected at least one pair")
     median = statistics.median(ratios) - 1.0

@@ -10,6 +10,8 @@ import hashlib
 import json
 from pathlib import Path
 
+from teacache import variants
+
 # Diverse prompts for real models: objects, scenes, portraits, text rendering, abstract, fine detail.
 DEFAULT = {
     "obj-teapot": "a porcelain teapot with blue floral patterns on a wooden table, soft window light",
@@ -74,8 +76,6 @@ SETS = {
 
 def default_set(model: str) -> str:
     """The prompt set a model uses when none is named: its variant's spec, else ``default``."""
-    from teacache import variants
-
     spec = variants.find(model)
     return spec.prompt_set if spec is not None else "default"
 

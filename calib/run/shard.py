@@ -24,7 +24,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import mlx.core as mx
 import numpy as np
+
+from calib.run import fingerprint
+from calib.run.folder_lock import FolderLocked, folder_lock
+from teacache.io import atomic_path
+from teacache.provenance import hardware_slug
 
 SHARDS = "shards"  # OUT/shards/rank-<r>/: the folder rank r writes when there are several ranks
 MAX_NAMED = 8  # units named in one message before "and N more"
@@ -79,8 +85,6 @@ def contention(peers: Sequence[Peer]) -> dict[int, tuple[int, ...]]:
 
 
 def _device() -> str:
-    import mlx.core as mx
-
     if mx.metal.is_available():
         return "metal"
     if hasattr(mx, "cuda") and mx.cuda.is_available():
@@ -191,8 +195,6 @@ class World:
     # -------------------------------------------------------------------------------- collectives
 
     def _stream(self):
-        import mlx.core as mx
-
         # NCCL reduces on the GPU; ring, MPI and JACCL reduce on the CPU (and some Metal builds refuse
         # a collective on the GPU stream)
         return None if self.backend == "nccl" else mx.cpu
@@ -202,7 +204,6 @@ class World:
         values = np.ascontiguousarray(values, dtype=np.int32)
         if self.size == 1:
             return values
-        import mlx.core as mx
 
         total = mx.distributed.all_sum(mx.array(values), group=self.group, stream=self._stream())
         mx.eval(total)
@@ -228,7 +229,6 @@ class World:
         """Like :meth:`exchange` for files: one uint8 all_gather (used only between hosts without a shared folder)."""
         if self.size == 1:
             return [payload]
-        import mlx.core as mx
 
         lengths = self._lengths(len(payload))
         width = int(lengths.max())
@@ -252,8 +252,6 @@ def connect(hardware: str | None = None) -> World:
 
     With several ranks this is a collective: every rank must call it.
     """
-    import mlx.core as mx
-
     group = mx.distributed.init()
     size, rank = group.size(), group.rank()
     launched_rank = os.environ.get("MLX_RANK", "0").strip() or "0"
@@ -263,8 +261,6 @@ def connect(hardware: str | None = None) -> World:
             "process: the backend did not start (is the hostfile right, and the same MLX build on every host?)"
         )
     if hardware is None:
-        from teacache.provenance import hardware_slug
-
         hardware = hardware_slug()
     me = _self_peer(rank, hardware)
     world = World(rank=rank, size=size, backend=_backend_name(size), peers=(me,), group=group)
@@ -312,9 +308,6 @@ def agree(world: World, error: BaseException | None) -> None:
 def force_new(world: World, out: Path, folder: Path, command: str, outputs: tuple[str, ...]) -> None:
     """--force-new under any number of ranks: rank 0 clears OUT (shard folders included) before any rank
     claims its folder; a rank on a host without a shared folder then clears its own shard folder."""
-    from calib.run import fingerprint
-    from calib.run.folder_lock import FolderLocked, folder_lock
-
     error = None
     try:
         if world.rank == 0:
@@ -333,9 +326,6 @@ def force_new(world: World, out: Path, folder: Path, command: str, outputs: tupl
 def claim(stack, world: World, out: Path, folder: Path, command: str, check: Callable[[Path], None]) -> None:
     """Lock this rank's folder (and OUT on rank 0, which writes the merged tables) and ``check`` the settings
     of every folder whose units the merge may take; then :func:`agree` (every rank calls this)."""
-    from calib.run import fingerprint
-    from calib.run.folder_lock import FolderLocked, folder_lock
-
     error = None
     try:
         if world.size > 1 and world.rank == 0:
@@ -602,8 +592,6 @@ class ShardedRun:
 
     def _transfer(self, keys: list[str], held: dict[str, Path]) -> None:
         """Send the files of ``keys`` to rank 0, one file per rank per round; rank 0 writes them where they were."""
-        from teacache.io import atomic_path
-
         mine = [str(p) for key in keys for p in self.layout.files(self.out, held[key], key)]
         manifests = self._exchange_json(mine)
         for i in range(max(len(m) for m in manifests)):

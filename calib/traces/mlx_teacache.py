@@ -13,6 +13,7 @@ import math
 
 import pandas as pd
 
+from teacache import variants
 from teacache.rescale import RescaleFunction
 
 SOURCE = "mlx-teacache calibration"
@@ -144,7 +145,6 @@ def _known_variant(name: str | None) -> str | None:
     """This toolkit's name for the file's variant when the registry knows it (by name or mflux alias)."""
     if not name:
         return None
-    from teacache import variants
 
     spec = variants.find(name)
     return spec.name if spec is not None and spec.supported else None
