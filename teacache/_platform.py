@@ -49,10 +49,10 @@ def preload_openblas() -> str | None:
 
 def use_float32_on_cpu() -> None:
     """mflux builds modules in ModelConfig.precision (bfloat16): switch to float32 on the CPU backend."""
-    import mlx.core as mx
+    import mlx.core as mx  # never at this module's top: it must come after preload_openblas()
 
     if mx.default_device() == mx.cpu or not (mx.metal.is_available() or _cuda_available(mx)):
-        from mflux.models.common.config.model_config import ModelConfig
+        from mflux.models.common.config.model_config import ModelConfig  # heavy (mflux): loaded only when this runs
 
         ModelConfig.precision = mx.float32
 

@@ -10,6 +10,8 @@ import math
 import warnings
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from teacache.rescale import RescaleFunction
 
 # Why a step was computed or skipped; the decision log and reports use these names.
@@ -68,8 +70,6 @@ class GateConfig:
             return fn.floor()[0]
         n = num_steps or 2
         if fn.form == "poly+sigma" and sigmas is None:
-            import numpy as np
-
             return fn.floor(np.linspace(0.0, 1.0, 101))[0]  # every sigma a schedule can visit
         us = [fn.time_input(s, n, None if sigmas is None else float(sigmas[s])) for s in range(n)]
         return fn.floor(us)[0]

@@ -10,6 +10,10 @@ import importlib
 import inspect
 from pathlib import Path
 
+from mlx import nn
+from mlx.utils import tree_flatten
+from safetensors import safe_open
+
 from teacache import variants
 from teacache._compat import check_mflux_version
 from teacache._platform import use_float32_on_cpu
@@ -30,6 +34,7 @@ RANDOM_PREFIX = "random-"  # random-<variant>: the variant's full-size architect
 def resolve_spec(name_or_path: str, base_model: str | None = None) -> variants.VariantSpec:
     """The variant a ``load_model`` call will give, without loading anything (for early validation)."""
     if name_or_path.startswith(RANDOM_PREFIX) and base_model is None:
+        # heavy (mflux): loaded only when this runs
         from teacache.models.fullsize import parse_random_name
 
         return variants.get(parse_random_name(name_or_path))
@@ -60,8 +65,6 @@ def resolve_spec(name_or_path: str, base_model: str | None = None) -> variants.V
 
 def check_model_folder(path: Path) -> None:
     """Refuse a folder whose safetensors files are missing or unreadable, before mflux builds anything."""
-    from safetensors import safe_open
-
     if not path.is_dir():
         raise ModelFolderError(f"model: {path} is not a folder of mflux-format weights")
     files = sorted(path.rglob("*.safetensors"))
@@ -104,6 +107,7 @@ def load_model(name_or_path: str, *, base_model: str | None = None, quantize: in
         takes_seed = "seed" in inspect.signature(builder).parameters
         build = (lambda: builder(seed=seed)) if takes_seed else builder
         return _load_transformer_folder(build, spec, path, quantize) if is_folder else build()
+    # heavy (mflux): loaded only when this runs
     from mflux.models.common.config.model_config import ModelConfig
 
     config = ModelConfig.from_name(
@@ -122,10 +126,9 @@ def _load_transformer_folder(build, spec: variants.VariantSpec, path: Path, quan
     mflux's ``model.update(strict=False)`` never checks shapes, so every tensor is compared with a freshly
     built architecture first: weights saved from another variant or size are refused with the first mismatch.
     """
+    # heavy (mflux): loaded only when this runs
     from mflux.models.common.weights.loading.weight_applier import WeightApplier
     from mflux.models.common.weights.loading.weight_loader import WeightLoader
-    from mlx import nn
-    from mlx.utils import tree_flatten
 
     model = build()
     fam = variants.family(spec.family)

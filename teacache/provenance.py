@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import platform
 import shlex
 import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
+
+import mlx.core as mx
 
 from teacache.io import FORMAT_VERSION
 
@@ -46,8 +49,6 @@ def git_commit() -> dict:
 
 def device_info() -> dict:
     """MLX backend and a human name for the device (Apple chip, GPU or CPU model)."""
-    import mlx.core as mx
-
     backend = "cpu"
     if mx.metal.is_available():
         backend = "metal"
@@ -61,7 +62,6 @@ def device_info() -> dict:
         name = None
     if name is None:
         name = _cpu_name()
-    import os
 
     return {"backend": backend, "device": str(mx.default_device()), "device_name": name, "cpu_count": os.cpu_count()}
 
@@ -88,7 +88,6 @@ def hardware_slug(info: dict | None = None) -> str:
     info = info or device_info()
     name = "".join(c if c.isalnum() else "-" for c in str(info["device_name"]).lower())
     name = "-".join(part for part in name.split("-") if part and part not in ("r", "tm", "cpu", "processor"))
-    import os
 
     cores = info.get("cpu_count") or os.cpu_count() or 0
     suffix = f"-{cores}c" if info["backend"] == "cpu" else ""
@@ -102,8 +101,6 @@ def tolerance_module_name(slug: str) -> str:
 
 def collect(argv: list[str] | None = None, **fields) -> dict:
     """The provenance block of DESIGN.md, plus whatever the caller adds (model, steps, prompts...)."""
-    import mlx.core as mx
-
     return {
         "format_version": FORMAT_VERSION,
         "date_utc": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),

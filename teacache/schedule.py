@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from teacache._compat import check_mflux_version
 from teacache.core import StepController, TeaCacheHandle, is_applied
 from teacache.gate import REASON_SKIP, GateConfig, StepDecision
 from teacache.rescale import RescaleFunction
@@ -196,7 +197,6 @@ def apply_schedule(model, schedule: StaticSchedule):
     The handle is a :class:`ScheduleHandle`: ``stats`` and ``history`` as for TeaCache, ``schedule``
     instead of a threshold.
     """
-    from teacache._compat import check_mflux_version
     from teacache.adapters import adapter_for  # the adapters import mflux: only when a pipeline is given
 
     check_mflux_version()

@@ -12,6 +12,7 @@ from teacache.core import StepController, register_callback
 
 def compile_like_mflux(fn: Callable) -> Callable:
     """``mx.compile(fn)``, except where mflux runs its own predict uncompiled (M1/M2)."""
+    # heavy (mflux): loaded only when this runs
     from mflux.utils.apple_silicon import AppleSiliconUtil
 
     return fn if AppleSiliconUtil.is_m1_or_m2() else mx.compile(fn)

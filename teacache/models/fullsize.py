@@ -28,6 +28,8 @@ from mflux.models.common.tokenizer.tokenizer_output import TokenizerOutput
 from mlx import nn
 from mlx.utils import tree_flatten
 
+from teacache import variants
+
 RANDOM_PREFIX = "random-"
 NOT_FULL_SIZE = "NOT full size"
 MEANINGLESS = "random weights: the images mean nothing; use these models for time, memory and no-op oracles"
@@ -53,8 +55,6 @@ MFLUX_CONFIGS = {
 
 
 def family_of(variant: str) -> str:
-    from teacache import variants
-
     return variants.get(variant).family
 
 
@@ -106,11 +106,13 @@ def full_transformer(variant: str, blocks: int | None = None) -> nn.Module:
 def _construct(variant: str, blocks: int | None) -> nn.Module:
     family, config = family_of(variant), mflux_config(variant)
     if family == "flux1":
+        # heavy (mflux): loaded only when this runs
         from mflux.models.flux.model.flux_transformer.transformer import Transformer
 
         counts = {} if blocks is None else {"num_transformer_blocks": blocks, "num_single_transformer_blocks": blocks}
         return Transformer(model_config=config, **counts)  # 19 joint + 38 single blocks by default
     if family == "flux2":
+        # heavy (mflux): loaded only when this runs
         from mflux.models.flux2.model.flux2_transformer.transformer import Flux2Transformer
 
         overrides = dict(config.transformer_overrides)
@@ -118,9 +120,11 @@ def _construct(variant: str, blocks: int | None) -> nn.Module:
             overrides.update(num_layers=blocks, num_single_layers=blocks)
         return Flux2Transformer(**overrides)
     if family == "qwen":
+        # heavy (mflux): loaded only when this runs
         from mflux.models.qwen.model.qwen_transformer.qwen_transformer import QwenTransformer
 
         return QwenTransformer(**({} if blocks is None else {"num_layers": blocks}))
+    # heavy (mflux): loaded only when this runs
     from mflux.models.z_image.model.z_image_transformer.transformer import ZImageTransformer
 
     return ZImageTransformer(**({} if blocks is None else {"n_layers": blocks, "n_refiner_layers": blocks}))
@@ -163,6 +167,7 @@ def draw_weights(module: nn.Module, seed: int, dtype: mx.Dtype, evaluate: bool =
 
 def quantize_like_mflux(transformer: nn.Module, bits: int, weight_definition) -> None:
     """Quantize the way mflux does on load: its per-family predicate and group size (64 unless the family says)."""
+    # heavy (mflux): loaded only when this runs
     from mflux.models.common.weights.loading.weight_applier import WeightApplier
 
     WeightApplier._quantize({"transformer": transformer}, bits, {}, weight_definition)
@@ -171,17 +176,21 @@ def quantize_like_mflux(transformer: nn.Module, bits: int, weight_definition) ->
 
 def _weight_definition(family: str):
     if family == "flux1":
+        # heavy (mflux): loaded only when this runs
         from mflux.models.flux.weights.flux_weight_definition import FluxWeightDefinition
 
         return FluxWeightDefinition
     if family == "flux2":
+        # heavy (mflux): loaded only when this runs
         from mflux.models.flux2.weights.flux2_weight_definition import Flux2KleinWeightDefinition
 
         return Flux2KleinWeightDefinition
     if family == "qwen":
+        # heavy (mflux): loaded only when this runs
         from mflux.models.qwen.weights.qwen_weight_definition import QwenWeightDefinition
 
         return QwenWeightDefinition
+    # heavy (mflux): loaded only when this runs
     from mflux.models.z_image.weights.z_image_weight_definition import ZImageWeightDefinition
 
     return ZImageWeightDefinition
@@ -220,6 +229,7 @@ def prompt_tokens(text: str, template: int) -> int:
 def flux2_prompt_pair(context_dim: int, tokens: int = 512):
     """Stands in for ``Flux2Klein._encode_prompt_pair``: (tokens, context_dim) embeddings per text, padded
     like the Qwen3 encoder's output (512 tokens, three hidden layers concatenated)."""
+    # heavy (mflux): loaded only when this runs
     from mflux.models.flux2.model.flux2_text_encoder.prompt_encoder import Flux2PromptEncoder
 
     def encode(text: str):
@@ -309,7 +319,10 @@ def build_random_flux1(
     variant: str = "flux1-dev", *, seed: int = 0, quantize: int | None = None, blocks: int | None = None
 ):
     """mflux's ``Flux1`` with the full-size FLUX.1 transformer, 512 (dev, krea-dev) / 256 (schnell) T5 tokens."""
-    from teacache.models.tiny_flux1 import HashedPromptEmbeddings, build_tiny_flux1
+    from teacache.models.tiny_flux1 import (  # one family's mflux modules, not all four
+        HashedPromptEmbeddings,
+        build_tiny_flux1,
+    )
 
     variant = parse_random_name(variant)
     model = build_tiny_flux1(seed=seed)  # the shell: callbacks, stand-in VAE
@@ -322,7 +335,7 @@ def build_random_flux2(
     variant: str = "flux2-klein-base-4b", *, seed: int = 0, quantize: int | None = None, blocks: int | None = None
 ):
     """mflux's ``Flux2Klein`` with a full-size Klein transformer (4B: 5+20 blocks, 9B: 8+24) and its config."""
-    from teacache.models.tiny_flux2 import build_tiny_flux2
+    from teacache.models.tiny_flux2 import build_tiny_flux2  # one family's mflux modules, not all four
 
     variant = parse_random_name(variant)
     config = mflux_config(variant)
@@ -337,7 +350,7 @@ def build_random_qwen(
     variant: str = "qwen-image", *, seed: int = 0, quantize: int | None = None, blocks: int | None = None
 ):
     """mflux's ``QwenImage`` with the full-size 60-block transformer (20 B) and 3584-wide prompt embeddings."""
-    from teacache.models.tiny_qwen import build_tiny_qwen_image
+    from teacache.models.tiny_qwen import build_tiny_qwen_image  # one family's mflux modules, not all four
 
     variant = parse_random_name(variant)
     model = build_tiny_qwen_image(seed=seed)  # the shell: config, callbacks, VAE
@@ -349,7 +362,7 @@ def build_random_zimage(
     variant: str = "z-image", *, seed: int = 0, quantize: int | None = None, blocks: int | None = None
 ):
     """mflux's ``ZImage`` (base) with the full-size transformer (6 B) and 2560-wide caption features."""
-    from teacache.models.tiny_zimage import build_tiny_z_image
+    from teacache.models.tiny_zimage import build_tiny_z_image  # one family's mflux modules, not all four
 
     variant = parse_random_name(variant)
     model = build_tiny_z_image(seed=seed)  # the shell: config, callbacks, compute precision, VAE

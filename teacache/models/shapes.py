@@ -40,6 +40,7 @@ from mlx import nn
 from mlx.utils import tree_flatten
 
 from teacache._platform import use_float32_on_cpu
+from teacache.io import atomic_path
 from teacache.models.shapes_data import (  # noqa: F401  (re-exported: the data side of the model)
     FILLER_WORDS,
     HELD_OUT_MODULUS,
@@ -198,8 +199,6 @@ class ShapesImage:
         return upscale(self.image, scale)
 
     def save(self, path: str | Path, scale: int = 1) -> None:
-        from teacache.io import atomic_path
-
         with atomic_path(path) as tmp:
             (self.upscaled(scale) if scale > 1 else self.image).save(tmp, format="PNG")
 

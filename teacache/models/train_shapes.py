@@ -21,6 +21,7 @@ preload_openblas()  # before mlx on Linux CPUs
 
 # isort: split
 import argparse
+import hashlib
 import json
 import shlex
 import sys
@@ -35,6 +36,8 @@ import numpy as np
 from mflux.models.common.config.model_config import ModelConfig
 from mlx import nn
 from mlx.utils import tree_flatten
+from safetensors.numpy import save
+from tqdm import tqdm
 
 from teacache.io import FORMAT_VERSION, atomic_path, write_json, write_text
 from teacache.models import shapes
@@ -122,8 +125,6 @@ def learning_rate(args: argparse.Namespace) -> Callable[[mx.array], mx.array]:
 def train(args: argparse.Namespace) -> tuple[shapes.TinyShapesModel, list[float], dict]:
     """Returns the model, the loss of every step, and timings: the loop's wall time and its first step's
     (which includes compiling the step and, on a GPU, JIT-compiling its kernels)."""
-    from tqdm import tqdm
-
     mx.random.seed(args.seed)
     model = shapes.TinyShapesModel()
     mx.eval(model.parameters())
@@ -161,10 +162,6 @@ def train(args: argparse.Namespace) -> tuple[shapes.TinyShapesModel, list[float]
 
 def save_weights(model: shapes.TinyShapesModel, path: Path) -> tuple[str, int]:
     """Float32 safetensors, written atomically; returns (sha256, bytes)."""
-    import hashlib
-
-    from safetensors.numpy import save
-
     arrays = {k: np.array(v.astype(mx.float32)) for k, v in tree_flatten(model.parameters())}
     blob = save(arrays, metadata={"model": shapes.MODEL_NAME, "recipe_version": str(shapes.RECIPE_VERSION)})
     with atomic_path(path) as tmp:
@@ -173,6 +170,7 @@ def save_weights(model: shapes.TinyShapesModel, path: Path) -> tuple[str, int]:
 
 
 def plot_loss(losses: list[float], path: Path) -> None:
+    # heavy (matplotlib): loaded only when this runs, and pyplot only after the Agg backend is chosen
     import matplotlib
 
     matplotlib.use("Agg")
@@ -197,6 +195,7 @@ def plot_loss(losses: list[float], path: Path) -> None:
 
 def plot_samples(images: list, specs: list[shapes.ShapeSpec], path: Path) -> None:
     """A grid of generated images, each titled with its prompt's attributes."""
+    # heavy (matplotlib): loaded only when this runs, and pyplot only after the Agg backend is chosen
     import matplotlib
 
     matplotlib.use("Agg")
