@@ -3,7 +3,7 @@
 For every (prompt, seed) run and every gated step: x_rel_l1 (rel-L1 of block 0's modulated input
 against the previous step, the gate's own function), y_rel_l1 (of the transformer output), the
 cached residual's rel-L1 and the norms behind them; per CFG branch. Nothing is skipped: the recorder
-is the gate's proxy in calibration mode, which is bit-exact with vanilla (tests/test_flux1.py).
+is the gate's proxy in calibration mode, which is bit-exact with vanilla (tests/teacache/adapters/test_flux1.py).
 Resumable per run: finished runs live in ``DIR/runs/<run_id>.parquet`` and are never redone, as long
 as the settings are the same (``DIR/fingerprint.json``); new seeds extend the folder.
 """

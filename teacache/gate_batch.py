@@ -7,7 +7,7 @@ rescaled increment) is computed once per run; only the accumulator and the conse
 are stepped, for all thresholds and runs together.
 
 The gate class stays the definition of the rule: this module follows it decision for decision, and
-``tests/test_gate_batch.py`` checks that on random traces, settings and NaN/out-of-range signals. The
+``tests/teacache/test_gate_batch.py`` checks that on random traces, settings and NaN/out-of-range signals. The
 rescale function is evaluated through its own ``__call__`` and ``time_input``, so it has one definition.
 Pure numpy: no MLX, no mflux.
 """

@@ -3,6 +3,7 @@ session's tiny-flux1 in place of every model load (``shared_model``)."""
 
 from __future__ import annotations
 
+import socket
 import sys
 
 import pytest
@@ -51,6 +52,21 @@ def patch_everywhere(monkeypatch, owner, name: str, replacement) -> None:
         for attr, value in list(vars(module).items()):
             if value is original:
                 monkeypatch.setattr(module, attr, replacement)
+
+
+def free_port_pair() -> int:
+    """A port P with P+1 free too: mlx.launch --backend ring -n 2 takes two consecutive ports."""
+    for _ in range(20):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            try:
+                with socket.socket() as b:
+                    b.bind(("127.0.0.1", port + 1))
+                    return port
+            except OSError:
+                continue
+    raise RuntimeError("no two free consecutive ports")
 
 
 @pytest.fixture

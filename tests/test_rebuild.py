@@ -22,8 +22,8 @@ from bench.report import plots
 from bench.tolerances import derive as tolerances_cmd
 from bench.tolerances import gapcheck
 from bench.tolerances.module import TOLERANCES_DIR, complete, generated_modules, prefix, render_module
+from tests import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"
 CAMPAIGNS = sorted(p for p in RESULTS.glob("*/*/*") if (p / "sweep" / "runs.parquet").is_file())
 COMPARISON = RESULTS / "comparisons" / "cpu-amd-epyc-2c-vs-cuda-nvidia-h200"

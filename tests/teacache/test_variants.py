@@ -13,8 +13,8 @@ import pytest
 import teacache
 from teacache import loading, variants
 from teacache.coefficients import load_packaged
+from tests import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 CODE_DIRS = ("teacache", "calib", "bench")
 
 

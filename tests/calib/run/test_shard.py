@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,9 +14,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from calib.run import shard
-from tests import shard_worker
+from tests import ROOT
+from tests.calib.run import shard_worker
+from tests.conftest import free_port_pair
 
-ROOT = Path(__file__).resolve().parent.parent
 TIMING = ["wall_s", "rank", "contended"]  # what may differ between a sharded and a one-process run
 
 
@@ -184,25 +184,11 @@ def test_a_launch_whose_backend_did_not_start_is_refused(monkeypatch):
 # ------------------------------------------------------------------------------- two ring ranks
 
 
-def _free_port_pair() -> int:
-    for _ in range(20):
-        with socket.socket() as a:
-            a.bind(("127.0.0.1", 0))
-            port = a.getsockname()[1]
-            try:
-                with socket.socket() as b:
-                    b.bind(("127.0.0.1", port + 1))
-                    return port
-            except OSError:
-                continue
-    raise RuntimeError("no two free consecutive ports")
-
-
 def launch(args: list[str], ranks: int = 2, timeout: float = 240) -> tuple[list[dict], str]:
     """``mlx.launch --backend ring -n RANKS`` on localhost running the worker; its reports by rank, and its output."""
     command = [
         sys.executable, "-c", "import sys; from mlx._distributed_utils.launch import main; sys.exit(main())",
-        "--backend", "ring", "-n", str(ranks), "--starting-port", str(_free_port_pair()),
+        "--backend", "ring", "-n", str(ranks), "--starting-port", str(free_port_pair()),
         "--", sys.executable, *args,
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -215,7 +201,7 @@ def launch(args: list[str], ranks: int = 2, timeout: float = 240) -> tuple[list[
 
 
 def worker(*args) -> list[str]:
-    return [str(ROOT / "tests" / "shard_worker.py"), *map(str, args)]
+    return [str(ROOT / "tests" / "calib" / "run" / "shard_worker.py"), *map(str, args)]
 
 
 @pytest.fixture(scope="module")

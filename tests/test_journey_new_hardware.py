@@ -20,10 +20,10 @@ import pandas as pd
 import pytest
 
 from bench.tolerances.module import module_path, read_module
+from tests import ROOT
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parent.parent
 HEADING = "## Re-derive tolerances on new hardware"
 IGNORED = {".git", ".venv", ".uv-bootstrap", "__pycache__", ".pytest_cache", ".ruff_cache", ".hypothesis"}
 

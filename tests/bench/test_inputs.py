@@ -14,6 +14,7 @@ from bench.sweep import replay as replay_cmd
 from bench.tolerances import derive as tolerances_cmd
 from calib import record as record_cmd
 from calib.run.prompts import load_prompts, parse_seeds, parse_size
+from tests import ROOT
 from tests.conftest import patch_everywhere
 
 
@@ -251,7 +252,6 @@ def test_a_fresh_process_refuses_bad_input_without_importing_the_heavy_modules(t
     import json
     import subprocess
     import sys
-    from pathlib import Path
 
     (tmp_path / "file").write_text("x")
     script = (
@@ -263,7 +263,7 @@ def test_a_fresh_process_refuses_bad_input_without_importing_the_heavy_modules(t
         "'mflux', 'PIL', 'pyarrow'})\n"
         "print(json.dumps({'code': code, 'seconds': time.perf_counter() - start, 'heavy': heavy}))\n"
     )
-    root = Path(__file__).resolve().parent.parent
+    root = ROOT
     for argv in (["sweep", *T, "--out", str(tmp_path / "file")], ["overhead", "--model", "tiny-foo"],
                  ["campaign", "--thresholds=-1", "--out", str(tmp_path / "c")]):  # fmt: skip
         done = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, cwd=root,

@@ -20,7 +20,7 @@ from calib.fit.errors import FitError
 from calib.traces.reader import TraceError, load_traces
 from teacache.gate import GateConfig, replay
 from teacache.rescale import RescaleFunction
-from tests.test_compare_hardware import make_campaign
+from tests.bench.compare.conftest import make_campaign
 
 LINE = "0,0,0,1.5,0.01"  # y = 1.5 x + 0.01, highest power first
 N_STEPS = 12

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -14,8 +13,9 @@ from calib.traces.reader import load_traces
 from teacache.core import TeaCacheStats
 from teacache.gate import GateConfig, replay
 from teacache.rescale import RescaleFunction
+from tests import ROOT
 
-TRACES = Path(__file__).resolve().parents[1] / "results/cpu-amd-epyc-2c/tiny-shapes/0.24.0/traces/traces.parquet"
+TRACES = ROOT / "results/cpu-amd-epyc-2c/tiny-shapes/0.24.0/traces/traces.parquet"
 THRESHOLDS = (0.0, 0.004, 0.01, 0.017, 0.03, 0.05, 0.08, 0.2, 1.5)
 
 

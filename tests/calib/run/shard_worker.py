@@ -1,6 +1,6 @@
 """A tiny sharded command for the tests of calib.run.shard: deterministic rows per unit, no model.
 
-Run as ``python tests/shard_worker.py --out DIR`` (one process) or under ``mlx.launch``; each rank writes
+Run as ``python tests/calib/run/shard_worker.py --out DIR`` (one process) or under ``mlx.launch``; each rank writes
 its report to ``DIR.rank-<r>.json`` (not stdout: mlx.launch drops what a rank prints once it stops it) and
 rank 0 writes ``DIR/table.json`` when every unit is done.
 JSON rather than Parquet: a rank that imports no pandas starts in half a second.

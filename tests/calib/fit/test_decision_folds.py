@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,10 +14,11 @@ from calib.fit.decision import decision_scores
 from calib.fit.decision_folds import COMPARISON_LABEL, DEFAULT_SELECTION
 from calib.fit.selection import group_folds
 from calib.traces.reader import load_traces
-from tests.test_calib_fit import make_traces, write
+from tests import ROOT
+from tests.calib.fit.conftest import make_traces, write
 
 LINE = "0,0,0,1.2,0.01"
-TINY_SHAPES = Path(__file__).resolve().parents[1] / "results/cpu-amd-epyc-2c/tiny-shapes/0.24.0/traces/traces.parquet"
+TINY_SHAPES = ROOT / "results/cpu-amd-epyc-2c/tiny-shapes/0.24.0/traces/traces.parquet"
 
 
 def residual_traces(drop_residuals: bool = False):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -12,23 +11,17 @@ import nbformat
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests import ROOT
+from tests.bench.report.conftest import make_sweep
+
 NOTEBOOK = ROOT / "notebooks" / "campaign.ipynb"
 TIMEOUT_S = 60
-
-
-def _make_sweep():
-    """The synthetic sweep writer of test_report.py, loaded by path (tests/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("_report_fixture", Path(__file__).with_name("test_report.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.make_sweep
 
 
 @pytest.fixture
 def campaign(tmp_path) -> Path:
     folder = tmp_path / "results" / "cpu-synthetic" / "flux1-dev" / "0.24.0"
-    _make_sweep()(folder / "sweep")
+    make_sweep(folder / "sweep")
     (folder / "fit").mkdir()
     (folder / "fit" / "fit.json").write_text(json.dumps({"format_version": 1, "variant": "flux1-dev", "form": "poly"}))
     (folder / "traces").mkdir()

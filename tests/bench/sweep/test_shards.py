@@ -19,10 +19,9 @@ import calib.run.generation
 from bench.report import command as report_cmd
 from bench.sweep import command as sweep_cmd
 from bench.sweep import records
-from tests.conftest import patch_everywhere
-from tests.test_shard import _free_port_pair
+from tests import ROOT
+from tests.conftest import free_port_pair, patch_everywhere
 
-ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["--model", "tiny-flux1", "--steps", "4", "--size", "32x32", "--seeds", "0", "--repeats", "1"]
 PROMPTS = {"fox": "a red fox in the snow", "tower": "a lighthouse at dusk"}
 TIMING = ["wall_s", "wall_s_median", "speedup", "rank", "contended"]  # what a sharded run may change
@@ -155,7 +154,7 @@ def test_the_report_refuses_to_pool_speedups_of_two_hardware(tmp_path, one_proce
 def launch_command(out: Path, prompts: Path, seeds: str) -> list[str]:
     return [
         sys.executable, "-c", "import sys; from mlx._distributed_utils.launch import main; sys.exit(main())",
-        "--backend", "ring", "-n", "2", "--starting-port", str(_free_port_pair()), "--",
+        "--backend", "ring", "-n", "2", "--starting-port", str(free_port_pair()), "--",
         sys.executable, "-m", "bench.cli", "sweep", *SMALL[:6], "--prompts", str(prompts), "--seeds", seeds,
         "--thresholds", "0,0.5", "--repeats", "1", "--out", str(out),
     ]  # fmt: skip

@@ -4,7 +4,7 @@ mflux's Z-Image predict is ``mx.compile``d and TeaCache swaps in one whose trans
 segments with the decision between them; on this CPU that path differs from the whole compiled predict in
 the last bits, so it is only held to "close" here (the measured tolerance machinery owns the number).
 The first compiled run after an eager run in a process can differ from later compiled runs in the last
-bits (see tests/test_tiny_shapes.py), so the fixture runs TeaCache once before any comparison.
+bits (see tests/teacache/adapters/test_tiny_shapes.py), so the fixture runs TeaCache once before any comparison.
 """
 
 from __future__ import annotations

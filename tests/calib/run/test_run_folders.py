@@ -24,9 +24,9 @@ import teacache
 import teacache.core
 from bench.sweep import command as sweep_cmd
 from calib import record as record_cmd
+from tests import ROOT
 from tests.conftest import patch_everywhere
 
-ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["--model", "tiny-flux1", "--steps", "4", "--size", "32x32"]
 
 

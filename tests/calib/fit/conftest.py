@@ -1,0 +1,78 @@
+"""Synthetic traces for the fitting tests: known relations plus noise, written in any format the reader takes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+
+def quadratic(x, u, sigma):
+    return 0.03 + 0.5 * x + 3.0 * x**2
+
+
+def make_traces(
+    truth=quadratic,
+    n_prompts: int = 6,
+    n_steps: int = 12,
+    seeds=(0, 1),
+    noise: float = 0.002,
+    rng_seed: int = 0,
+    variant: str = "tiny-flux1",
+    branches=("cond", "uncond"),
+    x_range=(0.02, 0.4),
+) -> pd.DataFrame:
+    """Rows like the recorder's: one per run x step x branch, NaN x/y on the first step of each run."""
+    rng = np.random.default_rng(rng_seed)
+    rows = []
+    for p in range(n_prompts):
+        for seed in seeds:
+            for branch in branches:
+                for step in range(n_steps):
+                    u = step / (n_steps - 1)
+                    sigma = (1 - u) ** 1.5
+                    x = float(rng.uniform(*x_range))
+                    y = float(truth(x, u, sigma) + rng.normal(0, noise))
+                    if branch != "cond":
+                        y = 5.0 - y  # a different relation: must never leak into a cond fit
+                    if step == 0:
+                        x = y = float("nan")
+                    rows.append(
+                        {
+                            "run_id": f"p{p}-s{seed}",
+                            "variant": variant,
+                            "model": "synthetic",
+                            "prompt_id": f"p{p}",
+                            "prompt": f"prompt {p}",
+                            "seed": seed,
+                            "step": step,
+                            "num_steps": n_steps,
+                            "sigma": sigma,
+                            "branch": branch,
+                            "x_rel_l1": x,
+                            "y_rel_l1": y,
+                            "residual_rel_l1": 0.1,
+                            "x_norm": 1.0,
+                            "y_norm": 1.0,
+                            "residual_norm": 1.0,
+                        }
+                    )
+    return pd.DataFrame(rows)
+
+
+def write(frame: pd.DataFrame, path, provenance: dict | None = None):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".parquet":
+        frame.to_parquet(path, index=False)
+    elif path.suffix == ".csv":
+        frame.to_csv(path, index=False)
+    else:  # json.dumps keeps every digit (pandas' to_json rounds to 10)
+        records = [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()} for r in frame.to_dict("records")]
+        if path.suffix == ".jsonl":
+            path.write_text("".join(json.dumps(r) + "\n" for r in records))
+        else:
+            path.write_text(json.dumps(records))
+    if provenance is not None:
+        (path.parent / "provenance.json").write_text(json.dumps(provenance))
+    return path
