@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import warnings
@@ -260,3 +261,27 @@ def test_apply_teacache_warns_when_packaged_coefficients_predate_a_numeric_chang
         warnings.simplefilter("error")
         teacache.apply_teacache(model).restore()
         teacache.apply_teacache(model, coefficients=(1.0, 0.0)).restore()  # the caller's coefficients: no claim
+
+
+# ------------------------------------------------------------------- installing another release
+
+
+def test_each_verified_release_but_the_pinned_one_has_its_plain_pins():
+    lock = (ROOT / "requirements" / "cpu.txt").read_text(encoding="utf-8")
+    assert f"\nmflux=={_compat.NEWEST_MFLUX}\n" in lock
+    for release in _compat.VERIFIED_RELEASES[:-1]:
+        lines = (ROOT / "requirements" / f"mflux-{release}.txt").read_text(encoding="utf-8").splitlines()
+        assert lines[0] == f"mflux=={release}"
+        for line in lines:
+            name, _, version = line.partition("==")
+            assert name and version and name.replace("-", "").replace("_", "").isalnum(), line
+            assert f"\n{name}==" in lock, f"{name} is not a package of the lock"
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_test_also_runs_the_oldest_release_in_its_own_virtualenv():
+    dry = subprocess.run(["make", "-n", "-B", "--no-print-directory", "test"], cwd=ROOT, capture_output=True, text=True)
+    assert dry.returncode == 0, dry.stderr
+    oldest = f".venv-mflux-{_compat.OLDEST_MFLUX}"
+    assert f"{oldest}/bin/pytest tests/test_flux1.py" in dry.stdout
+    assert f"requirements/mflux-{_compat.OLDEST_MFLUX}.txt" in dry.stdout
