@@ -10,16 +10,45 @@ ifeq ($(UV),)
 UV := $(BOOT)/bin/uv
 endif
 STAMP := $(VENV)/.installed-$(BACKEND)
+# Another mflux release: `make test MFLUX=0.21.0` runs the adapter and no-op tests (or TESTS=...) in its own
+# .venv-mflux-<release>, installed from the lock with that mflux and the pins requirements/mflux-<release>.txt
+# adds for it (older mflux releases need pillow<13 and opencv-python<5). `make test` runs the whole fast lane
+# on the pinned release, then this on the oldest supported one (the first of teacache/_compat.py's range).
+OLDEST_MFLUX := $(shell sed -n 's/^VERIFIED_RELEASES = ."\([0-9.]*\)".*/\1/p' teacache/_compat.py)
+# The adapter and no-op tests of every family (quality bounds, measured on the pinned release, stay with it).
+RELEASE_TESTS := tests/teacache/adapters/test_flux1.py tests/teacache/adapters/test_flux2_klein.py \
+	tests/teacache/adapters/test_qwen_image.py tests/teacache/adapters/test_z_image.py \
+	tests/teacache/adapters/test_tiny_shapes.py tests/teacache/test_mflux_releases.py::test_the_builders_guard_on_what_the_installed_release_has \
+	-k "not measured_bounds"
+TESTS ?= $(RELEASE_TESTS)
+RELEASE_VENV := .venv-mflux-$(MFLUX)
+RELEASE_PINS := $(wildcard requirements/mflux-$(MFLUX).txt)
 
 .PHONY: demo test test-slow test-real lint format lock install clean
 
 demo: $(STAMP)
 	$(VENV)/bin/teacache-demo
 
+ifdef MFLUX
+test: $(RELEASE_VENV)/.installed-$(BACKEND)
+	$(RELEASE_VENV)/bin/pytest $(TESTS)
+
+$(RELEASE_VENV)/.installed-$(BACKEND): requirements/$(BACKEND).txt $(RELEASE_PINS) pyproject.toml | $(UV)
+	test -x $(RELEASE_VENV)/bin/python || $(UV) venv --quiet --python $(PYTHON) $(RELEASE_VENV)
+	pins="$$(cat $(RELEASE_PINS) /dev/null)"; pins="$${pins:-mflux==$(MFLUX)}"; \
+	names="$$(printf '%s\n' "$$pins" | cut -d= -f1 | paste -sd'|' -)"; \
+	{ grep -v -i -E "^($$names)==" requirements/$(BACKEND).txt; printf '%s\n' "$$pins"; } > $(RELEASE_VENV)/requirements.txt
+	$(UV) pip install --quiet --python $(RELEASE_VENV)/bin/python --no-deps -r $(RELEASE_VENV)/requirements.txt
+	$(UV) pip install --quiet --python $(RELEASE_VENV)/bin/python --no-deps -e .
+	rm -f $(RELEASE_VENV)/.installed-*
+	touch $@
+else
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/pytest
+	$(MAKE) --no-print-directory test MFLUX=$(OLDEST_MFLUX)
+endif
 
 test-slow: $(STAMP)
 	$(VENV)/bin/pytest -m slow
@@ -53,4 +82,4 @@ lock: | $(UV)
 	$(UV) export --quiet --frozen --no-hashes --no-emit-project --all-groups --extra cuda -o requirements/cuda.txt
 
 clean:
-	rm -rf $(VENV) $(BOOT) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-mflux-* $(BOOT) .pytest_cache .ruff_cache

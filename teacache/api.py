@@ -64,6 +64,8 @@ def apply_teacache(
         )
         from_packaged = coefficients is None
     recipe = spec.recipe() if from_packaged else None
+    if from_packaged:
+        warn_if_past_numeric_change(spec.name)
     if recipe is not None and getattr(model, "lora_paths", None):
         recipe = {**recipe, "lora": "none"}
         warnings.warn(
@@ -78,3 +80,15 @@ def apply_teacache(
         controller.mark_warned("floor")  # said once here; not again at every generation
     restore = adapter.install(model, controller)
     return TeaCacheHandle(model, adapter, controller, spec.name, restore)
+
+
+def warn_if_past_numeric_change(variant: str) -> None:
+    """The packaged coefficients describe the numbers of the mflux they were fitted on: say when the installed
+    mflux, in the precision it runs now, changed this family's numbers since (or before) then."""
+    from mflux.models.common.config.model_config import ModelConfig
+
+    from teacache.coefficients import numeric_change_note
+
+    note = numeric_change_note(variant, dtype=ModelConfig.precision)
+    if note is not None:
+        warnings.warn(note, RecipeMismatchWarning, stacklevel=3)

@@ -103,6 +103,22 @@ def _packaged(variant: str | None, arg: str) -> tuple[RescaleFunction, str]:
         ) from None
 
 
+def packaged_numeric_change(variant: str | None, trace_provenance: dict | None) -> str | None:
+    """The sentence saying the traces ran on another numeric path than the packaged fit; None when they did not
+    or it cannot be known. The traces' mflux release and dtype come from their provenance, else the installed
+    release stands in for theirs (and the sentence says so)."""
+    from teacache.coefficients import numeric_change_note
+
+    if variant is None:
+        return None
+    prov = trace_provenance or {}
+    release = (prov.get("versions") or {}).get("mflux")
+    note = numeric_change_note(variant, release, prov.get("dtype"))
+    if note is not None and release is None:
+        note += " [the traces name no mflux release: this compares with the installed one]"
+    return note
+
+
 def _from_json(path: Path, signal: str | None, arg: str) -> tuple[RescaleFunction, str]:
     """A fit.json (or folder holding one) or an mlx-teacache calibration, told apart by content."""
     if path.is_file():

@@ -33,7 +33,13 @@ from calib.fit.candidates import (  # noqa: F401  (re-exported: the public names
     FittedModel,
     candidate_specs,
 )
-from calib.fit.coefficient_sources import import_module_from_path, parse_x_range, resolve_coefficients
+from calib.fit.coefficient_sources import (
+    PACKAGED,
+    import_module_from_path,
+    packaged_numeric_change,
+    parse_x_range,
+    resolve_coefficients,
+)
 from calib.fit.decision_folds import (
     DEFAULT_SELECTION,
     SELECTIONS,
@@ -235,6 +241,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, dict[str, byte
     if comparison_source is not None:
         fit["comparison"] = compare(*comparison_source, frame, fit["selected"], args.margin)
         fit["comparison"].update(comparison_scores(decision))
+        if args.compare == PACKAGED:
+            fit["comparison"]["numeric_change"] = packaged_numeric_change(variant, traces.provenance)
     plots = {} if args.no_plots else render_plots(fit, frame)
     if plots and decision:
         plots["decision"] = decision_plot(fit, decision)
@@ -292,6 +300,8 @@ def print_summary(fit: dict, path: Path) -> None:
             f"{comp['verdict']}",
             highlight=False,
         )
+        if comp.get("numeric_change"):
+            console.print(f"compare {comp['source']}: {comp['numeric_change']}", highlight=False)
     for line in report_lines(fit):
         console.print(line, highlight=False)
     console.print(f"wrote {path}", highlight=False, soft_wrap=True)

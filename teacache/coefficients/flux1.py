@@ -1,5 +1,6 @@
 """FLUX.1 rescale polynomial (dev, schnell, krea-dev until a refit replaces it)."""
 
+from teacache.coefficients import FittedOn
 from teacache.rescale import RescaleFunction
 
 # Source: ali-vilab/TeaCache, TeaCache4FLUX/teacache_flux.py (arXiv:2411.19108), the tuple published for
@@ -11,6 +12,14 @@ RESCALE = RescaleFunction(
     coefficients=(4.98651651e02, -2.83781631e02, 5.58554382e01, -3.82021401e00, 2.64230861e-01),
     x_range=(0.0, float("inf")),
     provenance={"source": "ali-vilab/TeaCache TeaCache4FLUX, FLUX.1-dev", "status": "published"},
+)
+
+# Fitted on: PyTorch (diffusers' FluxPipeline, bf16), not on any mflux release, so no mflux numeric change can
+# be placed before or after it; upstream publishes no traces to compare with mflux's path.
+FITTED_ON = FittedOn(
+    framework="PyTorch diffusers",
+    dtype="bfloat16",
+    evidence="ali-vilab/TeaCache TeaCache4FLUX/teacache_flux.py runs diffusers' FluxPipeline",
 )
 
 RECIPE = {"num_steps": 28, "guidance": 3.5, "resolution": "1024x1024", "quantization": None}

@@ -1,5 +1,6 @@
 """FLUX.1 Krea dev: rescale polynomial published by mlx-teacache 0.14.1 (its calibration JSON, data not code)."""
 
+from teacache.coefficients import FittedOn
 from teacache.rescale import RescaleFunction
 
 # Source: IonDen/mlx-teacache 0.14.1 (PyPI sdist), scripts/_calibration_flux1_krea_dev.json; highest power first,
@@ -16,6 +17,15 @@ RESCALE = RescaleFunction(
         "status": "published",
         "r2": 0.681705882207051,
     },
+)
+
+# Fitted on: mflux 0.19.1 or older, dtype not stated. mlx-teacache 0.11.0 (2026-09-06) shipped this fit and
+# pinned mflux>=0.17.5,<0.20; the newest 0.19 release then was 0.19.1 (2026-08-26). Numeric path: before
+# mflux 0.22.0, which loads FLUX.1's norm_out bias.
+FITTED_ON = FittedOn(
+    mflux="0.19.1",
+    exact=False,
+    evidence="shipped by mlx-teacache 0.11.0 (2026-09-06), pinned mflux<0.20; 0.19.1 the newest 0.19 then",
 )
 
 RECIPE = {"num_steps": 28, "guidance": 4.5, "resolution": "512x512", "quantization": 4}

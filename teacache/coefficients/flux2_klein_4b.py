@@ -1,5 +1,6 @@
 """FLUX.2 Klein 4B (distilled): rescale polynomial published by mlx-teacache 0.14.1."""
 
+from teacache.coefficients import FittedOn
 from teacache.rescale import RescaleFunction
 
 # Source: IonDen/mlx-teacache 0.14.1 (PyPI sdist), scripts/_calibration_flux2_klein_4b.json; highest power first,
@@ -15,6 +16,16 @@ RESCALE = RescaleFunction(
         "status": "published",
         "r2": 0.6530168924992779,
     },
+)
+
+# Fitted on: mflux 0.17.5 or older, bfloat16: calibrated 2026-05-15 (its config.py in mlx-teacache 0.14.1), when
+# 0.17.5 (2026-04-10) was the newest mflux release. Numeric path: FLUX.2's, unchanged by every mflux release
+# from 0.16 to 0.24.
+FITTED_ON = FittedOn(
+    mflux="0.17.5",
+    exact=False,
+    dtype="bfloat16",
+    evidence="calibrated 2026-05-15 (mlx-teacache config.py); mflux 0.17.5 the newest release then",
 )
 
 RECIPE = {"num_steps": 8, "guidance": 1.0, "resolution": "512x512", "quantization": None}

@@ -1,5 +1,6 @@
 """FLUX.2 Klein base 4B: rescale polynomial published by mlx-teacache 0.14.1 (its calibration JSON, data not code)."""
 
+from teacache.coefficients import FittedOn
 from teacache.rescale import RescaleFunction
 
 # Source: IonDen/mlx-teacache 0.14.1 (PyPI sdist), scripts/_calibration_flux2_klein_base_4b.json; highest power
@@ -17,6 +18,15 @@ RESCALE = RescaleFunction(
         "status": "published",
         "r2": 0.10643408169124158,
     },
+)
+
+# Fitted on: mflux 0.17.5 or older, dtype not stated: calibrated 2026-05-17 (its config.py in mlx-teacache 0.14.1), when
+# 0.17.5 (2026-04-10) was the newest mflux release. Numeric path: FLUX.2's, unchanged by every mflux release
+# from 0.16 to 0.24.
+FITTED_ON = FittedOn(
+    mflux="0.17.5",
+    exact=False,
+    evidence="calibrated 2026-05-17 (mlx-teacache config.py); mflux 0.17.5 the newest release then",
 )
 
 RECIPE = {"num_steps": 25, "guidance": 1.0, "resolution": "512x512", "quantization": None}

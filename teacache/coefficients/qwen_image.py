@@ -5,6 +5,7 @@ larger of the two CFG branches' rel-L1 change of the transformer body output (be
 where upstream TeaCache fits the model output. Our gate clamps x to the fitted range like mlx-teacache does.
 """
 
+from teacache.coefficients import FittedOn
 from teacache.rescale import RescaleFunction
 
 # Source: IonDen/mlx-teacache 0.14.1 (PyPI sdist), scripts/_calibration_qwen.json, signals.A
@@ -22,6 +23,14 @@ RESCALE = RescaleFunction(
         "heldout_r2": 0.8451455989514055,
         "n_pairs": 343,
     },
+)
+
+# Fitted on: mflux 0.18.0 or older, dtype not stated: calibrated 2026-06-17, when 0.18.0 (2026-06-07) was the
+# newest mflux release. Numeric path: before mflux 0.22.0, which loads Qwen-Image's norm_out bias.
+FITTED_ON = FittedOn(
+    mflux="0.18.0",
+    exact=False,
+    evidence="calibrated 2026-06-17 (mlx-teacache qwen_image/config.py); mflux 0.18.0 the newest release then",
 )
 
 RECIPE = {"num_steps": 50, "guidance": 4.0, "resolution": "768x768", "quantization": 4}

@@ -4,6 +4,7 @@ Same architecture and gate signal as Qwen-Image (block 0's modulated image input
 own fit. Target: the larger of the two CFG branches' rel-L1 change of the transformer body output.
 """
 
+from teacache.coefficients import FittedOn
 from teacache.rescale import RescaleFunction
 
 # Source: IonDen/mlx-teacache 0.14.1 (PyPI sdist), scripts/_calibration_qwen_2512.json, signals.A
@@ -22,5 +23,9 @@ RESCALE = RescaleFunction(
         "n_pairs": 343,
     },
 )
+
+# Fitted on: mflux 0.23.0 (stated by the source), dtype not stated. Numeric path: with mflux 0.22.0's
+# norm_out bias, the path mflux 0.22.0 to 0.24.0 run.
+FITTED_ON = FittedOn(mflux="0.23.0", evidence="mlx-teacache qwen_image_2512/config.py: mflux 0.23.0, 2026-10-20")
 
 RECIPE = {"num_steps": 50, "guidance": 4.0, "resolution": "768x768", "quantization": 4}

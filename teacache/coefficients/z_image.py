@@ -10,6 +10,7 @@ R^2 0.069, held-out 0.016, rejected there. Target of both fits: the larger of th
 change of the main-layer output.
 """
 
+from teacache.coefficients import FittedOn
 from teacache.rescale import RescaleFunction
 
 # Source: IonDen/mlx-teacache 0.14.1 (PyPI sdist), scripts/_calibration_z_image.json, signals.B
@@ -27,6 +28,15 @@ RESCALE = RescaleFunction(
         "heldout_r2": 0.17919779742100683,
         "n_pairs": 343,
     },
+)
+
+# Fitted on: mflux 0.17.5 or older, dtype not stated: calibrated 2026-05-31, when 0.17.5 (2026-04-10) was the
+# newest mflux release. Numeric path: before mflux 0.22.0, whose stream_t_emb keeps a bfloat16 model's hidden
+# stream in bfloat16 (it was promoted to float32 before).
+FITTED_ON = FittedOn(
+    mflux="0.17.5",
+    exact=False,
+    evidence="calibrated 2026-05-31 (mlx-teacache z_image_base/config.py); mflux 0.17.5 the newest release then",
 )
 
 RECIPE = {"num_steps": 50, "guidance": 4.0, "resolution": "512x512", "quantization": 8}

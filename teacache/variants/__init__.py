@@ -1,5 +1,8 @@
 """The variant registry: every fact about a model variant in one ``VariantSpec``, found by name.
 
+A ``Family`` also records the mflux releases that changed its numbers (``NumericChange``), so a packaged
+calibration can say whether the installed mflux still runs the numeric path it was fitted on.
+
 Each family module in this package (``flux1``, ``flux2``, ``qwen``, ``zimage``) declares its ``FAMILY``
 and ``SPECS``; the registry gathers them, the way mlx-lm finds an architecture by module. Nothing here
 imports mflux, so commands can validate a model name in milliseconds, before anything loads.
@@ -11,6 +14,8 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from functools import cache
+
+from teacache._compat import parse_release
 
 FAMILY_MODULES = ("flux1", "flux2", "qwen", "zimage")
 
@@ -40,9 +45,26 @@ class CampaignSizes:
     repeats: int
 
 
+ALL_DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class NumericChange:
+    """An mflux release after which a family's outputs differ for the same weights, inputs and dtype.
+
+    Traces recorded on either side of it differ, so coefficients fitted before it describe another model.
+    ``dtypes``: the compute dtypes whose numbers moved (a cast that is a no-op in float32 moves bfloat16 only).
+    """
+
+    release: str
+    what: str
+    dtypes: tuple[str, ...] = ALL_DTYPES
+
+
 @dataclass(frozen=True)
 class Family:
-    """What a family shares: its adapter, mflux's text-to-image pipeline class, a readable label."""
+    """What a family shares: its adapter, mflux's text-to-image pipeline class, a readable label, and the mflux
+    releases that changed its numbers (``numeric_changes``, oldest first)."""
 
     name: str
     label: str
@@ -50,6 +72,7 @@ class Family:
     pipeline: str  # "module:Class" of mflux's txt2img pipeline
     weights: str  # "module:Class" of mflux's weight definition (how a saved folder is laid out)
     random_builder: str | None = None  # "module:function" building a full-size random-weight model
+    numeric_changes: tuple[NumericChange, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -199,6 +222,31 @@ def family_tables(family_name: str) -> tuple[tuple[str, ...], dict[str, float], 
 def _refusal(spec: VariantSpec) -> str:
     fam = family(spec.family)
     return f"model: {spec.refuse_why}; supported {fam.label} variants: {', '.join(family_variants(fam.name))}"
+
+
+def dtype_name(dtype) -> str:
+    """'bfloat16' from ``mx.bfloat16``, 'mlx.core.bfloat16' (as provenance files store it) or 'bfloat16'."""
+    return str(dtype).rsplit(".", 1)[-1]
+
+
+def numeric_changes_since(
+    family_or_variant: str, fitted_on_release: str, installed_release: str, dtype=None
+) -> tuple[NumericChange, ...]:
+    """The family's numeric changes between two mflux releases: after ``fitted_on_release`` up to and including
+    ``installed_release`` (or the other way round when the installed release is the older one).
+
+    ``dtype`` (``mx.bfloat16``, "bfloat16"; None: any) keeps the changes that move that compute dtype's numbers.
+    A family or a variant name; empty when nothing between the two releases changed this family's numbers.
+    """
+    spec = find(family_or_variant)
+    fam = family(spec.family if spec is not None else family_or_variant)
+    low, high = sorted((parse_release(fitted_on_release), parse_release(installed_release)))
+    wanted = None if dtype is None else dtype_name(dtype)
+    return tuple(
+        change
+        for change in fam.numeric_changes
+        if low < parse_release(change.release) <= high and (wanted is None or wanted in change.dtypes)
+    )
 
 
 def default_model() -> str:

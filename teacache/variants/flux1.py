@@ -1,6 +1,6 @@
 """FLUX.1 variants (mflux's ``Flux1``; adapter ``teacache.adapters.flux1``)."""
 
-from teacache.variants import CampaignSizes, Family, Generation, VariantSpec
+from teacache.variants import CampaignSizes, Family, Generation, NumericChange, VariantSpec
 
 FAMILY = Family(
     name="flux1",
@@ -9,6 +9,12 @@ FAMILY = Family(
     pipeline="mflux.models.flux.variants.txt2img.flux:Flux1",
     weights="mflux.models.flux.weights.flux_weight_definition:FluxWeightDefinition",
     random_builder="teacache.models.fullsize:build_random_flux1",
+    numeric_changes=(
+        NumericChange(
+            release="0.22.0",
+            what="AdaLayerNormContinuous gained a bias: the checkpoints' norm_out bias loads (0.16-0.21 dropped it)",
+        ),
+    ),
 )
 _UPSTREAM = "upstream TeaCache's FLUX.1-dev setting for ~1.5x at 28 steps (README of ali-vilab/TeaCache)"
 

@@ -9,6 +9,7 @@ FAMILY = Family(
     pipeline="mflux.models.flux2.variants.txt2img.flux2_klein:Flux2Klein",
     weights="mflux.models.flux2.weights.flux2_weight_definition:Flux2KleinWeightDefinition",
     random_builder="teacache.models.fullsize:build_random_flux2",
+    numeric_changes=(),  # 0.16-0.24: none (its norm_out has no bias; 0.18/0.19 changed call signatures only)
 )
 _KLEIN = "FLUX.2 Klein: no published threshold; 0.3 is a starting point to measure, not a calibration"
 _DISTILLED = Generation(steps=8, width=1024, height=1024, guidance=1.0)  # the published fits' recipe

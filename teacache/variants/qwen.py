@@ -4,7 +4,7 @@ mflux 0.24.0 resolves its aliases "qwen-image" and "qwen" to Qwen/Qwen-Image-251
 original Qwen/Qwen-Image checkpoint and ``qwen-image-2512`` the newer one, each with its own calibration.
 """
 
-from teacache.variants import CampaignSizes, Family, Generation, VariantSpec
+from teacache.variants import CampaignSizes, Family, Generation, NumericChange, VariantSpec
 
 FAMILY = Family(
     name="qwen",
@@ -13,6 +13,12 @@ FAMILY = Family(
     pipeline="mflux.models.qwen.variants.txt2img.qwen_image:QwenImage",
     weights="mflux.models.qwen.weights.qwen_weight_definition:QwenWeightDefinition",
     random_builder="teacache.models.fullsize:build_random_qwen",
+    numeric_changes=(
+        NumericChange(
+            release="0.22.0",
+            what="AdaLayerNormContinuous gained a bias: the checkpoints' norm_out bias loads (0.16-0.21 dropped it)",
+        ),
+    ),
 )
 _MLX_TEACACHE = (
     "mlx-teacache 0.14.1's sweeps at its calibration recipe (768x768, 50 steps, guidance 4, q4, one prompt): "

@@ -1,6 +1,6 @@
 """Z-Image variants (mflux's ``ZImage``; adapter ``teacache.adapters.zimage``)."""
 
-from teacache.variants import CampaignSizes, Family, Generation, VariantSpec
+from teacache.variants import CampaignSizes, Family, Generation, NumericChange, VariantSpec
 
 FAMILY = Family(
     name="zimage",
@@ -9,6 +9,14 @@ FAMILY = Family(
     pipeline="mflux.models.z_image.variants.z_image:ZImage",
     weights="mflux.models.z_image.weights.z_image_weight_definition:ZImageWeightDefinition",
     random_builder="teacache.models.fullsize:build_random_zimage",
+    numeric_changes=(
+        NumericChange(
+            release="0.22.0",
+            what="stream_t_emb casts the time embedding to the model precision, so the hidden stream stays in it "
+            "where it was promoted to float32 (set_float32(True) restores the old path; a float32 run is unchanged)",
+            dtypes=("bfloat16", "float16"),
+        ),
+    ),
 )
 
 SPECS = (
