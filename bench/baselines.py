@@ -31,7 +31,8 @@ TEACACHE = "teacache"
 FEWER_STEPS = "fewer-steps"
 STATIC = "static"
 STEP_CACHE = "step-cache"
-BASELINES: tuple[str, ...] = (FEWER_STEPS, STATIC, STEP_CACHE)
+MLX_TEACACHE = "mlx-teacache"  # bench.peer: its apply_teacache with the TeaCache arm's coefficients and thresholds
+BASELINES: tuple[str, ...] = (FEWER_STEPS, STATIC, STEP_CACHE, MLX_TEACACHE)
 ARMS: tuple[str, ...] = (TEACACHE, *BASELINES)
 
 # mflux 0.24.0 pipelines whose own denoising loop calls common/step_cache's StepCache (checked by
@@ -70,7 +71,8 @@ class Arm:
     ratio: float | None = None  # step-cache
 
     def __post_init__(self) -> None:
-        needs = {VANILLA: None, TEACACHE: "gate", FEWER_STEPS: "steps", STATIC: "schedule", STEP_CACHE: "ratio"}
+        needs = {VANILLA: None, TEACACHE: "gate", FEWER_STEPS: "steps", STATIC: "schedule", STEP_CACHE: "ratio",
+                 MLX_TEACACHE: "gate"}  # fmt: skip
         if self.name not in needs:
             raise ValueError(f"arm: expected one of {', '.join(needs)}, got {self.name!r}")
         needed = needs[self.name]
@@ -123,6 +125,11 @@ def vanilla() -> Arm:
 
 def teacache(gate: GateConfig) -> Arm:
     return Arm(TEACACHE, f"{gate.rel_l1_thresh:g}", gate=gate)
+
+
+def mlx_teacache(gate: GateConfig) -> Arm:
+    """mlx-teacache's apply_teacache with ``gate``'s coefficients, threshold and skip window (bench.peer)."""
+    return Arm(MLX_TEACACHE, f"{gate.rel_l1_thresh:g}", gate=gate)
 
 
 def fewer_steps(steps: int, num_steps: int) -> Arm:
@@ -195,6 +202,12 @@ def run_arm(model, arm: Arm, prompt: str, seed: int, steps: int, width: int, hei
     if arm.name == FEWER_STEPS:
         gen = generate(model, prompt, seed, arm.steps, width, height, guidance)
         return ArmResult(gen, arm.steps, arm.steps, [], 0)
+    if arm.name == MLX_TEACACHE:
+        from bench.peer import generate_with, settings_for
+
+        peer = generate_with(model, settings_for(arm.gate), prompt, seed, steps, width, height, guidance)
+        skipped = peer.skipped_steps
+        return ArmResult(peer.generation, steps, steps - len(skipped), skipped, _streak(skipped))
     if arm.name == STEP_CACHE:
         with apply_step_cache(model, arm.ratio) as run:
             gen = generate(model, prompt, seed, steps, width, height, guidance)

@@ -66,7 +66,10 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--x-range", default=None, metavar="LO,HI", help="calibrated x range of c4,...,c0")
     parser.add_argument("--traces", type=Path, default=None, help="trace table (any format): predict skips by replay")
     parser.add_argument(
-        "--baselines", default=None, metavar="ARMS", help="also run these arms: fewer-steps,static,step-cache"
+        "--baselines",
+        default=None,
+        metavar="ARMS",
+        help="also run these arms: fewer-steps,static,step-cache,mlx-teacache (its apply_teacache, same thresholds)",
     )
     parser.add_argument(
         "--compare-coefficients", default=None, metavar="A,B",
@@ -748,7 +751,7 @@ def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale, traces
     fields = world.row_fields()  # which rank measured each row, on which hardware, contended or not
     arms_record = None
     if settings.arms_mode:
-        from bench import sweep_arms
+        from bench import peer, sweep_arms
         from bench.replay import predict_schedules
 
         tc_arms = sweep_arms.teacache_arms(rescales, configs_for, thresholds)
@@ -759,6 +762,7 @@ def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale, traces
             schedules = sweep_arms.probe_schedules(model, first, settings.generation, configs)
             grid_from = f"a probe of every threshold on the first pair ({pair_id(first[0], first[2])})"
         grid = sweep_arms.arm_grid(settings.steps, schedules, settings.baselines, skip_first)
+        grid += peer.sweep_arms(configs, settings.baselines, model)  # its apply_teacache at the same thresholds
         arms_record = {
             "baselines": list(settings.baselines),
             "settings": {arm: [a.setting for a in grid if a.name == arm] for arm in settings.baselines},
