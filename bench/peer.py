@@ -62,28 +62,54 @@ def refusal(model=None, rescale=None, threshold: float | None = None) -> str | N
     return None
 
 
-def _installed(name: str):
+def _release(text: str) -> tuple[int, ...] | None:
+    """The numeric release of a version string ("0.24.0", "0.26", "0.25.1rc1" -> (0, 25, 1)), padded to 3."""
+    import re
+
+    match = re.match(r"\d+(?:\.\d+)*", text.strip())
+    if match is None:
+        return None
+    parts = tuple(int(p) for p in match.group(0).split("."))
+    return parts + (0,) * (3 - len(parts))
+
+
+def _installed(name: str) -> str | None:
     from importlib.metadata import PackageNotFoundError
     from importlib.metadata import version as installed
 
-    from packaging.version import Version
-
     try:
-        return Version(installed(name))
+        return installed(name)
     except PackageNotFoundError:
         return None
 
 
-def _declared_mflux_range():
-    """The mflux specifier mlx-teacache's metadata declares (its 'mflux' extra), or None."""
+class MfluxRange:
+    """The mflux versions mlx-teacache's metadata declares (its 'mflux' extra), e.g. ``<0.26,>=0.17.5``."""
+
+    _COMPARE = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b,
+                ">=": lambda a, b: a >= b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b}  # fmt: skip
+
+    def __init__(self, text: str) -> None:
+        import re
+
+        self.text = text
+        self.clauses = [(op, _release(v)) for op, v in re.findall(r"(<=|>=|==|!=|<|>)\s*([0-9][^,;\s]*)", text)]
+
+    def __contains__(self, version: str) -> bool:
+        release = _release(version)
+        return release is None or all(self._COMPARE[op](release, bound) for op, bound in self.clauses)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _declared_mflux_range() -> MfluxRange | None:
     from importlib.metadata import requires
 
-    from packaging.requirements import Requirement
-
     for text in requires(PEER) or []:
-        requirement = Requirement(text)
-        if requirement.name == "mflux":
-            return requirement.specifier
+        name = text.split(";")[0].strip()
+        if name.startswith("mflux") and not name[5:6].isalnum() and name[5:6] not in "-_":
+            return MfluxRange(name[5:].strip().strip("()"))
     return None
 
 
