@@ -18,6 +18,7 @@ SUBCOMMANDS = {
     "blas": "bench.blas",
     "adherence": "bench.adherence",
     "fullsize": "bench.fullsize",
+    "peer-table": "bench.peer_table",
 }
 
 

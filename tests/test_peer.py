@@ -145,6 +145,15 @@ def test_fullsize_times_it_in_the_same_loop_and_says_where_it_cannot(tmp_path, t
     assert record["variant_id"] == "flux1-dev" and record["skipped_steps"]["mlx-teacache-all"] == []
     assert len(record["signal_trace"]) == 8 and record["signal_trace"][:2] == [None, None]
     assert "not run: mlx-teacache" in capsys.readouterr().out
+    from bench import peer_table
+
+    assert peer_table.main([str(tmp_path)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    flux_lines = [line for line in table if line.startswith("| random-flux1-dev")]
+    assert len(flux_lines) == 2 and "every step computed" in flux_lines[0] and "bit-exact / bit-exact" in flux_lines[0]
+    assert "threshold 0.2" in flux_lines[1]
+    assert any("mlx-teacache not run" in line and "no variant for ZImage" in line for line in table)
+    assert peer_table.main([str(tmp_path / "nothing")]) == 2
 
 
 def test_fullsize_refuses_a_threshold_it_does_not_take_before_loading(tmp_path, capsys):
