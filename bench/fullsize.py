@@ -383,9 +383,17 @@ def plan_peer(args, model, rescale, chosen, session, warmup: dict) -> dict:
     why = peer.refusal(model, rescale)
     if why is not None:
         return {"arms": [], "refused_rows": [{"arm": peer.PEER, "note": why}], "why": why}
+    from calib.interrupts import interruptions
+
     coefficients = peer_gate.peer_coefficients(rescale)
     start = time.perf_counter()
-    every = session.run(peer.PeerArm(peer.EVERY_STEP))["peer"]  # also its eager path's full-length warm-up
+    try:
+        every = session.run(peer.PeerArm(peer.EVERY_STEP))["peer"]  # also its eager path's full-length warm-up
+    except interruptions():
+        raise
+    except Exception as exc:  # noqa: BLE001 - its failure on one model must not lose our rows of it
+        why = f"its apply_teacache failed on this model: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        return {"arms": [], "refused_rows": [{"arm": peer.PEER, "note": why}], "why": why}
     warmup["mlx_teacache_all_s"] = time.perf_counter() - start
     settings = peer_gate.PeerSettings(coefficients)
     arms = [("mlx-teacache-all", None, peer.PeerArm(peer.EVERY_STEP), 0)]

@@ -183,3 +183,18 @@ def test_a_sweep_with_the_mlx_teacache_arm(tmp_path, tiny_flux1, monkeypatch):
     assert provenance["arms"]["settings"]["mlx-teacache"] == ["0.1", "0.3"]
     files, _ = report.render(report.load_sweep(out))
     assert "mlx-teacache" in files["report.md"].decode()
+
+
+def test_fullsize_keeps_our_rows_when_its_wrapper_fails(tmp_path, tiny_fullsize, monkeypatch):
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("shape mismatch in its forward\nmore")
+
+    monkeypatch.setattr(peer, "generate_with", broken)
+    argv = ["--models", "random-flux1-dev", "--size", "32", "--steps", "6", "--repeats", "1", "--thresholds", "0.2",
+            "--peer", "mlx-teacache", "--out", str(tmp_path)]  # fmt: skip
+    assert bench_fullsize.main(argv) == 0
+    summary = pd.read_csv(tmp_path / "summary.csv").set_index("arm")
+    assert list(summary.index) == ["proxy-all", "gate", "mlx-teacache"]
+    assert summary.loc["mlx-teacache", "note"] == (
+        "its apply_teacache failed on this model: RuntimeError: shape mismatch in its forward"
+    )
