@@ -19,6 +19,7 @@ SUBCOMMANDS = {
     "blas": "bench.timing.blas",
     "adherence": "bench.quality.adherence",
     "fullsize": "bench.timing.fullsize",
+    "peer-table": "bench.peer.table",
 }
 
 

@@ -282,11 +282,30 @@ def max_curve_difference(old: RescaleFunction, new: RescaleFunction, fit: dict) 
 def setup_arg_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="teacache-calib emit",
-        description="Write the packaged coefficient module of a variant from a fit.json.",
+        description="Write the packaged coefficient module of a variant from a fit.json, or an mlx-teacache "
+        "calibration file (--format mlx-teacache).",
     )
     parser.add_argument("fit", metavar="FIT", help="fit.json written by teacache-calib fit (or its folder)")
-    parser.add_argument("--variant", required=True, help=f"one of: {', '.join(sorted(PACKAGED_MODULES))}")
-    parser.add_argument("--out", metavar="PATH", help="write here instead of teacache/coefficients/<module>.py")
+    parser.add_argument(
+        "--variant",
+        help=f"module: required, one of {', '.join(sorted(PACKAGED_MODULES))}; mlx-teacache: default the fit's",
+    )
+    parser.add_argument(
+        "--format",
+        choices=("module", "mlx-teacache"),
+        default="module",
+        help="module: teacache/coefficients/<module>.py; mlx-teacache: its _calibration_<variant>.json (c4..c0, x "
+        "range, R^2, the raw pairs). A time-aware fit, which mlx-teacache cannot express, is written as the best "
+        "x-only candidate of the same fit (by cv R^2), said in the file's 'note' and on stdout",
+    )
+    parser.add_argument(
+        "--traces", nargs="+", metavar="TABLE", help="mlx-teacache: the fitted traces (default: the fit's inputs)"
+    )
+    parser.add_argument(
+        "--out",
+        metavar="PATH",
+        help="write here instead of teacache/coefficients/<module>.py (mlx-teacache: FIT's folder/_calibration_*.json)",
+    )
     return parser
 
 
@@ -296,7 +315,13 @@ def main(argv: list[str] | None = None) -> int:
         args = setup_arg_parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
+    if args.format == "mlx-teacache":
+        return emit_calibration(args)
     try:
+        if args.variant is None:
+            raise ValueError("--variant: required with --format module")
+        if args.traces:
+            raise ValueError("--traces: only --format mlx-teacache writes the raw pairs")
         fit = read_fit(args.fit)
         text = emit_module(fit, args.variant)
     except (FitError, ValueError, KeyError) as exc:
@@ -330,6 +355,33 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  note: module {module_name(args.variant)} serves {', '.join(shared)}")
     write_text(path, text)
     print(f"wrote {path}")
+    return 0
+
+
+def emit_calibration(args: argparse.Namespace) -> int:
+    """``--format mlx-teacache``: the fit as mlx-teacache's calibration JSON (calib.traces.mlx_teacache_format)."""
+    from calib.traces import mlx_teacache_format as fmt
+    from teacache.io import write_json
+
+    try:
+        if args.out is not None and Path(args.out).is_dir():
+            raise ValueError(f"--out: {args.out} is a folder; expected a .json file path")
+        fit = read_fit(args.fit)
+        data, note = fmt.calibration_object(fit, args.traces, args.variant)
+    except (FitError, ValueError, KeyError) as exc:
+        msg = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+        print(f"teacache-calib emit: error: {msg}", file=sys.stderr)
+        return 2
+    fit_dir = Path(args.fit) if Path(args.fit).is_dir() else Path(args.fit).parent
+    path = Path(args.out) if args.out else fit_dir / fmt.default_name(data["variant"])
+    if note:
+        print(f"note: {note}")
+    write_json(path, data)
+    coefficients = ", ".join(f"{c:.6g}" for c in data["coefficients_c4_to_c0"])
+    print(
+        f"wrote {path}: {data['fitted_model']} ({coefficients}), x {data['x_min']:.4g}..{data['x_max']:.4g}, "
+        f"R^2 {data['fit_r_squared']:.4f}, {data['num_pairs']} pairs of {data['num_prompts']} runs"
+    )
     return 0
 
 

@@ -20,7 +20,7 @@ from bench.sweep.baselines import BASELINES, TEACACHE, VANILLA
 QUALITIES: tuple[str, ...] = ("ssim", "cosine", "psnr")
 KEYS: tuple[str, ...] = ("arm", "rescale", "arm_setting")  # what one point of a front is
 ARM_LABELS = {TEACACHE: "TeaCache", "fewer-steps": "fewer steps", "static": "a static schedule",
-              "step-cache": "mflux's step cache"}  # fmt: skip
+              "step-cache": "mflux's step cache", "mlx-teacache": "mlx-teacache"}  # fmt: skip
 
 
 def keys(runs: pd.DataFrame) -> list[str]:

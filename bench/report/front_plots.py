@@ -20,6 +20,7 @@ ARM_STYLE = {  # colour, marker
     "fewer-steps": ("tab:orange", "s"),
     "static": ("tab:green", "^"),
     "step-cache": ("tab:purple", "D"),
+    "mlx-teacache": ("tab:gray", "v"),
 }
 FRONT_COLOUR = "tab:red"
 PANELS = (("ssim_median", "SSIM, median"), ("ssim_p5", "SSIM, p5"), ("cosine_median", "cosine, median"),

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import mlx.core as mx
 from mlx import nn
 
+from bench.peer import arm as peer
 from bench.quality.metrics import image_metrics, latent_metrics
 from calib.run.generation import generate
 from teacache import apply_teacache
@@ -41,7 +42,8 @@ TEACACHE = "teacache"
 FEWER_STEPS = "fewer-steps"
 STATIC = "static"
 STEP_CACHE = "step-cache"
-BASELINES: tuple[str, ...] = (FEWER_STEPS, STATIC, STEP_CACHE)
+MLX_TEACACHE = "mlx-teacache"  # bench.peer: its apply_teacache with the TeaCache arm's coefficients and thresholds
+BASELINES: tuple[str, ...] = (FEWER_STEPS, STATIC, STEP_CACHE, MLX_TEACACHE)
 ARMS: tuple[str, ...] = (TEACACHE, *BASELINES)
 
 # mflux 0.24.0 pipelines whose own denoising loop calls common/step_cache's StepCache (checked by
@@ -80,7 +82,8 @@ class Arm:
     ratio: float | None = None  # step-cache
 
     def __post_init__(self) -> None:
-        needs = {VANILLA: None, TEACACHE: "gate", FEWER_STEPS: "steps", STATIC: "schedule", STEP_CACHE: "ratio"}
+        needs = {VANILLA: None, TEACACHE: "gate", FEWER_STEPS: "steps", STATIC: "schedule", STEP_CACHE: "ratio",
+                 MLX_TEACACHE: "gate"}  # fmt: skip
         if self.name not in needs:
             raise ValueError(f"arm: expected one of {', '.join(needs)}, got {self.name!r}")
         needed = needs[self.name]
@@ -133,6 +136,11 @@ def vanilla() -> Arm:
 
 def teacache(gate: GateConfig) -> Arm:
     return Arm(TEACACHE, f"{gate.rel_l1_thresh:g}", gate=gate)
+
+
+def mlx_teacache(gate: GateConfig) -> Arm:
+    """mlx-teacache's apply_teacache with ``gate``'s coefficients, threshold and skip window (bench.peer)."""
+    return Arm(MLX_TEACACHE, f"{gate.rel_l1_thresh:g}", gate=gate)
 
 
 def fewer_steps(steps: int, num_steps: int) -> Arm:
@@ -201,6 +209,10 @@ def run_arm(model, arm: Arm, prompt: str, seed: int, steps: int, width: int, hei
     if arm.name == FEWER_STEPS:
         gen = generate(model, prompt, seed, arm.steps, width, height, guidance)
         return ArmResult(gen, arm.steps, arm.steps, [], 0)
+    if arm.name == MLX_TEACACHE:
+        result = peer.generate_with(model, peer.settings_for(arm.gate), prompt, seed, steps, width, height, guidance)
+        skipped = result.skipped_steps
+        return ArmResult(result.generation, steps, steps - len(skipped), skipped, _streak(skipped))
     if arm.name == STEP_CACHE:
         with apply_step_cache(model, arm.ratio) as run:
             gen = generate(model, prompt, seed, steps, width, height, guidance)
@@ -392,3 +404,15 @@ def measure_pair(
             **latent_metrics(gen.latents, ref.latents), **image_metrics(gen.image, ref.image),
         })  # fmt: skip
     return rows
+
+
+def mlx_teacache_arms(configs: dict, baselines: tuple[str, ...], model, say=print) -> list:
+    """The sweep's mlx-teacache arms (one per threshold) when --baselines names it and it can run here."""
+    if MLX_TEACACHE not in baselines:
+        return []
+    config = next(iter(configs.values()))
+    why = peer.refusal(model, config.rescale) or next(filter(None, (peer.refusal(threshold=t) for t in configs)), None)
+    if why is not None:
+        say(f"{peer.PEER} arm not run: {why}")
+        return []
+    return [mlx_teacache(config) for config in configs.values()]

@@ -33,7 +33,7 @@ from bench.common import parse_coefficients, parse_thresholds
 from bench.quality.metrics import MAX_REL_EPS, SSIM_SETTINGS, image_metrics, latent_metrics
 from bench.sweep import arms as sweep_arms
 from bench.sweep.arms import TIMING_ISOLATED
-from bench.sweep.baselines import STEP_CACHE_NATIVE, parse_baselines
+from bench.sweep.baselines import STEP_CACHE_NATIVE, mlx_teacache_arms, parse_baselines
 from bench.sweep.pair import pair_id, proxy_noop, save_image
 from calib.run import arguments, fingerprint, shard
 from calib.run.command import run_guarded
@@ -69,7 +69,10 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--x-range", default=None, metavar="LO,HI", help="calibrated x range of c4,...,c0")
     parser.add_argument("--traces", type=Path, default=None, help="trace table (any format): predict skips by replay")
     parser.add_argument(
-        "--baselines", default=None, metavar="ARMS", help="also run these arms: fewer-steps,static,step-cache"
+        "--baselines",
+        default=None,
+        metavar="ARMS",
+        help="also run these arms: fewer-steps,static,step-cache,mlx-teacache (its apply_teacache, same thresholds)",
     )
     parser.add_argument(
         "--compare-coefficients", default=None, metavar="A,B",
@@ -677,6 +680,7 @@ def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale, traces
             schedules = sweep_arms.probe_schedules(model, first, settings.generation, configs)
             grid_from = f"a probe of every threshold on the first pair ({pair_id(first[0], first[2])})"
         grid = sweep_arms.arm_grid(settings.steps, schedules, settings.baselines, skip_first)
+        grid += mlx_teacache_arms(configs, settings.baselines, model)  # its apply_teacache at the same thresholds
         arms_record = {
             "baselines": list(settings.baselines),
             "settings": {arm: [a.setting for a in grid if a.name == arm] for arm in settings.baselines},

@@ -20,7 +20,7 @@ import pandas as pd
 from teacache.gate import StepDecision
 from teacache.io import FORMAT_VERSION, read_json_object, write_parquet
 
-KINDS = ("vanilla", "teacache", "fewer-steps", "static", "step-cache")  # the last three: --baselines arms
+KINDS = ("vanilla", "teacache", "fewer-steps", "static", "step-cache", "mlx-teacache")  # the last four: --baselines
 MAX_LISTED = 5  # offending rows named in one error message before "and N more"
 SWEEP_FILES = ("runs.parquet", "decisions.parquet", "noop.parquet", "provenance.json")
 

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from bench.common import parse_thresholds
+from bench.peer import gate as peer_gate
 from calib.fit.coefficient_sources import parse_x_range, resolve_coefficients
 from calib.fit.errors import FitError
 from calib.traces.reader import REPLAY_COLUMNS, RunTrace, Traces, load_traces
@@ -56,6 +57,14 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--skip-first", type=int, default=None, help="default: the variant's, else 1")
     parser.add_argument("--skip-last", type=int, default=None, help=f"default: {_GATE_DEFAULTS['skip_last_n_steps']}")
     parser.add_argument("--max-consecutive-skips", type=int, default=_GATE_DEFAULTS["max_consecutive_skips"])
+    parser.add_argument(
+        "--gate",
+        choices=("teacache", "mlx-teacache"),
+        default="teacache",
+        help="mlx-teacache: also replay mlx-teacache's gate (from the installed package) with the same coefficients, "
+        "threshold and, when --skip-first/--skip-last are given, window (else its defaults 1/1); print and, with "
+        "--out, write where and why the two decide differently (OUT.mlx-teacache.csv, OUT.mlx-teacache-steps.csv)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="write the schedules as CSV (and provenance beside)")
     return parser
 
@@ -169,6 +178,34 @@ def _rule_groups(configs: dict[float, GateConfig]) -> dict[tuple, list[int]]:
     return groups
 
 
+def peer_settings(args, rescale):
+    """For --gate mlx-teacache: our config -> mlx-teacache's settings (ValueError if it cannot run them)."""
+    import importlib.util
+
+    if importlib.util.find_spec("mlx_teacache") is None:
+        raise ValueError("--gate mlx-teacache: the mlx-teacache package is not installed (the 'peer' extra)")
+    coefficients = peer_gate.peer_coefficients(rescale)
+
+    def peer_for(config: GateConfig) -> peer_gate.PeerSettings:
+        first = 1 if args.skip_first is None else config.skip_first_n_steps
+        last = 1 if args.skip_last is None else config.skip_last_n_steps
+        return peer_gate.PeerSettings(coefficients, first, last)
+
+    return peer_for
+
+
+def peer_provenance(peer_for, configs: dict) -> dict:
+    from importlib.metadata import version
+
+    first = peer_for(next(iter(configs.values())))
+    return {
+        "mlx_teacache": version("mlx-teacache"),
+        "mlx_teacache_settings": {"coefficients": list(first.coefficients), "skip_first_n_steps":
+                                  first.skip_first_n_steps, "skip_last_n_steps": first.skip_last_n_steps,
+                                  "calibrated_range": None},
+    }  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = setup_arg_parser().parse_args(argv)
@@ -186,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         skip_first = skip_first if args.skip_first is None else args.skip_first
         skip_last = skip_last if args.skip_last is None else args.skip_last
         configs = {t: GateConfig(t, rescale, skip_first, skip_last, args.max_consecutive_skips) for t in thresholds}
+        peer_for = peer_settings(args, rescale) if args.gate == "mlx-teacache" else None
     except (ValueError, FitError) as exc:
         print(f"teacache-bench replay: error: {exc}", file=sys.stderr)
         return 2
@@ -203,8 +241,16 @@ def main(argv: list[str] | None = None) -> int:
         f"replayed in {1000 * elapsed:.1f} ms"
     )
     print(summary.to_string())
+    peer_tables = None
+    if peer_for is not None:
+        peer_tables = peer_gate.compare(traces.runs(), configs, peer_for)
+        for line in peer_gate.summary_lines(*peer_tables):
+            print(f"{peer_gate.PEER}: {line}")
     if args.out:
         write_text(args.out, schedules.to_csv(index=False))
+        if peer_tables is not None:
+            for table, suffix in zip(peer_tables, (".mlx-teacache.csv", ".mlx-teacache-steps.csv"), strict=True):
+                write_text(args.out.with_name(args.out.stem + suffix), table.to_csv(index=False))
         provenance = collect(
             ["teacache-bench", "replay", *argv],
             inputs=[{k: f[k] for k in ("path", "name", "sha256", "rows")} for f in traces.files],
@@ -219,10 +265,13 @@ def main(argv: list[str] | None = None) -> int:
             skip_last_n_steps=skip_last,
             max_consecutive_skips=args.max_consecutive_skips,
             gate_defaults_from="arguments" if args.skip_first is not None else defaults_from,
+            gate=args.gate,
+            **(peer_provenance(peer_for, configs) if peer_for is not None else {}),
         )
         path = args.out.with_name(f"{args.out.stem}.provenance.json")
         write_json(path, provenance)
-        print(f"wrote {args.out} and {path.name}")
+        extra = ", .mlx-teacache.csv, .mlx-teacache-steps.csv" if peer_tables is not None else ""
+        print(f"wrote {args.out} and {path.name}{extra}")
     return 0
 
 

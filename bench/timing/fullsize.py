@@ -40,6 +40,8 @@ import pandas as pd
 import calib
 import teacache
 from bench.common import parse_thresholds
+from bench.peer import arm as peer
+from bench.peer import gate as peer_gate
 from calib.run.generation import generate
 from calib.run.interrupts import interruptions
 from teacache import apply_teacache, variants
@@ -65,7 +67,7 @@ SUMMARY_COLUMNS = (
     "ratio_to_ideal", "vanilla_ms_per_step", "vanilla_ms_per_step_min", "vanilla_ms_per_step_max",
     "arm_ms_per_step", "proxy_overhead_pct", "proxy_overhead_pct_min", "proxy_overhead_pct_max",
     "peak_memory_gib", "vanilla_peak_memory_gib", "cache_memory_mib", "noop_exact", "max_abs_diff", "repeats",
-    "full_size", "rescale", "tag", "hardware",
+    "full_size", "rescale", "tag", "hardware", "note",
 )  # fmt: skip
 CONFIG_KEY = ("model", "quantize", "resolution", "steps", "tag")
 
@@ -88,6 +90,14 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="the weights' seed")
     parser.add_argument("--budget-s", type=float, default=None, help="start no repeat that would end after this")
     parser.add_argument("--tag", default="", help="a label kept in every row (part of the merge key)")
+    parser.add_argument(
+        "--peer",
+        choices=("mlx-teacache",),
+        default=None,
+        help="also time mlx-teacache's apply_teacache (the 'peer' extra) in the same loop: with every step computed "
+        "(mlx-teacache-all) and at each threshold with the same coefficients; a model it cannot run gets a row "
+        "saying why",
+    )
     parser.add_argument("--out", type=Path, default=None, help="default: results/<hardware>/fullsize")
     return parser
 
@@ -138,6 +148,12 @@ def validate(args) -> dict:
     if thresholds == []:
         raise ValueError("--thresholds: expected at least one threshold > 0 (use --fast-path for threshold 0)")
     fractions = parse_fractions(args.skip_fractions) if thresholds is None else []
+    if args.peer is not None:
+        if peer.version() is None:
+            raise ValueError(f"--peer: {peer.PEER} is not installed (the 'peer' extra)")
+        refused = [t for t in thresholds or [] if peer.refusal(threshold=t)]
+        if refused:
+            raise ValueError(f"--peer: {peer.refusal(threshold=refused[0])}")
     return {"variants": variants, "thresholds": thresholds, "fractions": fractions}
 
 
@@ -152,6 +168,8 @@ class Session:
 
     def run(self, settings: dict | None, steps: int | None = None) -> dict:
         """One generation; ``settings`` are apply_teacache's arguments (None: vanilla)."""
+        if isinstance(settings, peer.PeerArm):
+            return peer.run_in_session(self, settings, PROMPT, SEED, steps)
         steps = steps or self.steps
         kwargs = {"prompt": PROMPT, "seed": SEED, "steps": steps, "width": self.size, "height": self.size}
         mx.synchronize()
@@ -248,6 +266,9 @@ def measure_model(variant: str, args, plan: dict, deadline: float | None, say) -
         arms.append(("fast-path", 0.0, {"rel_l1_thresh": 0.0}, None))
     for threshold, predicted in chosen:
         arms.append(("gate", threshold, {"rel_l1_thresh": threshold, "coefficients": rescale}, predicted))
+    peer_plan = plan_peer(args, model, rescale, chosen, session, warmup) if args.peer else None
+    if peer_plan is not None:
+        arms += peer_plan["arms"]
     if len(arms) > 1 and arms[-1][0] == "gate":
         t = time.perf_counter()
         session.run(arms[-1][2], steps=min(WARMUP_STEPS + 2, steps))  # the skip path's kernels
@@ -306,6 +327,8 @@ def measure_model(variant: str, args, plan: dict, deadline: float | None, say) -
     rows = []
     for kind, threshold, _, predicted in arms:
         runs = results[_arm_key((kind, threshold, None, None))]
+        if not runs:
+            continue
         ratios = [v / r["loop_s"] for r, v in zip(runs, vanilla_loops, strict=True)]
         skipped = int(statistics.median(r["skipped"] for r in runs))
         ideal = steps / (steps - skipped)
@@ -320,6 +343,8 @@ def measure_model(variant: str, args, plan: dict, deadline: float | None, say) -
             "noop_exact": all(r["exact"] for r in runs) if skipped == 0 else None,
             "max_abs_diff": max(r["max_abs"] for r in runs),
         })  # fmt: skip
+    if peer_plan is not None:
+        rows += [{**common, **row} for row in peer_plan["refused_rows"]]
     provenance = {
         "model": label, "variant": variant, "seed": args.seed, "prompt": PROMPT, "generation_seed": SEED,
         "build_s": build_s, "warmup": warmup, "signal_trace": xs, "skip_fractions": plan["fractions"],
@@ -327,9 +352,12 @@ def measure_model(variant: str, args, plan: dict, deadline: float | None, say) -
         "repeats_done": done, "skipped_steps": {name: [d.step for d in runs[0]["log"] if not d.compute]
                                                  for name, runs in results.items() if runs and runs[0]["log"]},
     }  # fmt: skip
+    if peer_plan is not None:
+        provenance["mlx_teacache"] = peer_record(peer_plan, results)
     for runs in results.values():
         for r in runs:
             r.pop("log", None)
+            r.pop("peer", None)
     del session, model
     mx.clear_cache()
     return rows, run_rows, provenance
@@ -337,7 +365,60 @@ def measure_model(variant: str, args, plan: dict, deadline: float | None, say) -
 
 def _arm_key(arm) -> str:
     kind, threshold = arm[0], arm[1]
-    return kind if kind != "gate" else f"gate {threshold:g}"
+    return f"{kind} {threshold:g}" if kind in ("gate", "mlx-teacache") else kind
+
+
+def plan_peer(args, model, rescale, chosen, session, warmup: dict) -> dict:
+    """mlx-teacache's arms for this model (bench.peer), warmed up; or rows saying why it cannot run here.
+
+    mlx-teacache-all: every gated step computed (its gate, signal and eager predict each step). Then one arm
+    per threshold with the same coefficients; its predicted skip count replays its gate (bench.peer.gate) over
+    its own signal, read from the mlx-teacache-all run.
+    """
+    why = peer.refusal(model, rescale)
+    if why is not None:
+        return {"arms": [], "refused_rows": [{"arm": peer.PEER, "note": why}], "why": why}
+    coefficients = peer_gate.peer_coefficients(rescale)
+    start = time.perf_counter()
+    try:
+        every = session.run(peer.PeerArm(peer.EVERY_STEP))["peer"]  # also its eager path's full-length warm-up
+    except interruptions():
+        raise
+    except Exception as exc:  # noqa: BLE001 - its failure on one model must not lose our rows of it
+        why = f"its apply_teacache failed on this model: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        return {"arms": [], "refused_rows": [{"arm": peer.PEER, "note": why}], "why": why}
+    warmup["mlx_teacache_all_s"] = time.perf_counter() - start
+    settings = peer_gate.PeerSettings(coefficients)
+    arms = [("mlx-teacache-all", None, peer.PeerArm(peer.EVERY_STEP), 0)]
+    refused_rows = []
+    for threshold, _ in chosen:
+        if peer_gate.threshold_refusal(threshold):
+            refused_rows.append(
+                {"arm": peer.PEER, "threshold": threshold, "note": peer_gate.threshold_refusal(threshold)}
+            )
+            continue
+        kinds = peer_gate.replay_peer(every.signal, threshold, settings)
+        arm = peer.PeerArm({"rel_l1_thresh": threshold, "coefficients": coefficients})
+        arms.append(("mlx-teacache", threshold, arm, sum(k == "skipped" for k in kinds)))
+    if len(arms) > 1:
+        session.run(arms[-1][2], steps=min(WARMUP_STEPS + 2, session.steps))  # its skip path
+    return {"arms": arms, "refused_rows": refused_rows, "why": None, "every": every, "coefficients": coefficients}
+
+
+def peer_record(plan: dict, results: dict) -> dict:
+    """What the provenance keeps of mlx-teacache's runs: version, variant, its signal and skipped steps."""
+    if plan["why"] is not None:
+        return {"version": peer.version(), "not_run": plan["why"]}
+    every = plan["every"]
+    return {
+        "version": peer.version(), "variant_id": every.variant_id, "coefficients": list(plan["coefficients"]),
+        "skip_first_n_steps": 1, "skip_last_n_steps": 1, "signal_trace": every.signal,
+        "warnings": every.warnings,
+        "skipped_steps": {name: runs[0]["peer"].skipped_steps for name, runs in results.items()
+                          if runs and "peer" in runs[0]},
+        "decisions": {name: runs[0]["peer"].decisions for name, runs in results.items()
+                      if runs and "peer" in runs[0]},
+    }  # fmt: skip
 
 
 # --- output -------------------------------------------------------------------------------------
@@ -467,6 +548,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _row_line(row: dict) -> str:
+    if isinstance(row.get("note"), str) and row["note"]:
+        return f"  {row['arm']}: not run: {row['note']}"
     threshold = "" if row["threshold"] is None or pd.isna(row["threshold"]) else f" {row['threshold']:g}"
     exact = "" if row["noop_exact"] is None else f", bit-exact {row['noop_exact']}"
     return (

@@ -8,56 +8,13 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from calib import emit as emitmod
-from calib.fit import command as fitmod
 from calib.fit.command import rescale_from_fit
 from teacache.coefficients import module_name
 from teacache.rescale import RescaleFunction
-
-TRACE_PROVENANCE = {
-    "format_version": 1,
-    "date_utc": "2026-01-02T03:04:05Z",
-    "command": "teacache-calib record --model tiny-flux1 --out rec",
-    "git": {"commit": "0123456789abcdef0123456789abcdef01234567", "dirty": False},
-    "versions": {"mlx": "0.32.2", "mflux": "0.24.0", "numpy": "2.4.6", "python": "3.11.7"},
-    "backend": "cpu",
-    "device_name": "Test CPU",
-    "os": "Linux test",
-    "model": "tiny-flux1",
-    "variant": "tiny-flux1",
-    "quantization": None,
-    "resolution": "128x128",
-    "steps": 10,
-    "guidance": 3.5,
-    "seeds": [0, 1],
-}
-
-
-def traces(shift_per_step: float = 0.0, n_prompts: int = 5, n_steps: int = 10) -> pd.DataFrame:
-    rng = np.random.default_rng(7)
-    rows = []
-    for p in range(n_prompts):
-        for seed in (0, 1):
-            for step in range(1, n_steps):
-                u = step / (n_steps - 1)
-                x = rng.uniform(0.03, 0.3)
-                y = 0.02 + 0.7 * x + 2.0 * x**2 + shift_per_step * u + rng.normal(0, 0.002)
-                rows.append(dict(run_id=f"p{p}-s{seed}", variant="tiny-flux1", prompt_id=f"p{p}", seed=seed,
-                                 step=step, num_steps=n_steps, x_rel_l1=x, y_rel_l1=y))  # fmt: skip
-    return pd.DataFrame(rows)
-
-
-def make_fit(root: Path, frame: pd.DataFrame, *extra: str) -> Path:
-    rec = root / "rec"
-    rec.mkdir(parents=True, exist_ok=True)
-    frame.to_parquet(rec / "traces.parquet", index=False)
-    (rec / "provenance.json").write_text(json.dumps(TRACE_PROVENANCE))
-    out = root / "fit"
-    assert fitmod.main([str(rec / "traces.parquet"), "--out", str(out), "--no-plots", *extra]) == 0
-    return out / "fit.json"
+from tests.calib.conftest import TRACE_PROVENANCE, make_fit, traces
 
 
 @pytest.fixture(scope="module")
