@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import ast
 import hashlib
-import json
 import sys
 import zipfile
 from collections.abc import Callable
@@ -40,21 +39,19 @@ def _strip_docstrings(node: ast.AST) -> ast.AST:
     for item in ast.walk(node):
         if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Module):
             body = item.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
-                if isinstance(body[0].value.value, str):
-                    item.body = body[1:] or [ast.Pass()]
+            first = body[0].value if body and isinstance(body[0], ast.Expr) else None
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                item.body = body[1:] or [ast.Pass()]
     return node
 
 
 def find_definition(source: str, qualname: str) -> ast.AST | None:
     """The ``def`` of ``Class.method`` or ``function`` at the top level of a module's source."""
+    definitions = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
     scope: list[ast.stmt] = ast.parse(source).body
     node = None
     for part in qualname.split("."):
-        node = next(
-            (n for n in scope if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and n.name == part),
-            None,
-        )
+        node = next((n for n in scope if isinstance(n, definitions) and n.name == part), None)
         if node is None:
             return None
         scope = node.body

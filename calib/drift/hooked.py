@@ -104,9 +104,7 @@ def pipeline_functions(family_name: str) -> set[str]:
 
 def hooked_functions(read_source) -> dict[str, set[str]]:
     """Every family's functions, plus the shared ones under ``ALL_FAMILIES``."""
-    result = {
-        ALL_FAMILIES: adapter_functions((ADAPTERS / f"{SHARED}.py").read_text(encoding="utf-8"), read_source)
-    }
+    result = {ALL_FAMILIES: adapter_functions((ADAPTERS / f"{SHARED}.py").read_text(encoding="utf-8"), read_source)}
     for fam in variants.families():
         source = (ADAPTERS / f"{fam.adapter}.py").read_text(encoding="utf-8")
         result[fam.name] = (
