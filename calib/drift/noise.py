@@ -4,7 +4,7 @@ Each process runs every (variant, dtype) of :mod:`calib.drift.numbers` in anothe
 and with another OpenBLAS thread count (1 or 2: another summation order in float32 matmuls); the floor of a
 (dtype, metric) is the largest distance between any two processes over every family. ``moved`` means more
 than ``FLOOR_FACTOR`` times that floor, and more than the dtype's resolution (``MIN_MOVE``), so a move is
-never byte inequality alone. Writes ``data/noise_floor.json`` with its provenance:
+never byte inequality alone. Writes ``data/references/<hardware>/noise_floor.json`` with its provenance:
 ``python -m calib.drift.noise [--processes 4] [--out FILE]``.
 """
 
@@ -20,11 +20,12 @@ from pathlib import Path
 
 from calib.drift import numbers
 
-FLOOR = Path(__file__).with_name("data") / "noise_floor.json"
+REFERENCES = Path(__file__).with_name("data") / "references"
 FLOOR_FORMAT = 1
 FLOOR_FACTOR = 10.0
-# One unit in the last place of the dtype's mantissa, relative: below this a latent cannot be said to move.
-MIN_MOVE = {"float32": 2.0**-23, "bfloat16": 2.0**-7}
+# A quarter of the dtype's epsilon: about the relative L2 error of rounding a latent once more to the dtype
+# (tests/test_drift_numbers.py measures it). Smaller distances are not a move, whatever the floor says.
+MIN_MOVE = {"float32": 2.0**-25, "bfloat16": 2.0**-9}
 
 
 def process_env(index: int) -> dict[str, str]:
@@ -70,7 +71,11 @@ def threshold(floor: dict, dtype: str, metric: str) -> float:
     return max(FLOOR_FACTOR * floor["floor"][dtype][metric], MIN_MOVE[dtype])
 
 
-def load_floor(path: Path = FLOOR) -> dict:
+def floor_path(slug: str) -> Path:
+    return REFERENCES / slug / "noise_floor.json"
+
+
+def load_floor(path: Path) -> dict:
     from teacache.io import read_json_object
 
     data = read_json_object(path)
@@ -86,8 +91,6 @@ def measure(count: int, fullsize: bool = False) -> dict:
     return {
         "format_version": FLOOR_FORMAT,
         **floor_from(results),
-        "factor": FLOOR_FACTOR,
-        "min_move": MIN_MOVE,
         "settings": results[0]["settings"] | {"order": None},
         "processes": [
             {"order": index, "env": process_env(index), "seconds": sum(r["seconds"] for r in res["runs"].values())}
@@ -100,17 +103,19 @@ def measure(count: int, fullsize: bool = False) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m calib.drift.noise", description=__doc__.split("\n\n")[0])
     parser.add_argument("--processes", type=int, default=4)
-    parser.add_argument("--out", type=Path, default=FLOOR, help="default: calib/drift/data/noise_floor.json")
+    parser.add_argument("--out", type=Path, help="default: calib/drift/data/references/<hardware>/noise_floor.json")
     parser.add_argument("--fullsize", action="store_true")
     args = parser.parse_args(argv)
     if args.processes < 2:
         print("--processes: expected at least 2 (the floor is a distance between processes)", file=sys.stderr)
         return 2
     from teacache.io import write_json
+    from teacache.provenance import hardware_slug
 
+    out = args.out or floor_path(hardware_slug())
     floor = measure(args.processes, args.fullsize)
-    write_json(args.out, floor)
-    print(f"wrote {args.out}: {floor['floor']}")
+    write_json(out, floor)
+    print(f"wrote {out}: {floor['floor']}")
     return 0
 
 

@@ -228,14 +228,21 @@ def plan(variants_: tuple[str, ...], dtypes: tuple[str, ...], order: int = 0) ->
 
 
 def run_numbers(fullsize: bool = False, dtypes: tuple[str, ...] = DTYPES, order: int = 0, progress=None) -> dict:
-    """Every family's model in every dtype: {"settings", "runs": {variant/dtype: summary}}."""
+    """Every family's model in every dtype: {"settings", "runs": {variant/dtype: summary, or {"error"}}}."""
     settings = FULLSIZE if fullsize else TINY
     names = FULLSIZE_VARIANTS if fullsize else embedded_variants()
     runs = {}
     for variant, dtype in plan(names, dtypes, order):
         if progress:
             progress(f"{variant} {dtype}")
-        runs[run_key(variant, dtype)] = run_variant(variant, dtype, settings, fullsize)
+        try:
+            runs[run_key(variant, dtype)] = run_variant(variant, dtype, settings, fullsize)
+        except Exception as exc:  # noqa: BLE001 - a release that breaks a family is a finding, not a crash
+            runs[run_key(variant, dtype)] = {
+                "variant": variant,
+                "dtype": dtype,
+                "error": f"{type(exc).__name__}: {exc}",
+            }
     return {
         "format_version": RESULT_FORMAT,
         "settings": {
