@@ -14,11 +14,15 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 
 from bench.campaign import PROJECT_ROOT  # noqa: E402
 from bench.campaign import main as campaign_main
+from calib.dispatch import refuse_unsupported_mflux
 from teacache import variants
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    refused = refuse_unsupported_mflux("teacache-demo")
+    if refused is not None:
+        return refused
     if "--out" not in argv:
         argv += ["--out", str(PROJECT_ROOT / "results" / "demo" / variants.default_model())]
     return campaign_main(argv)

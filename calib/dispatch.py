@@ -10,6 +10,19 @@ import sys
 os.environ.setdefault("TQDM_DISABLE", "1")
 
 
+def refuse_unsupported_mflux(prog: str) -> int | None:
+    """Exit code 2 after one line when the installed mflux is outside the supported range, before any import
+    of mflux or the command; None when the command may run."""
+    from teacache._compat import MfluxVersionError, check_mflux_version
+
+    try:
+        check_mflux_version()
+    except MfluxVersionError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+    return None
+
+
 def dispatch(prog: str, subcommands: dict[str, str], argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in subcommands:
@@ -19,6 +32,9 @@ def dispatch(prog: str, subcommands: dict[str, str], argv: list[str] | None = No
             print(f"{prog}: unknown command {argv[0]!r}; expected one of: {names}", file=sys.stderr)
             return 2
         return 0
+    refused = refuse_unsupported_mflux(f"{prog} {argv[0]}")
+    if refused is not None:
+        return refused
     from calib.interrupts import interruptions
 
     try:

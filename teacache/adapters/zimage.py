@@ -46,7 +46,8 @@ def time_embedding(transformer: ZImageTransformer, timestep, sigmas: mx.array) -
     if timestep.ndim == 0:
         timestep = timestep.reshape((1,))
     t_emb = transformer.t_embedder(timestep.astype(mx.float32) * transformer.t_scale)
-    return ZImageTransformer.stream_t_emb(t_emb, transformer.float32)
+    stream_t_emb = getattr(ZImageTransformer, "stream_t_emb", None)  # mflux 0.22+; before, t_emb stays float32
+    return t_emb if stream_t_emb is None else stream_t_emb(t_emb, transformer.float32)
 
 
 def embed_image(transformer: ZImageTransformer, x: mx.array, cap_feats: mx.array):

@@ -195,7 +195,9 @@ def random_transformer(variant: str, seed: int = 0, quantize: int | None = None,
     transformer = full_transformer(variant, blocks)
     draw_weights(transformer, seed, ModelConfig.precision)
     if family_of(variant) == "zimage":
-        transformer.set_float32(False)
+        from teacache.models._releases import stream_in_model_precision
+
+        stream_in_model_precision(transformer)
     if quantize is not None:
         quantize_like_mflux(transformer, quantize, _weight_definition(family_of(variant)))
     return transformer

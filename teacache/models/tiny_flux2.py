@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 
 import mlx.core as mx
-from mflux.models.common.compute_precision import ComputePrecision
 from mflux.models.common.config.model_config import ModelConfig
 from mflux.models.flux2.flux2_initializer import Flux2Initializer
 from mflux.models.flux2.model.flux2_text_encoder.prompt_encoder import Flux2PromptEncoder
@@ -21,6 +20,7 @@ from mflux.models.flux2.variants.txt2img.flux2_klein import Flux2Klein
 from mlx import nn
 
 from teacache.models._init import redraw_linears
+from teacache.models._releases import no_compute_precision
 
 CONTEXT_DIM = 64
 TEXT_TOKENS = 16
@@ -78,7 +78,8 @@ def build_tiny_flux2(seed: int = 0) -> Flux2Klein:
     model.tokenizers = {}
     model.bits, model.lora_paths, model.lora_scales = None, [], []
     model.small_text_encoder = model.small_decoder = False
-    model.compute_precision = ComputePrecision(None)
+    if (precision := no_compute_precision()) is not None:
+        model.compute_precision = precision
     model.teacache_variant = "tiny-flux2"
 
     def encode_prompt_pair(*, prompt: str, negative_prompt: str | None, guidance: float):

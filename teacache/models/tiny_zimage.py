@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 
 import mlx.core as mx
-from mflux.models.common.compute_precision import ComputePrecision
 from mflux.models.common.config.model_config import ModelConfig
 from mflux.models.common.tokenizer.tokenizer_output import TokenizerOutput
 from mflux.models.z_image.model.z_image_transformer.transformer import ZImageTransformer
@@ -23,6 +22,7 @@ from mflux.models.z_image.z_image_initializer import ZImageInitializer
 from mlx import nn
 
 from teacache.models._init import redraw_linears
+from teacache.models._releases import no_compute_precision, stream_in_model_precision
 from teacache.models.tiny_flux1 import TinyVAE
 
 CAPTION_DIM = 64  # cap_feat_dim (2560 in Z-Image)
@@ -45,7 +45,7 @@ def build_tiny_transformer(seed: int = 0, dim: int = 256, heads: int = 2, layers
     )
     redraw_linears(transformer, seed)
     transformer.set_dtype(ModelConfig.precision)
-    transformer.set_float32(False)
+    stream_in_model_precision(transformer)
     mx.eval(transformer.parameters())
     return transformer
 
@@ -92,6 +92,7 @@ def build_tiny_z_image(seed: int = 0) -> ZImage:
     model.transformer = build_tiny_transformer(seed)
     model.bits, model.lora_paths, model.lora_scales = None, [], []
     model.float32 = False
-    model.compute_precision = ComputePrecision(None)
+    if (precision := no_compute_precision()) is not None:
+        model.compute_precision = precision
     model.teacache_variant = "tiny-z-image"
     return model
