@@ -94,11 +94,11 @@ def _load_numbers(path: Path) -> dict:
 
 def plan(args: argparse.Namespace) -> Plan:
     """Every argument checked, nothing loaded; ValueError with one line naming the argument."""
-    from teacache._compat import VERIFIED_MFLUX
+    from teacache._compat import NEWEST_MFLUX
 
     version = metadata.version("mflux")
     table = code.load_table()
-    baseline = args.baseline or VERIFIED_MFLUX
+    baseline = args.baseline or NEWEST_MFLUX
     if baseline not in table["releases"]:
         raise ValueError(
             f"--baseline: {baseline} is not a verified release; expected one of {', '.join(table['releases'])}"
