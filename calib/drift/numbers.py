@@ -258,7 +258,11 @@ def run_numbers(fullsize: bool = False, dtypes: tuple[str, ...] = DTYPES, order:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m calib.drift.numbers --out FILE``: the numbers alone (the noise floor runs this per process)."""
+    """``python -m calib.drift.numbers --out FILE``: the numbers alone, with their provenance.
+
+    The noise floor runs this once per process; a committed reference is this, run under its release:
+    ``--out calib/drift/data/references/<hardware>/mflux-<release>.json``.
+    """
     parser = argparse.ArgumentParser(prog="python -m calib.drift.numbers")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--order", type=int, default=0)
@@ -267,8 +271,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TQDM_DISABLE", "1")
     import teacache  # noqa: F401  (OpenBLAS before MLX)
     from teacache.io import write_json
+    from teacache.provenance import collect, hardware_slug
 
-    write_json(args.out, run_numbers(fullsize=args.fullsize, order=args.order))
+    result = run_numbers(fullsize=args.fullsize, order=args.order)
+    write_json(args.out, {**result, "provenance": collect(hardware=hardware_slug())})
     return 0
 
 
