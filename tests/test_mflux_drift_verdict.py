@@ -38,8 +38,9 @@ def test_exit_status_is_one_for_a_refit_or_a_broken_integration_only():
 
 def test_a_refit_names_the_record_fit_and_emit_commands_of_the_variant():
     spec = variants.get("flux1-dev")
-    result = verdict.variant_verdict(spec, FamilyEvidence("flux1", moved={"bfloat16": True}), "0.25.0")
-    assert result["status"] == verdict.REFIT and "bfloat16 moved" in result["line"]
+    evidence = FamilyEvidence("flux1", moved={"bfloat16": True}, ratios={"bfloat16": 6.3})
+    result = verdict.variant_verdict(spec, evidence, "0.25.0")
+    assert result["status"] == verdict.REFIT and "bfloat16 moved (6.3x the threshold)" in result["line"]
     record, fit, emit = result["commands"]
     assert record.startswith("teacache-calib record --model flux1-dev --prompts default")
     assert "--compare packaged" in fit and emit.endswith("--variant flux1-dev")

@@ -169,6 +169,18 @@ def moved_by_family(comparison: dict | None, dtypes: tuple[str, ...]) -> dict[st
     return {fam: ({d: m[d] for d in dtypes if d in m} or None) if m else None for fam, m in result.items()}
 
 
+def ratios_by_family(comparison: dict | None) -> dict[str, dict[str, float]]:
+    """Per family and dtype, the largest distance / threshold over the metrics (above 1: moved)."""
+    from teacache import variants
+
+    result: dict[str, dict[str, float]] = {}
+    for run in (comparison or {}).values():
+        worst = max(m["distance"] / m["threshold"] for m in run["metrics"].values())
+        slot = result.setdefault(variants.get(run["variant"]).family, {})
+        slot[run["dtype"]] = max(slot.get(run["dtype"], 0.0), worst)
+    return result
+
+
 def numbers_errors(current: dict | None) -> dict[str, str]:
     """The first error of each family whose model failed to build or run."""
     from teacache import variants
@@ -241,7 +253,9 @@ def run_drift(plan_: Plan) -> dict:
                 oracles = None if error else run_oracles(embedded[family])
             except Exception as exc:  # noqa: BLE001 - any failure of the integration is the finding
                 error = f"{type(exc).__name__}: {exc}"
-        evidence[family] = verdict.FamilyEvidence(family, changed, moved.get(family), oracles, error)
+        evidence[family] = verdict.FamilyEvidence(
+            family, changed, moved.get(family), oracles, error, ratios_by_family(comparison).get(family)
+        )
     results = verdict.verdicts(variants.all_specs(), evidence, plan_.version)
     for result in results:
         print(result["line"])

@@ -28,6 +28,7 @@ class FamilyEvidence:
     moved: dict[str, bool] | None = None  # dtype -> moved above the floor; None: no reference
     oracles: dict | None = None  # {"holds": bool, "checks": [...]}; None: not run
     error: str | None = None  # a run that raised
+    ratios: dict[str, float] | None = None  # dtype -> largest distance / threshold over the metrics
 
 
 def status_of(evidence: FamilyEvidence) -> str:
@@ -52,10 +53,19 @@ def refit_commands(variant: str, prompt_set: str, version: str) -> list[str]:
     ]
 
 
-def _numbers_text(moved: dict[str, bool] | None) -> str:
+def _numbers_text(moved: dict[str, bool] | None, ratios: dict[str, float] | None = None) -> str:
     if moved is None:
         return "numbers not checked: no reference for this hardware"
-    return "numbers " + ", ".join(f"{dtype} {'moved' if m else 'unchanged'}" for dtype, m in moved.items())
+
+    def one(dtype: str, m: bool) -> str:
+        ratio = (ratios or {}).get(dtype)
+        return (
+            f"{dtype} moved ({ratio:.3g}x the threshold)"
+            if m and ratio is not None
+            else (f"{dtype} {'moved' if m else 'unchanged'}")
+        )
+
+    return "numbers " + ", ".join(one(dtype, m) for dtype, m in moved.items())
 
 
 def _code_text(changed: list[str]) -> str:
@@ -83,10 +93,8 @@ def variant_verdict(spec, evidence: FamilyEvidence, version: str) -> dict:
     status = status_of(evidence)
     has_coefficients = bool(spec.coefficients)
     commands = refit_commands(spec.name, spec.prompt_set, version) if status == REFIT and has_coefficients else []
-    line = (
-        f"{spec.name}: {status} ({_code_text(evidence.changed_functions)}; {_numbers_text(evidence.moved)}) -> "
-        f"{advice(status, has_coefficients, evidence)}"
-    )
+    found = f"{_code_text(evidence.changed_functions)}; {_numbers_text(evidence.moved, evidence.ratios)}"
+    line = f"{spec.name}: {status} ({found}) -> {advice(status, has_coefficients, evidence)}"
     return {
         "variant": spec.name,
         "family": spec.family,
@@ -94,6 +102,7 @@ def variant_verdict(spec, evidence: FamilyEvidence, version: str) -> dict:
         "line": line,
         "changed_functions": evidence.changed_functions,
         "moved": evidence.moved,
+        "ratios": evidence.ratios,
         "oracles": evidence.oracles,
         "commands": commands,
     }
