@@ -41,17 +41,23 @@ def test_fingerprint_of_what_a_module_does_not_define_is_absent():
 
 
 def test_adapter_functions_come_from_imports_and_the_attributes_the_adapter_names():
-    adapter = "from mflux.fake.blocks import Block\ndef signal(tr):\n    return Block.helper(tr) + tr._walk()\n"
+    adapter = (
+        "from mflux.fake.blocks import Block\n"
+        "def signal(tr):\n"
+        "    guarded = getattr(Block, 'maybe', None)  # a guard on what a release has\n"
+        "    return Block.helper(tr) + tr._walk()\n"
+    )
     mflux_source = (
         "class Block:\n"
         "    def __init__(self): pass\n"
         "    def __call__(self, x): return x\n"
         "    def helper(self): pass\n"
         "    def _walk(self): pass\n"
+        "    def maybe(self): pass\n"
         "    def unused(self): pass\n"
     )
     found = hooked.adapter_functions(adapter, lambda module: mflux_source if module == "mflux.fake.blocks" else None)
-    assert found == {f"mflux.fake.blocks:Block.{m}" for m in ("__init__", "__call__", "helper", "_walk")}
+    assert found == {f"mflux.fake.blocks:Block.{m}" for m in ("__init__", "__call__", "helper", "_walk", "maybe")}
 
 
 def test_every_hooked_function_exists_in_the_installed_mflux():

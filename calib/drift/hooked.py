@@ -67,8 +67,22 @@ def _imports(tree: ast.Module) -> dict[str, str]:
     return found
 
 
+def _is_guard(node: ast.AST) -> bool:
+    """``getattr(x, "name", ...)`` or ``hasattr(x, "name")``."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")):
+        return False
+    return len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+
+
 def _attribute_names(tree: ast.Module) -> set[str]:
-    return {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    """``x.name``, and ``getattr(x, "name", ...)`` / ``hasattr(x, "name")`` (a guard on what a release has)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            names.add(node.attr)
+        elif _is_guard(node):
+            names.add(node.args[1].value)
+    return names
 
 
 def class_methods(source: str, class_name: str) -> set[str]:
