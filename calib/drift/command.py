@@ -132,7 +132,7 @@ def plan(args: argparse.Namespace) -> Plan:
 
 
 def comparable(current: dict, reference: dict) -> bool:
-    keys = ("steps", "width", "height", "prompt", "seed", "fullsize", "sketch_size")
+    keys = ("steps", "width", "height", "prompt", "seed", "fullsize", "sketch_size", "blocks")
     return all(current["settings"].get(k) == reference["settings"].get(k) for k in keys)
 
 

@@ -171,14 +171,15 @@ def draw_zero_parameters(module, seed: int) -> list[str]:
     return [name for name, _ in drawn]
 
 
-def build(variant: str, fullsize: bool = False):
-    """The model of ``variant`` (embedded, or ``random-<variant>`` at full size) in ``ModelConfig.precision``."""
+def build(variant: str, fullsize: bool = False, blocks: int | None = None):
+    """The model of ``variant`` (embedded, or ``random-<variant>`` at full size; ``blocks``: a smoke test with that
+    many blocks of each kind, NOT full size) in ``ModelConfig.precision``."""
     from teacache import variants
     from teacache.loading import _attribute
 
     spec = variants.get(variant)
     if fullsize:
-        model = _attribute(variants.family(spec.family).random_builder)(variant, seed=SEED)
+        model = _attribute(variants.family(spec.family).random_builder)(variant, seed=SEED, blocks=blocks)
     else:
         model = _attribute(spec.builder)(seed=SEED)
     drawn = draw_zero_parameters(model.transformer, SEED)
@@ -196,7 +197,7 @@ def run_variant(variant: str, dtype: str, settings: dict, fullsize: bool = False
     args = (PROMPT, SEED, settings["steps"], settings["width"], settings["height"], guidance)
     start = time.perf_counter()
     with model_precision(dtype):
-        model, drawn = build(variant, fullsize)
+        model, drawn = build(variant, fullsize, settings.get("blocks"))
         vanilla = generate(model, *args)
         with apply_teacache(model, calibrate=True) as handle:
             recorded = generate(model, *args)
@@ -227,9 +228,17 @@ def plan(variants_: tuple[str, ...], dtypes: tuple[str, ...], order: int = 0) ->
     return runs[shift:] + runs[:shift]
 
 
-def run_numbers(fullsize: bool = False, dtypes: tuple[str, ...] = DTYPES, order: int = 0, progress=None) -> dict:
-    """Every family's model in every dtype: {"settings", "runs": {variant/dtype: summary, or {"error"}}}."""
-    settings = FULLSIZE if fullsize else TINY
+def run_numbers(
+    fullsize: bool = False,
+    dtypes: tuple[str, ...] = DTYPES,
+    order: int = 0,
+    progress=None,
+    overrides: dict | None = None,
+) -> dict:
+    """Every family's model in every dtype: {"settings", "runs": {variant/dtype: summary, or {"error"}}}.
+
+    ``overrides`` (steps, width, height, blocks) change the full-size settings, for smoke tests."""
+    settings = {**(FULLSIZE if fullsize else TINY), **(overrides or {})}
     names = FULLSIZE_VARIANTS if fullsize else embedded_variants()
     runs = {}
     for variant, dtype in plan(names, dtypes, order):
@@ -266,14 +275,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m calib.drift.numbers")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--order", type=int, default=0)
-    parser.add_argument("--fullsize", action="store_true")
+    parser.add_argument("--fullsize", action="store_true", help="random-<variant> at full size (default: bfloat16)")
+    parser.add_argument("--dtypes", help="comma-separated: float32,bfloat16")
+    parser.add_argument("--steps", type=int, help="full size: steps (default 4)")
+    parser.add_argument("--size", type=int, help="full size: width and height (default 1024)")
+    parser.add_argument("--blocks", type=int, help="full size smoke test: N blocks of each kind (NOT full size)")
     args = parser.parse_args(argv)
+    dtypes = tuple(args.dtypes.split(",")) if args.dtypes else (("bfloat16",) if args.fullsize else DTYPES)
+    if any(d not in DTYPES for d in dtypes):
+        parser.error(f"--dtypes: expected a comma-separated list of {', '.join(DTYPES)}")
+    overrides = {k: v for k, v in (("steps", args.steps), ("width", args.size), ("height", args.size),
+                                   ("blocks", args.blocks)) if v is not None}  # fmt: skip
+    if overrides and not args.fullsize:
+        parser.error("--steps, --size and --blocks: only with --fullsize (the embedded models' settings are fixed)")
     os.environ.setdefault("TQDM_DISABLE", "1")
     import teacache  # noqa: F401  (OpenBLAS before MLX)
     from teacache.io import write_json
     from teacache.provenance import collect, hardware_slug
 
-    result = run_numbers(fullsize=args.fullsize, order=args.order)
+    result = run_numbers(fullsize=args.fullsize, dtypes=dtypes, order=args.order, overrides=overrides)
     write_json(args.out, {**result, "provenance": collect(hardware=hardware_slug())})
     return 0
 
