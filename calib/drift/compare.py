@@ -24,7 +24,9 @@ def table(before: dict, after: dict, floor: dict) -> str:
     lines = [
         f"mflux {versions[0]['mflux']} -> {versions[1]['mflux']} (MLX {versions[1]['mlx']}, "
         f"{after['provenance'].get('hardware', '?')}); {after['settings']['width']}x{after['settings']['height']}, "
-        f"{after['settings']['steps']} steps; floor "
+        f"{after['settings']['steps']} steps"
+        + (f", blocks={after['settings']['blocks']} (NOT full size)" if after["settings"].get("blocks") else "")
+        + "; floor "
         + ", ".join(f"{d} {max(v.values()):.2g}" for d, v in floor["floor"].items()),
         "",
         "| model | dtype | verdict | vanilla rel-L2 | recorded rel-L2 | trace rel | threshold (vanilla) |",
