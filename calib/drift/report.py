@@ -6,8 +6,9 @@ release, run with ``teacache-calib drift --oracles --out DIR`` under that releas
 consecutive releases (from the fingerprint table), whether the numbers moved in float32 and in bfloat16
 (each run against the committed references of the previous release), the verdict against the baseline,
 and whether the no-op oracles held. Runs that differ from the first in MLX only are reported as an MLX
-change against the references of their mflux release. A text file next to the report named
-``mlx-*-tests.txt`` (the adapter tests' summary under that MLX) is quoted in its section.
+change against the references of their mflux release. Files next to the report: ``notes.md`` (what the
+tables mean, written by hand) goes under the title, ``mlx-*-tests.txt`` (the adapter tests' summary under
+that MLX) is quoted in the MLX section.
 """
 
 from __future__ import annotations
@@ -111,7 +112,9 @@ def mlx_changes(runs: list[dict]) -> list[dict]:
     return rows
 
 
-def render(runs: list[dict], rows: list[dict], mlx_rows: list[dict], floor: dict, tests: dict[str, str]) -> str:
+def render(
+    runs: list[dict], rows: list[dict], mlx_rows: list[dict], floor: dict, tests: dict[str, str], notes: str = ""
+) -> str:
     first = runs[0]
     settings = floor.get("settings", {})
     lines = [
@@ -131,6 +134,7 @@ def render(runs: list[dict], rows: list[dict], mlx_rows: list[dict], floor: dict
         f"{floor['provenance']['versions']['mflux']}). rel-L2 is the vanilla latents' distance; x threshold the "
         "largest distance / threshold over the three.",
         "",
+        *([notes.strip(), ""] if notes.strip() else []),
         "## Verdict of each release against the pinned release's references",
         "",
         "| mflux | MLX | exit | verdicts (embedded variants) |",
@@ -176,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     floor = noise.load_floor(noise.floor_path(runs[0]["hardware"]))
     rows, mlx_rows = transitions(runs, table, by_family), mlx_changes(runs)
     tests = {p.name: p.read_text(encoding="utf-8") for p in sorted(args.out.glob("mlx-*-tests.txt"))}
-    write_text(args.out / "report.md", render(runs, rows, mlx_rows, floor, tests))
+    notes = (args.out / "notes.md").read_text(encoding="utf-8") if (args.out / "notes.md").is_file() else ""
+    write_text(args.out / "report.md", render(runs, rows, mlx_rows, floor, tests, notes))
     write_json(args.out / "summary.json", {"format_version": 1, "transitions": rows, "mlx": mlx_rows,
                                            "runs": [r["folder"] for r in runs]})  # fmt: skip
     print(f"wrote {args.out / 'report.md'}")
