@@ -10,14 +10,14 @@ set -euo pipefail
 PY=${PYTHON:-python3}
 STEPS=${STEPS:-3}
 SIZE=${SIZE:-1024}
+sites=$(mktemp -d)
 for v in 0.21.0 0.24.0; do
   whl=$(find .whl -name "mflux-$v-py3-none-any.whl" | head -1)
   [ -n "$whl" ] || { echo "no mflux-$v wheel under .whl/" >&2; exit 2; }
-  rm -rf "/tmp/mflux-$v"
-  python3 -m pip install -q --no-index --no-deps --no-compile --target "/tmp/mflux-$v" "$whl"
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$sites/$v" "$whl"
 done
 run() {  # release order name
-  PYTHONPATH="/tmp/mflux-$1:$PWD${PYTHONPATH:+:$PYTHONPATH}" TQDM_DISABLE=1 "$PY" -m calib.drift.numbers \
+  PYTHONPATH="$sites/$1:$PWD${PYTHONPATH:+:$PYTHONPATH}" TQDM_DISABLE=1 "$PY" -m calib.drift.numbers \
     --fullsize --steps "$STEPS" --size "$SIZE" --order "$2" ${EXTRA:-} --out "$OUT/$3.json" > "$OUT/$3.log" 2>&1
 }
 start=$(date +%s)
@@ -26,5 +26,5 @@ run 0.24.0 0 mflux-0.24.0 & b=$!
 wait $a && wait $b
 run 0.24.0 1 mflux-0.24.0-repeat
 echo "runs took $(( $(date +%s) - start )) s"
-PYTHONPATH="/tmp/mflux-0.24.0:$PWD${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m calib.drift.compare "$OUT/mflux-0.21.0.json" \
+PYTHONPATH="$sites/0.24.0:$PWD${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m calib.drift.compare "$OUT/mflux-0.21.0.json" \
   "$OUT/mflux-0.24.0.json" --repeat "$OUT/mflux-0.24.0-repeat.json" --out "$OUT/comparison.md"
