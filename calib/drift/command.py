@@ -65,6 +65,7 @@ class Plan:
     against: Path | None
     save: Path | None
     floor_processes: int
+    command: tuple[str, ...] = (PROG,)
 
 
 def _read_folder(folder: Path, arg: str) -> tuple[dict, dict]:
@@ -92,7 +93,7 @@ def _load_numbers(path: Path) -> dict:
     return data
 
 
-def plan(args: argparse.Namespace) -> Plan:
+def plan(args: argparse.Namespace, command: list[str] | None = None) -> Plan:
     """Every argument checked, nothing loaded; ValueError with one line naming the argument."""
     from teacache._compat import NEWEST_MFLUX
 
@@ -125,7 +126,7 @@ def plan(args: argparse.Namespace) -> Plan:
     out = arguments.check_out_dir(args.out or Path(f"drift-mflux-{version}"))
     return Plan(version=version, out=out, baseline=baseline, table=table, dtypes=dtypes, fullsize=args.fullsize,
                 code_only=args.code_only, oracles=args.oracles, against=args.against, save=args.save,
-                floor_processes=args.floor_processes)  # fmt: skip
+                floor_processes=args.floor_processes, command=tuple(command or PROG.split()))  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------ comparison
@@ -229,7 +230,7 @@ def run_drift(plan_: Plan) -> dict:
         current = numbers.run_numbers(
             plan_.fullsize, plan_.dtypes, progress=lambda s: print(f"running {s}", file=sys.stderr)
         )
-        current["provenance"] = collect(hardware=slug)
+        current["provenance"] = collect(list(plan_.command), hardware=slug)
         write_json(plan_.out / "numbers.json", current)
         chosen = reference_for(plan_, slug, current)
         if chosen is not None:
@@ -272,7 +273,7 @@ def run_drift(plan_: Plan) -> dict:
         "numbers_by_release": by_release,
         "verdicts": results,
         "exit_status": verdict.exit_status(results),
-        "provenance": collect(hardware=slug),
+        "provenance": collect(list(plan_.command), hardware=slug),
     }
     write_json(plan_.out / "verdict.json", report)
     print(f"wrote {plan_.out / 'verdict.json'}")
@@ -285,8 +286,10 @@ def run_drift(plan_: Plan) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = setup_arg_parser().parse_args(argv)
-    code_, report = run_guarded(PROG, lambda: run_drift(plan(args)))
+    command = [*PROG.split(), *argv]  # as typed: sys.argv[0] would be the interpreter's path to the script
+    code_, report = run_guarded(PROG, lambda: run_drift(plan(args, command)))
     return code_ if report is None else report["exit_status"]
 
 

@@ -132,3 +132,26 @@ def families_of(function: str, hooked: dict[str, set[str]]) -> list[str]:
     if function in hooked.get(ALL_FAMILIES, set()):
         return [fam.name for fam in variants.families()]
     return sorted(name for name, functions in hooked.items() if name != ALL_FAMILIES and function in functions)
+
+
+def classes_by_family() -> dict[str, set[str]]:
+    """``module:Class`` of every class each family's adapter imports, reads through or runs as its pipeline;
+    read off this package alone (no mflux source), so the same for every installed release."""
+
+    def imported(adapter: str) -> set[str]:
+        tree = ast.parse((ADAPTERS / f"{adapter}.py").read_text(encoding="utf-8"))
+        return {f"{module}:{name}" for name, module in _imports(tree).items()}
+
+    result = {ALL_FAMILIES: imported(SHARED)}
+    for fam in variants.families():
+        through = {f.rsplit(".", 1)[0] for f in READ_THROUGH.get(fam.name, ())}
+        result[fam.name] = imported(fam.adapter) | through | {fam.pipeline}
+    return result
+
+
+def families_of_class(function: str, classes: dict[str, set[str]]) -> list[str]:
+    """The families a function matters to, by its class (every family for the shared ones)."""
+    owner = function.rsplit(".", 1)[0]
+    if owner in classes.get(ALL_FAMILIES, set()):
+        return [fam.name for fam in variants.families()]
+    return sorted(name for name, owners in classes.items() if name != ALL_FAMILIES and owner in owners)

@@ -35,12 +35,12 @@ def load_runs(folders: list[Path]) -> list[dict]:
     return sorted(runs, key=lambda r: (code.parse_version(r["mflux"]), code.parse_version(r["mlx"])))
 
 
-def code_changes(table: dict, before: str, after: str, by_family: dict) -> dict[str, list[str]]:
+def code_changes(table: dict, before: str, after: str, classes: dict) -> dict[str, list[str]]:
     """Per family, the hooked functions whose fingerprint differs between two releases of the table."""
     result: dict[str, list[str]] = {fam: [] for fam in FAMILY_LABELS}
     for function, history in table["functions"].items():
         if history.get(before) != history.get(after):
-            for family in hooked.families_of(function, by_family):
+            for family in hooked.families_of_class(function, classes):
                 result.setdefault(family, []).append(function.split(":")[-1])
     return result
 
@@ -78,13 +78,13 @@ def _oracles(run: dict, family: str) -> str:
     )
 
 
-def transitions(runs: list[dict], table: dict, by_family: dict) -> list[dict]:
+def transitions(runs: list[dict], table: dict, classes: dict) -> list[dict]:
     """Consecutive mflux releases (on the first run's MLX): code changes and numbers moved, per family."""
     mlx = runs[0]["mlx"]
     series = [r for r in runs if r["mlx"] == mlx]
     rows = []
     for before, after in zip(series, series[1:], strict=False):
-        changes = code_changes(table, before["mflux"], after["mflux"], by_family)
+        changes = code_changes(table, before["mflux"], after["mflux"], classes)
         numbers_ = family_numbers(after["numbers_by_release"].get(before["mflux"]))
         for family, label in FAMILY_LABELS.items():
             found = numbers_.get(family, {})
@@ -176,9 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     from teacache.io import write_json, write_text
 
     table = code.load_table()
-    by_family = hooked.hooked_functions(code.installed_reader())
+    classes = hooked.classes_by_family()
     floor = noise.load_floor(noise.floor_path(runs[0]["hardware"]))
-    rows, mlx_rows = transitions(runs, table, by_family), mlx_changes(runs)
+    rows, mlx_rows = transitions(runs, table, classes), mlx_changes(runs)
     tests = {p.name: p.read_text(encoding="utf-8") for p in sorted(args.out.glob("mlx-*-tests.txt"))}
     notes = (args.out / "notes.md").read_text(encoding="utf-8") if (args.out / "notes.md").is_file() else ""
     write_text(args.out / "report.md", render(runs, rows, mlx_rows, floor, tests, notes))
