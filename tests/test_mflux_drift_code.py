@@ -77,7 +77,7 @@ def test_every_hooked_function_exists_in_the_installed_mflux():
         "mflux.models.z_image.model.z_image_transformer.transformer:ZImageTransformer.stream_t_emb",
         "mflux.models.flux.model.flux_transformer.ada_layer_norm_continuous:AdaLayerNormContinuous.__init__",
     ):
-        assert any(expected in functions for functions in by_family.values())
+        assert expected in guarded or any(expected in functions for functions in by_family.values())
 
 
 def test_the_committed_table_matches_the_installed_release():
