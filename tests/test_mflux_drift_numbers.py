@@ -122,11 +122,12 @@ def test_every_parameter_of_the_drift_models_is_non_zero(variant):
     assert zero == []
 
 
-def test_one_family_per_embedded_variant():
+def test_one_model_per_family_embedded_and_at_full_size():
     from teacache import variants
 
-    families = [variants.get(v).family for v in numbers.embedded_variants()]
-    assert sorted(families) == sorted(f.name for f in variants.families())
+    every = sorted(f.name for f in variants.families())
+    assert sorted(variants.get(v).family for v in numbers.embedded_variants()) == every
+    assert sorted(variants.get(v).family for v in numbers.fullsize_variants()) == every
 
 
 def test_plan_orders_differ_but_cover_the_same_runs():

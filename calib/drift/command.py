@@ -43,7 +43,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--fullsize",
         action="store_true",
-        help=f"full-size random-weight models ({', '.join(numbers.FULLSIZE_VARIANTS)})",
+        help="each family's full-size random-weight model (random-<variant>, bfloat16)",
     )
     parser.add_argument("--dtypes", help="comma-separated: float32,bfloat16 (default: both; bfloat16 with --fullsize)")
     parser.add_argument("--code-only", action="store_true", help="fingerprints only: run no model")

@@ -30,7 +30,6 @@ SKETCH_SIZE = 64
 PROMPT = "a red teapot on a wooden table"
 SEED = 0
 TINY = {"steps": 4, "width": 64, "height": 64}  # a few seconds per family on 2 CPU cores
-FULLSIZE_VARIANTS = ("flux1-dev", "flux2-klein-base-4b", "qwen-image", "z-image")
 FULLSIZE = {"steps": 4, "width": 1024, "height": 1024}
 TRACE_FIELDS = ("x_rel_l1", "y_rel_l1")
 RESULT_FORMAT = 1
@@ -43,6 +42,18 @@ def embedded_variants() -> tuple[str, ...]:
     found = {}
     for spec in variants.all_specs():
         if spec.builder and spec.builder.startswith("teacache.models.tiny_") and spec.family not in found:
+            found[spec.family] = spec.name
+    return tuple(found.values())
+
+
+def fullsize_variants() -> tuple[str, ...]:
+    """One full-size random-weight model per family: the family's first variant in the registry that has one."""
+    from teacache import variants
+    from teacache.models.fullsize import MFLUX_CONFIGS
+
+    found = {}
+    for spec in variants.all_specs():
+        if spec.name in MFLUX_CONFIGS and spec.family not in found:
             found[spec.family] = spec.name
     return tuple(found.values())
 
@@ -239,7 +250,7 @@ def run_numbers(
 
     ``overrides`` (steps, width, height, blocks) change the full-size settings, for smoke tests."""
     settings = {**(FULLSIZE if fullsize else TINY), **(overrides or {})}
-    names = FULLSIZE_VARIANTS if fullsize else embedded_variants()
+    names = fullsize_variants() if fullsize else embedded_variants()
     runs = {}
     for variant, dtype in plan(names, dtypes, order):
         if progress:

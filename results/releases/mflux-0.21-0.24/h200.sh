@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Full-size drift numbers, mflux 0.21.0 against 0.24.0: random-weight FLUX.1-dev, FLUX.2 Klein base 4B,
+# Full-size drift numbers, mflux 0.21.0 against 0.24.0: random-weight FLUX.1-dev, FLUX.2 Klein 4B,
 # Qwen-Image and Z-Image in bfloat16 (python -m calib.drift.numbers --fullsize), 0.21.0 and 0.24.0 side by
 # side on one GPU, then 0.24.0 again in another order for the noise floor, then the comparison.
 # Run from the repo root with MLX-CUDA importable and both mflux wheels somewhere under .whl/:
