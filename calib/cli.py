@@ -10,6 +10,7 @@ SUBCOMMANDS = {
     "record": "calib.record",
     "fit": "calib.fit.command",
     "emit": "calib.emit",
+    "drift": "calib.drift.command",
 }
 
 

@@ -1,0 +1,117 @@
+"""The verdict per variant: pure functions from the code report, the numbers comparison and the oracles.
+
+Statuses, worst first: ``integration-broken`` (a no-op oracle failed or a run raised), ``refit-recommended``
+(the family's numbers moved above the noise floor in float32 or bfloat16), ``code-changed-integration-holds``
+(hooked code differs, the oracles hold, the numbers did not move), ``numbers-unchecked`` (no reference for
+this hardware: code only), ``unchanged``. Exit status: 1 when any variant is broken or needs a refit, else 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+BROKEN = "integration-broken"
+REFIT = "refit-recommended"
+CODE_HOLDS = "code-changed-integration-holds"
+UNCHECKED = "numbers-unchecked"
+UNCHANGED = "unchanged"
+SEVERITY = (BROKEN, REFIT, CODE_HOLDS, UNCHECKED, UNCHANGED)
+FAILING = (BROKEN, REFIT)
+
+
+@dataclass(frozen=True)
+class FamilyEvidence:
+    """What was measured for one family: changed functions, numbers per dtype, oracles."""
+
+    family: str
+    changed_functions: list[str] = field(default_factory=list)
+    moved: dict[str, bool] | None = None  # dtype -> moved above the floor; None: no reference
+    oracles: dict | None = None  # {"holds": bool, "checks": [...]}; None: not run
+    error: str | None = None  # a run that raised
+    ratios: dict[str, float] | None = None  # dtype -> largest distance / threshold over the metrics
+
+
+def status_of(evidence: FamilyEvidence) -> str:
+    if evidence.error or (evidence.oracles is not None and not evidence.oracles["holds"]):
+        return BROKEN
+    if evidence.moved and any(evidence.moved.values()):
+        return REFIT
+    if evidence.changed_functions:
+        return CODE_HOLDS
+    if evidence.moved is None:
+        return UNCHECKED
+    return UNCHANGED
+
+
+def refit_commands(variant: str, prompt_set: str, version: str) -> list[str]:
+    """record / fit / emit for one variant, at its own generation settings (the README's journey)."""
+    traces, fit = f"runs/{variant}-mflux-{version}-traces", f"runs/{variant}-mflux-{version}-fit"
+    return [
+        f"teacache-calib record --model {variant} --prompts {prompt_set} --seeds 0,1,2 --out {traces}",
+        f"teacache-calib fit {traces}/traces.parquet --out {fit} --compare packaged",
+        f"teacache-calib emit {fit}/fit.json --variant {variant}",
+    ]
+
+
+def _numbers_text(moved: dict[str, bool] | None, ratios: dict[str, float] | None = None) -> str:
+    if moved is None:
+        return "numbers not checked: no reference for this hardware"
+
+    def one(dtype: str, m: bool) -> str:
+        ratio = (ratios or {}).get(dtype)
+        return (
+            f"{dtype} moved ({ratio:.3g}x the threshold)"
+            if m and ratio is not None
+            else (f"{dtype} {'moved' if m else 'unchanged'}")
+        )
+
+    return "numbers " + ", ".join(one(dtype, m) for dtype, m in moved.items())
+
+
+def _code_text(changed: list[str]) -> str:
+    if not changed:
+        return "hooked code unchanged"
+    names = ", ".join(name.split(":")[-1] for name in changed)
+    return f"hooked code changed ({names})"
+
+
+def advice(status: str, has_coefficients: bool, evidence: FamilyEvidence) -> str:
+    if status == BROKEN:
+        failed = [c["name"] for c in (evidence.oracles or {}).get("checks", []) if not c["holds"]]
+        why = evidence.error or f"no-op oracle failed: {', '.join(failed)}"
+        return f"the integration does not hold ({why}): do not use TeaCache on this release"
+    if status == REFIT:
+        return "refit recommended" if has_coefficients else "no packaged coefficients to refit"
+    if status == CODE_HOLDS:
+        return "the no-op oracles hold; packaged coefficients still apply"
+    if status == UNCHECKED:
+        return "save numbers before an upgrade (--save DIR) and compare after it (--against DIR)"
+    return "packaged coefficients still apply"
+
+
+def variant_verdict(spec, evidence: FamilyEvidence, version: str) -> dict:
+    status = status_of(evidence)
+    has_coefficients = bool(spec.coefficients)
+    commands = refit_commands(spec.name, spec.prompt_set, version) if status == REFIT and has_coefficients else []
+    found = f"{_code_text(evidence.changed_functions)}; {_numbers_text(evidence.moved, evidence.ratios)}"
+    line = f"{spec.name}: {status} ({found}) -> {advice(status, has_coefficients, evidence)}"
+    return {
+        "variant": spec.name,
+        "family": spec.family,
+        "status": status,
+        "line": line,
+        "changed_functions": evidence.changed_functions,
+        "moved": evidence.moved,
+        "ratios": evidence.ratios,
+        "oracles": evidence.oracles,
+        "commands": commands,
+    }
+
+
+def verdicts(specs, evidence: dict[str, FamilyEvidence], version: str) -> list[dict]:
+    """One verdict per variant, from its family's evidence."""
+    return [variant_verdict(spec, evidence[spec.family], version) for spec in specs if spec.family in evidence]
+
+
+def exit_status(results: list[dict]) -> int:
+    return 1 if any(r["status"] in FAILING for r in results) else 0

@@ -1,0 +1,40 @@
+"""The release report is derived: rebuilt from the committed drift outputs, it is the committed report."""
+
+from tests import ROOT
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from calib.drift import report
+
+FOLDER = ROOT / "results" / "releases" / "mflux-0.21-0.24"
+
+
+def test_the_release_report_rebuilds_from_the_drift_outputs(tmp_path):
+    for name in ("notes.md", "mlx-0.32.4-tests.txt"):
+        shutil.copy(FOLDER / name, tmp_path / name)
+    runs = sorted(str(p) for p in (FOLDER / "drift").iterdir())
+    assert report.main([*runs, "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "report.md").read_text() == (FOLDER / "report.md").read_text()
+    assert report.FULLSIZE_SECTION in (tmp_path / "report.md").read_text()
+
+
+def test_the_report_states_the_verdicts_of_the_done_when():
+    """0.21 -> 0.22: FLUX.1 and Qwen-Image moved in both dtypes, Z-Image in bfloat16 only, FLUX.2 unchanged;
+    0.22, 0.23 and 0.24 unchanged among themselves."""
+    rows = json.loads((FOLDER / "summary.json").read_text())["transitions"]
+    moved = {(r["from"], r["family"]): (r["float32"]["moved"], r["bfloat16"]["moved"]) for r in rows}
+    assert moved[("0.21.0", "FLUX.1")] == (True, True)
+    assert moved[("0.21.0", "Qwen-Image")] == (True, True)
+    assert moved[("0.21.0", "Z-Image")] == (False, True)
+    assert moved[("0.21.0", "FLUX.2")] == (False, False)
+    assert all(m == (False, False) for (start, _), m in moved.items() if start in ("0.22.0", "0.23.0"))
+    assert all(r["oracles"] == "hold" for r in rows)
+
+
+def test_a_folder_without_a_verdict_is_refused_in_one_line(tmp_path, capsys):
+    assert report.main([str(tmp_path), "--out", str(tmp_path / "out")]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
