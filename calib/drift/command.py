@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from calib.drift import code, noise, numbers, verdict
 from calib.run import arguments
 from calib.run.command import run_guarded
-from calib.drift import code, noise, numbers, verdict
 
 PROG = "teacache-calib drift"
 REFERENCES = noise.REFERENCES

@@ -1,13 +1,12 @@
 """The release report is derived: rebuilt from the committed drift outputs, it is the committed report."""
 
-from tests import ROOT
 from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 from calib.drift import report
+from tests import ROOT
 
 FOLDER = ROOT / "results" / "releases" / "mflux-0.21-0.24"
 
