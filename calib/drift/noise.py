@@ -53,7 +53,10 @@ def floor_from(results: list[dict]) -> dict:
     per_run: dict[str, dict[str, float]] = {}
     for a, b in itertools.combinations(results, 2):
         for key, run in a["runs"].items():
-            measured = numbers.distances(run, b["runs"][key])
+            other = b["runs"].get(key)
+            if other is None or "error" in run or "error" in other:  # a run that failed measures no noise
+                continue
+            measured = numbers.distances(run, other)
             slot = per_run.setdefault(key, dict.fromkeys(numbers.METRICS, 0.0))
             for metric, value in measured.items():
                 slot[metric] = max(slot[metric], value)

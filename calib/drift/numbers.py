@@ -245,12 +245,15 @@ def run_numbers(
     order: int = 0,
     progress=None,
     overrides: dict | None = None,
+    only: tuple[str, ...] | None = None,
 ) -> dict:
-    """Every family's model in every dtype: {"settings", "runs": {variant/dtype: summary, or {"error"}}}.
+    """Every family's model (or those of ``only``) in every dtype: {"settings", "runs": {variant/dtype: summary, or {"error"}}}.
 
     ``overrides`` (steps, width, height, blocks) change the full-size settings, for smoke tests."""
     settings = {**(FULLSIZE if fullsize else TINY), **(overrides or {})}
     names = fullsize_variants() if fullsize else embedded_variants()
+    if only:
+        names = tuple(name for name in names if name in only)
     runs = {}
     for variant, dtype in plan(names, dtypes, order):
         if progress:
@@ -291,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, help="full size: steps (default 4)")
     parser.add_argument("--size", type=int, help="full size: width and height (default 1024)")
     parser.add_argument("--blocks", type=int, help="full size smoke test: N blocks of each kind (NOT full size)")
+    parser.add_argument("--variants", help="comma-separated: only these of the families' variants")
     args = parser.parse_args(argv)
     dtypes = tuple(args.dtypes.split(",")) if args.dtypes else (("bfloat16",) if args.fullsize else DTYPES)
     if any(d not in DTYPES for d in dtypes):
@@ -299,12 +303,16 @@ def main(argv: list[str] | None = None) -> int:
                                    ("blocks", args.blocks)) if v is not None}  # fmt: skip
     if overrides and not args.fullsize:
         parser.error("--steps, --size and --blocks: only with --fullsize (the embedded models' settings are fixed)")
+    only = tuple(v.strip() for v in args.variants.split(",")) if args.variants else None
+    known = fullsize_variants() if args.fullsize else embedded_variants()
+    if only and not set(only) <= set(known):
+        parser.error(f"--variants: expected a comma-separated list of {', '.join(known)}, got {args.variants!r}")
     os.environ.setdefault("TQDM_DISABLE", "1")
     import teacache  # noqa: F401  (OpenBLAS before MLX)
     from teacache.io import write_json
     from teacache.provenance import collect, hardware_slug
 
-    result = run_numbers(fullsize=args.fullsize, dtypes=dtypes, order=args.order, overrides=overrides)
+    result = run_numbers(fullsize=args.fullsize, dtypes=dtypes, order=args.order, overrides=overrides, only=only)
     write_json(args.out, {**result, "provenance": collect(hardware=hardware_slug())})
     return 0
 
