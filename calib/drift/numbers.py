@@ -247,7 +247,9 @@ def run_numbers(
     overrides: dict | None = None,
     only: tuple[str, ...] | None = None,
 ) -> dict:
-    """Every family's model (or those of ``only``) in every dtype: {"settings", "runs": {variant/dtype: summary, or {"error"}}}.
+    """Every family's model (or ``only`` those variants) in every dtype.
+
+    Returns {"settings", "runs": {variant/dtype: summary, or {"error"}}}.
 
     ``overrides`` (steps, width, height, blocks) change the full-size settings, for smoke tests."""
     settings = {**(FULLSIZE if fullsize else TINY), **(overrides or {})}
