@@ -113,8 +113,16 @@ def mlx_changes(runs: list[dict]) -> list[dict]:
 
 
 def render(
-    runs: list[dict], rows: list[dict], mlx_rows: list[dict], floor: dict, tests: dict[str, str], notes: str = ""
+    runs: list[dict],
+    rows: list[dict],
+    mlx_rows: list[dict],
+    floor: dict,
+    tests: dict[str, str],
+    notes: str = "",
+    fullsize: dict[str, str] | None = None,
 ) -> str:
+    """The report's Markdown; ``fullsize`` holds the H200 comparisons (``h200/<run>/comparison.md``) by run."""
+    fullsize = fullsize or {}
     first = runs[0]
     settings = floor.get("settings", {})
     lines = [
@@ -158,7 +166,11 @@ def render(
             lines.append(f"| {row['family']} | {_cell(row['float32'])} | {_cell(row['bfloat16'])} | {row['oracles']} |")
         for name, text in sorted(tests.items()):
             lines += ["", f"Adapter tests (`{name}`):", "", "```", text.strip(), "```"]
-    lines += ["", FULLSIZE_SECTION, "", "_To be filled from the H200 run (see `h200.md` beside this report)._", ""]
+    lines += ["", FULLSIZE_SECTION, ""]
+    if not fullsize:
+        lines += ["_To be filled from the H200 run (see `h200.md` beside this report)._", ""]
+    for name, text in sorted(fullsize.items()):
+        lines += [f"`h200/{name}/comparison.md`:", "", text.strip(), ""]
     return "\n".join(lines)
 
 
@@ -181,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     rows, mlx_rows = transitions(runs, table, classes), mlx_changes(runs)
     tests = {p.name: p.read_text(encoding="utf-8") for p in sorted(args.out.glob("mlx-*-tests.txt"))}
     notes = (args.out / "notes.md").read_text(encoding="utf-8") if (args.out / "notes.md").is_file() else ""
-    write_text(args.out / "report.md", render(runs, rows, mlx_rows, floor, tests, notes))
+    fullsize = {p.parent.name: p.read_text(encoding="utf-8") for p in sorted(args.out.glob("h200/*/comparison.md"))}
+    write_text(args.out / "report.md", render(runs, rows, mlx_rows, floor, tests, notes, fullsize))
     write_json(args.out / "summary.json", {"format_version": 1, "transitions": rows, "mlx": mlx_rows,
                                            "runs": [r["folder"] for r in runs]})  # fmt: skip
     print(f"wrote {args.out / 'report.md'}")

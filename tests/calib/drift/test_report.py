@@ -14,6 +14,7 @@ FOLDER = ROOT / "results" / "releases" / "mflux-0.21-0.24"
 def test_the_release_report_rebuilds_from_the_drift_outputs(tmp_path):
     for name in ("notes.md", "mlx-0.32.4-tests.txt"):
         shutil.copy(FOLDER / name, tmp_path / name)
+    shutil.copytree(FOLDER / "h200", tmp_path / "h200")
     runs = sorted(str(p) for p in (FOLDER / "drift").iterdir())
     assert report.main([*runs, "--out", str(tmp_path)]) == 0
     assert (tmp_path / "report.md").read_text() == (FOLDER / "report.md").read_text()
@@ -31,6 +32,22 @@ def test_the_report_states_the_verdicts_of_the_done_when():
     assert moved[("0.21.0", "FLUX.2")] == (False, False)
     assert all(m == (False, False) for (start, _), m in moved.items() if start in ("0.22.0", "0.23.0"))
     assert all(r["oracles"] == "hold" for r in rows)
+
+
+def test_at_full_size_the_h200_comparisons_say_what_the_cpu_report_says():
+    """mflux 0.21.0 -> 0.24.0 at full size in bfloat16: FLUX.1, Qwen-Image and Z-Image moved, FLUX.2 identical."""
+    verdicts = {}
+    for path in sorted((FOLDER / "h200").glob("*/comparison.md")):
+        for line in path.read_text().splitlines():
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if line.startswith("| random-"):
+                verdicts[cells[0]] = cells[2]
+    assert verdicts == {
+        "random-flux1-dev": "**moved**",
+        "random-flux2-klein-4b": "bit-identical",
+        "random-qwen-image": "**moved**",
+        "random-z-image": "**moved**",
+    }
 
 
 def test_a_folder_without_a_verdict_is_refused_in_one_line(tmp_path, capsys):
