@@ -137,6 +137,24 @@ def comparable(current: dict, reference: dict) -> bool:
     return all(current["settings"].get(k) == reference["settings"].get(k) for k in keys)
 
 
+def packaged_notes(plan_: Plan) -> dict[str, str]:
+    """Per variant with packaged coefficients: whether the installed mflux runs its family on another numeric
+    path than the release those coefficients were fitted on (in any of the dtypes checked)."""
+    from teacache import coefficients, variants
+
+    notes = {}
+    for spec in variants.all_specs():
+        if not spec.coefficients:
+            continue
+        by_dtype = {d: coefficients.numeric_change_note(spec.name, plan_.version, d) for d in plan_.dtypes}
+        moved_in = [d for d, note in by_dtype.items() if note]
+        if len(moved_in) == len(plan_.dtypes):  # every dtype checked: one note without a dtype
+            notes[spec.name] = coefficients.numeric_change_note(spec.name, plan_.version)
+        elif moved_in:
+            notes[spec.name] = " ".join(by_dtype[d] for d in moved_in)
+    return notes
+
+
 def compare_numbers(current: dict, reference: dict, floor: dict) -> dict:
     """Per run (variant/dtype): each metric's distance, its threshold from the floor, and whether it moved."""
     result = {}
@@ -257,7 +275,7 @@ def run_drift(plan_: Plan) -> dict:
         evidence[family] = verdict.FamilyEvidence(
             family, changed, moved.get(family), oracles, error, ratios_by_family(comparison).get(family)
         )
-    results = verdict.verdicts(variants.all_specs(), evidence, plan_.version)
+    results = verdict.verdicts(variants.all_specs(), evidence, plan_.version, packaged_notes(plan_))
     for result in results:
         print(result["line"])
         for command in result["commands"]:

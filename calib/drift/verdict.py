@@ -89,12 +89,16 @@ def advice(status: str, has_coefficients: bool, evidence: FamilyEvidence) -> str
     return "packaged coefficients still apply"
 
 
-def variant_verdict(spec, evidence: FamilyEvidence, version: str) -> dict:
+def variant_verdict(spec, evidence: FamilyEvidence, version: str, packaged_note: str | None = None) -> dict:
+    """``packaged_note``: where the packaged coefficients were fitted on another numeric path than ``version``
+    runs (teacache.coefficients.numeric_change_note); said beside the verdict, which it does not change."""
     status = status_of(evidence)
     has_coefficients = bool(spec.coefficients)
     commands = refit_commands(spec.name, spec.prompt_set, version) if status == REFIT and has_coefficients else []
     found = f"{_code_text(evidence.changed_functions)}; {_numbers_text(evidence.moved, evidence.ratios)}"
     line = f"{spec.name}: {status} ({found}) -> {advice(status, has_coefficients, evidence)}"
+    if packaged_note:
+        line += f"; note: {packaged_note}"
     return {
         "variant": spec.name,
         "family": spec.family,
@@ -105,12 +109,20 @@ def variant_verdict(spec, evidence: FamilyEvidence, version: str) -> dict:
         "ratios": evidence.ratios,
         "oracles": evidence.oracles,
         "commands": commands,
+        "packaged_fit_note": packaged_note,
     }
 
 
-def verdicts(specs, evidence: dict[str, FamilyEvidence], version: str) -> list[dict]:
-    """One verdict per variant, from its family's evidence."""
-    return [variant_verdict(spec, evidence[spec.family], version) for spec in specs if spec.family in evidence]
+def verdicts(
+    specs, evidence: dict[str, FamilyEvidence], version: str, packaged_notes: dict[str, str] | None = None
+) -> list[dict]:
+    """One verdict per variant, from its family's evidence (and the note on its packaged fit, by variant)."""
+    notes = packaged_notes or {}
+    return [
+        variant_verdict(spec, evidence[spec.family], version, notes.get(spec.name))
+        for spec in specs
+        if spec.family in evidence
+    ]
 
 
 def exit_status(results: list[dict]) -> int:

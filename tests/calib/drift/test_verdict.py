@@ -105,3 +105,24 @@ def test_one_small_run_on_the_installed_release_against_its_own_reference(tmp_pa
         assert statuses == {verdict.UNCHANGED}, [r["line"] for r in report["verdicts"]]
         assert all(run["moved"] is False for run in report["numbers"].values())
     assert status == 0
+
+
+def test_the_verdict_says_when_the_packaged_fit_predates_a_numeric_change():
+    """Qwen-Image's and Z-Image's packaged coefficients were fitted before mflux 0.22.0 changed their numbers
+    (Z-Image in bfloat16 only); on 0.21.0 nothing lies between fit and release; FLUX.2 has no change."""
+    from types import SimpleNamespace
+
+    from calib.drift.command import packaged_notes
+
+    on_024 = packaged_notes(SimpleNamespace(version="0.24.0", dtypes=("float32", "bfloat16")))
+    assert "0.22.0" in on_024["qwen-image"] and " in bfloat16" not in on_024["qwen-image"]
+    assert " in bfloat16" in on_024["z-image"]
+    assert not any(name.startswith("flux2") for name in on_024)
+    assert packaged_notes(SimpleNamespace(version="0.24.0", dtypes=("float32",))).get("z-image") is None
+    assert "qwen-image" not in packaged_notes(SimpleNamespace(version="0.21.0", dtypes=("bfloat16",)))
+    spec = variants.get("qwen-image")
+    result = verdict.variant_verdict(
+        spec, verdict.FamilyEvidence(spec.family, moved={}), "0.24.0", on_024["qwen-image"]
+    )
+    assert result["status"] == verdict.UNCHANGED and result["line"].endswith(on_024["qwen-image"])
+    assert result["packaged_fit_note"] == on_024["qwen-image"]
