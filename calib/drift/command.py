@@ -29,7 +29,7 @@ VERDICT_FORMAT = 1
 def setup_arg_parser() -> argparse.ArgumentParser:
     parser = arguments.CommandParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--out", type=Path, help="folder for verdict.json and numbers.json (default: drift-mflux-<version>)"
+        "--out", type=Path, help="folder for verdict.json and numbers.json (default: runs/drift-mflux-<version>)"
     )
     parser.add_argument(
         "--baseline",
@@ -123,7 +123,7 @@ def plan(args: argparse.Namespace, command: list[str] | None = None) -> Plan:
         arguments.check_out_dir(args.save, "--save")
         if (args.save / "numbers.json").exists():
             raise ValueError(f"--save: {args.save} already holds numbers.json; choose a new folder")
-    out = arguments.check_out_dir(args.out or Path(f"drift-mflux-{version}"))
+    out = arguments.check_out_dir(args.out or Path("runs") / f"drift-mflux-{version}")
     return Plan(version=version, out=out, baseline=baseline, table=table, dtypes=dtypes, fullsize=args.fullsize,
                 code_only=args.code_only, oracles=args.oracles, against=args.against, save=args.save,
                 floor_processes=args.floor_processes, command=tuple(command or PROG.split()))  # fmt: skip
