@@ -22,6 +22,7 @@ from rich.progress import Progress
 from calib.run import arguments, fingerprint, shard
 from calib.run.command import run_guarded
 from calib.run.generation import generate, implausible, paired_overhead
+from calib.run.interleave import Turn, interleave
 from calib.run.interrupts import Interrupted, interruptions
 from calib.run.prompts import parse_seeds
 from teacache import apply_teacache, variants
@@ -161,17 +162,20 @@ def record_run(model, handle, settings: dict, prompt_id: str, prompt: str, seed:
 
 
 def measure_overhead(model, settings: dict, prompt: str, pairs: int) -> dict:
-    """Paired, interleaved loop times: vanilla against the recorder, after a warm-up of each."""
+    """Paired, interleaved loop times (:mod:`calib.run.interleave`): vanilla against the recorder, after a warm-up."""
     args = (settings["steps"], settings["width"], settings["height"], settings["guidance"])
     generate(model, prompt, 0, *args)
     with apply_teacache(model, calibrate=True):
         generate(model, prompt, 0, *args)
-    ratios = []
-    for _ in range(pairs):
-        vanilla = generate(model, prompt, 0, *args).loop_s
+
+    def run(turn: Turn) -> float:
+        if turn.arm == 0:
+            return generate(model, prompt, 0, *args).loop_s
         with apply_teacache(model, calibrate=True):
-            recorded = generate(model, prompt, 0, *args).loop_s
-        ratios.append(recorded / vanilla)
+            return generate(model, prompt, 0, *args).loop_s
+
+    vanilla, recorded = interleave(run, 2, pairs)
+    ratios = [r / v for v, r in zip(vanilla, recorded, strict=True)]
     return paired_overhead(ratios)
 
 

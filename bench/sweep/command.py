@@ -1,7 +1,7 @@
 """``teacache-bench sweep``: threshold x prompt x seed, each TeaCache run paired with a vanilla run.
 
 Per (prompt, seed) pair, in one process after a warm-up, interleaved: each repeat runs vanilla and
-every threshold once, the order rotated from repeat to repeat. Raw records only
+every threshold once, the order rotated from repeat to repeat (calib.run.interleave). Raw records only
 (runs.parquet, decisions.parquet, noop.parquet, provenance.json; schemas in bench.sweep.records);
 ``teacache-bench report`` derives everything else. Resumable per pair: finished pairs live in
 ``DIR/pairs/<pair_id>.*.parquet`` and are never redone, as long as the settings are the same
@@ -18,23 +18,21 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import statistics
 import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import mlx.core as mx
 import numpy as np
 from rich.progress import Progress
 
 from bench.common import parse_coefficients, parse_thresholds
-from bench.quality.metrics import MAX_REL_EPS, SSIM_SETTINGS, image_metrics, latent_metrics
+from bench.quality.metrics import MAX_REL_EPS, SSIM_SETTINGS
 from bench.sweep import arms as sweep_arms
 from bench.sweep.arms import TIMING_ISOLATED
 from bench.sweep.baselines import STEP_CACHE_NATIVE, mlx_teacache_arms, parse_baselines
-from bench.sweep.pair import pair_id, proxy_noop, save_image
+from bench.sweep.baselines import teacache as teacache_arm
+from bench.sweep.pair import pair_id
 from calib.run import arguments, fingerprint, shard
 from calib.run.command import run_guarded
 from calib.run.generation import generate
@@ -42,7 +40,7 @@ from calib.run.interrupts import Interrupted, interruptions
 from calib.run.prompts import parse_seeds
 from teacache import apply_teacache, variants
 from teacache.gate import GateConfig
-from teacache.io import FORMAT_VERSION, write_json
+from teacache.io import write_json
 from teacache.provenance import collect
 
 PROG = "teacache-bench sweep"
@@ -51,6 +49,7 @@ OUTPUTS = ("pairs", "images", "runs.parquet", "decisions.parquet", "noop.parquet
 # What shows that a folder holds a sweep's results (images and shard folders alone are no sweep to check)
 RESULTS = ("pairs", "runs.parquet", "decisions.parquet", "noop.parquet", "provenance.json")
 EXTENDABLE = ("seeds", "thresholds")  # settings a rerun may add to
+ARMS_ONLY = ("arm", "arm_setting", "rescale", "steps_run")  # columns the plain sweep's runs table leaves out
 # A pair is the unit of a sharded sweep: its parts under <folder>/pairs, its images under OUT/images
 LAYOUT = shard.UnitLayout("pairs", ".runs.parquet", shared=("images/{key}-*.png",))
 
@@ -327,70 +326,15 @@ def fingerprint_settings(settings: SweepSettings, rescale=None, variant: str | N
 
 
 def run_pair(model, settings: SweepSettings, pair, thresholds, configs, adherence, images_dir, variant: str):
-    """All runs of one (prompt, seed) pair, interleaved over repeats. Returns (runs rows, decision rows, noop)."""
-    prompt_id, prompt, seed = pair
-    pid = pair_id(prompt_id, seed)
-    args = (prompt, seed, *settings.generation)
-    times: dict = {"vanilla": []} | {t: [] for t in thresholds}
-    first: dict = {}
-    logs: dict = {}
-    vanilla_equal: list[bool] = []
-    order: list = ["vanilla", *thresholds]
-    for repeat in range(settings.repeats):
-        # rotate the order each repeat so no setting always runs first (cache and allocator effects)
-        for t in order[repeat % len(order) :] + order[: repeat % len(order)]:
-            if t == "vanilla":
-                vanilla = generate(model, *args)
-                times["vanilla"].append(vanilla.loop_s)
-                first.setdefault("vanilla", vanilla)
-                vanilla_equal.append(bool(mx.array_equal(vanilla.latents, first["vanilla"].latents).item()))
-                continue
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                with apply_teacache(model, config=configs[t]) as handle:
-                    gen = generate(model, *args)
-            times[t].append(gen.loop_s)
-            stats = handle.stats
-            if t in logs and logs[t][0].skipped_steps != stats.skipped_steps:
-                raise RuntimeError(f"{pid} threshold {t}: the skip schedule changed between repeats")
-            first.setdefault(t, gen)
-            logs.setdefault(t, (stats, handle.controller.num_steps))
-    ref = first["vanilla"]
-    base = {
-        "format_version": FORMAT_VERSION, "pair_id": pid, "variant": variant,
-        "model": settings.model, "prompt_id": prompt_id, "prompt": prompt, "seed": seed,
-        "num_steps": settings.steps,
-    }  # fmt: skip
-    vanilla_median = statistics.median(times["vanilla"])
-    rows = [
-        {
-            **base, "run_id": f"{pid}-vanilla", "kind": "vanilla", "threshold": float("nan"),
-            "computed": settings.steps, "skipped": 0, "skipped_steps": "[]", "longest_skip_streak": 0,
-            "wall_s": times["vanilla"], "wall_s_median": vanilla_median, "speedup": 1.0, "ideal_speedup": 1.0,
-            **latent_metrics(ref.latents, ref.latents), **image_metrics(ref.image, ref.image),
-            "adherence": adherence(ref.image, prompt) if adherence else float("nan"),
-            "image_path": save_image(images_dir, f"{pid}-vanilla", ref.image),
-        }
-    ]  # fmt: skip
-    decisions = []
-    for t in thresholds:
-        gen, (stats, n) = first[t], logs[t]
-        run_id = f"{pid}-t{t:g}"
-        median = statistics.median(times[t])
-        skipped = len(stats.skipped_steps)
-        rows.append({
-            **base, "run_id": run_id, "kind": "teacache", "threshold": t,
-            "computed": n - skipped, "skipped": skipped, "skipped_steps": json.dumps(stats.skipped_steps),
-            "longest_skip_streak": stats.longest_skip_streak, "wall_s": times[t], "wall_s_median": median,
-            "speedup": vanilla_median / median, "ideal_speedup": n / (n - skipped),
-            **latent_metrics(gen.latents, ref.latents), **image_metrics(gen.image, ref.image),
-            "adherence": adherence(gen.image, prompt) if adherence else float("nan"),
-            "image_path": save_image(images_dir, run_id, gen.image),
-        })  # fmt: skip
-        decisions += [{"run_id": run_id, **d.as_dict()} for d in stats.log]
-    noop = proxy_noop(model, args, configs[thresholds[-1]], ref, base)  # args: this pair's generation arguments
-    noop["vanilla_repeats_equal"] = all(vanilla_equal)  # every vanilla repeat, before and after TeaCache runs
-    return rows, decisions, noop
+    """Vanilla and every threshold of one (prompt, seed) pair, measured as the arms sweep measures them
+    (:func:`bench.sweep.arms.run_pair_arms`), in the plain sweep's columns. Returns (runs rows, decision rows, noop).
+    """
+    tc_arms = [(settings.coefficients, teacache_arm(configs[t])) for t in thresholds]
+    noop_config = configs[thresholds[-1]]
+    rows, decisions, noop = sweep_arms.run_pair_arms(
+        model, settings, pair, tc_arms, [], adherence, images_dir, variant, noop_config
+    )
+    return [{k: v for k, v in row.items() if k not in ARMS_ONLY} for row in rows], decisions, noop
 
 
 # --------------------------------------------------------------------------------------- the folder

@@ -2,16 +2,16 @@
 
 Each ``random-<variant>`` is mflux's own transformer at its real config with weights drawn from a seed
 (``teacache.models.fullsize``), so the figures are those of the real architecture on this hardware; the
-images mean nothing. Per model, after warm-up (the first GPU steps JIT-compile), in one process,
-paired and interleaved (the order reverses every repeat), ``--repeats`` times: vanilla; the proxy with
-every step computed (``proxy-all``: signal, decision and host read-back each step, nothing skipped;
-its cost is ``proxy_overhead_pct``); optionally threshold 0 (``fast-path``); and the gate at thresholds
-chosen to skip about ``--skip-fractions`` of the steps. Random weights have no calibration, so the gate
-accumulates the raw signal (identity rescale, unless ``--coefficients packaged``) and each threshold is
-found by replaying the signal of the proxy-all run through the gate (``teacache.gate.replay``); the
-skipped count in the table is the one the run took. Times are the denoising loop (callbacks
-before_loop -> after_loop, ``mx.eval`` each step); speedups are medians over repeats of
-vanilla / arm of the same repeat, with min and max; ideal is N / (N - skipped).
+images mean nothing. Per model, after warm-up (the first GPU steps JIT-compile), in one process, paired and
+interleaved (``calib.run.interleave``: the order rotates every repeat), ``--repeats`` times: vanilla; the
+proxy with every step computed (``proxy-all``: signal, decision and host read-back each step, nothing
+skipped; its cost is ``proxy_overhead_pct``); optionally threshold 0 (``fast-path``); and the gate at
+thresholds chosen to skip about ``--skip-fractions`` of the steps. Random weights have no calibration, so
+the gate accumulates the raw signal (identity rescale, unless ``--coefficients packaged``) and each
+threshold is found by replaying the signal of the proxy-all run through the gate (``teacache.gate.replay``);
+the skipped count in the table is the one the run took. Times are the denoising loop (callbacks before_loop
+-> after_loop, ``mx.eval`` each step); speedups are medians over repeats of vanilla / arm of the same
+repeat, with min and max; ideal is N / (N - skipped).
 
 Writes ``OUT/summary.csv`` (one row per model, quantization and arm), ``OUT/runs.csv`` (one row per
 generation) and ``OUT/provenance.json``, merged with what OUT already holds and rewritten after each
@@ -43,6 +43,7 @@ from bench.common import parse_thresholds
 from bench.peer import arm as peer
 from bench.peer import gate as peer_gate
 from calib.run.generation import generate
+from calib.run.interleave import Turn, interleave
 from calib.run.interrupts import interruptions
 from teacache import apply_teacache, variants
 from teacache import provenance as prov
@@ -226,6 +227,40 @@ def _exact(a, b) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and bool(mx.array_equal(a, b).item())
 
 
+def timed_runs(session, settings: dict, repeats: int, row_base: dict, deadline: float | None, say):
+    """Every arm of ``settings`` (``{name: settings}``, vanilla first) ``repeats`` times, interleaved.
+
+    Returns the results by arm name and one runs.csv row per generation; stops early, after a whole
+    repeat, when another repeat would pass ``deadline``.
+    """
+    names = list(settings)
+    run_rows = []
+
+    def run(turn: Turn) -> dict:
+        result = session.run(settings[names[turn.arm]])
+        run_rows.append({
+            **row_base, "repeat": turn.repeat, "position": turn.position, "arm": names[turn.arm],
+            "loop_s": result["loop_s"], "total_s": result["total_s"], "skipped": result["skipped"],
+            "peak_memory_gib": result["peak_bytes"] / 2**30, "cache_memory_mib": result["cache_bytes"] / 2**20,
+        })  # fmt: skip
+        return result
+
+    repeat_start = time.perf_counter()
+
+    def after_repeat(done: int) -> bool:
+        nonlocal repeat_start
+        repeat_s = time.perf_counter() - repeat_start
+        say(f"  repeat {done}/{repeats} in {repeat_s:.1f} s")
+        if done < repeats and deadline is not None and time.perf_counter() + repeat_s > deadline:
+            say(f"  budget: stopping after {done} repeat(s)")
+            return False
+        repeat_start = time.perf_counter()
+        return True
+
+    results = interleave(run, len(names), repeats, after_repeat)
+    return dict(zip(names, results, strict=True)), run_rows
+
+
 def measure_model(variant: str, args, plan: dict, deadline: float | None, say) -> tuple[list[dict], list[dict], dict]:
     """Build, warm up and measure one model; returns (summary rows, run rows, provenance)."""
     # heavy (mflux): loaded after the arguments are checked
@@ -276,32 +311,14 @@ def measure_model(variant: str, args, plan: dict, deadline: float | None, say) -
     say(f"  warm-up {', '.join(f'{k} {v:.1f} s' for k, v in warmup.items())}; thresholds "
         f"{', '.join(f'{t:g} (predicted {k} skipped)' for t, k in chosen)}")  # fmt: skip
 
-    names = ["vanilla"] + [_arm_key(a) for a in arms]
     settings = {"vanilla": None, **{_arm_key(a): a[2] for a in arms}}
-    results: dict[str, list[dict]] = {name: [] for name in names}
-    run_rows = []
-    repeat_s = None
-    for repeat in range(args.repeats):
-        if deadline is not None and repeat > 0 and time.perf_counter() + repeat_s > deadline:
-            say(f"  budget: stopping after {repeat} repeat(s)")
-            break
-        t = time.perf_counter()
-        order = names if repeat % 2 == 0 else names[::-1]
-        for name in order:
-            result = session.run(settings[name])
-            results[name].append(result)
-            run_rows.append({
-                "model": label, "quantize": args.quantize, "resolution": f"{size}x{size}", "steps": steps,
-                "tag": args.tag, "repeat": repeat, "position": order.index(name), "arm": name,
-                "loop_s": result["loop_s"], "total_s": result["total_s"], "skipped": result["skipped"],
-                "peak_memory_gib": result["peak_bytes"] / 2**30, "cache_memory_mib": result["cache_bytes"] / 2**20,
-            })  # fmt: skip
-        repeat_s = time.perf_counter() - t
-        say(f"  repeat {repeat + 1}/{args.repeats} in {repeat_s:.1f} s")
+    row_base = {"model": label, "quantize": args.quantize, "resolution": f"{size}x{size}", "steps": steps,
+                "tag": args.tag}  # fmt: skip
+    results, run_rows = timed_runs(session, settings, args.repeats, row_base, deadline, say)
     done = len(results["vanilla"])
     if done == 0:
         return [], run_rows, {}
-    for name in names[1:]:  # exactness against the vanilla of the same repeat
+    for name in list(settings)[1:]:  # exactness against the vanilla of the same repeat
         for result, vanilla in zip(results[name], results["vanilla"], strict=True):
             result["exact"] = _exact(result["latents"], vanilla["latents"])
             result["max_abs"] = _max_abs(result["latents"], vanilla["latents"])
