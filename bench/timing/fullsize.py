@@ -183,12 +183,10 @@ class Session:
                 warnings.simplefilter("ignore")
                 with apply_teacache(self.model, **settings) as handle:
                     out = generate(self.model, guidance=self.guidance, **kwargs)
-                    ctl = handle.controller
-                    cached = list(ctl.residuals.values()) + ([ctl.anchor] if ctl.anchor is not None else [])
                     extra = {
                         "skipped": handle.stats.skipped,
-                        "cache_bytes": sum(a.nbytes for a in cached),
-                        "branches": len(ctl.residuals) or None,
+                        "cache_bytes": handle.cache_bytes,
+                        "branches": len(handle.cached_branches) or None,
                         "log": list(handle.stats.log),
                     }
         mx.synchronize()
