@@ -13,6 +13,7 @@ from mlx.utils import tree_flatten
 
 import teacache  # noqa: F401  (first: OpenBLAS preload before MLX)
 from bench.timing import fullsize as bench_fullsize
+from teacache import variants
 from teacache.models import fullsize
 from teacache.rescale import RescaleFunction
 
@@ -147,7 +148,7 @@ def test_quantize_follows_mflux_s_per_family_rule():
             self.transformer_blocks = [Block()]
 
     model = Model()
-    fullsize.quantize_like_mflux(model, 4, fullsize._weight_definition("qwen"))
+    fullsize.quantize_like_mflux(model, 4, variants.attribute(variants.family("qwen").weights))
     block = model.transformer_blocks[0]
     assert isinstance(block.to_q, nn.QuantizedLinear) and block.to_q.bits == 4 and block.to_q.group_size == 64
     assert isinstance(block.img_mod_linear, nn.QuantizedLinear) and block.img_mod_linear.bits == 8

@@ -189,5 +189,5 @@ def test_variant_follows_the_checkpoint_name():
 def test_published_coefficients_can_skip_at_the_default_threshold(variant):
     rescale = load_packaged(variant)
     assert len(rescale.coefficients) == 5 and rescale.coefficients[-1] == 0.0
-    assert rescale.floor()[0] < qwen.DEFAULT_THRESHOLD.get(variant, qwen.DEFAULT_THRESHOLD["*"])
+    assert rescale.floor()[0] < teacache.variants.get(variant).default_threshold
     assert load_recipe(variant) == {"num_steps": 50, "guidance": 4.0, "resolution": "768x768", "quantization": 4}
