@@ -8,23 +8,11 @@ import mlx.core as mx
 import pytest
 from mflux.utils.apple_silicon import AppleSiliconUtil
 
-import teacache
 from bench.quality.metrics import latent_metrics
 from teacache import apply_teacache
 from teacache.adapters.flux2 import TeaCacheFlux2Transformer
 from tests.conftest import make_generate
-
-IDENTITY = (1.0, 0.0)
-
-
-@pytest.fixture(scope="module")
-def klein():
-    model = teacache.load_model("tiny-flux2")
-    generate = make_generate(model, num_inference_steps=10, height=128, width=128, guidance=1.0)
-    with apply_teacache(model, rel_l1_thresh=0.3, coefficients=IDENTITY):
-        generate()  # warm-up: the first compiled run after an eager one can differ in the last bits
-    generate()
-    return model, generate
+from tests.teacache.adapters import IDENTITY
 
 
 def test_threshold_zero_keeps_the_compiled_predict_and_is_bit_exact(klein):
