@@ -6,18 +6,60 @@ import warnings
 
 import mlx.core as mx
 import pytest
+from mflux.utils.apple_silicon import AppleSiliconUtil
 
 from teacache import apply_teacache, variants
+from teacache.adapters.flux2 import TeaCacheFlux2Transformer
+from teacache.adapters.zimage import TeaCacheZImageTransformer
 from teacache.coefficients import load_packaged, load_recipe
 from teacache.core import is_applied
-from tests.teacache.adapters import FAMILY_FIXTURES, IDENTITY
+from tests.teacache.adapters import FAMILY_FIXTURES, IDENTITY, STEPS
 
 EVERY_FAMILY = pytest.mark.parametrize("family", list(FAMILY_FIXTURES), indirect=True)
+# the families whose mflux predict is compiled: the proxy runs its head, body and tail as compiled segments
+COMPILED_PROXIES = {"tiny-flux2": TeaCacheFlux2Transformer, "tiny-z-image": TeaCacheZImageTransformer}
 
 
 def _untouched(model, original) -> bool:
     """The pipeline as mflux built it: its transformer, no predict of ours, no controller in its callbacks."""
     return model.transformer is original and "_predict" not in vars(model) and not is_applied(model)
+
+
+@EVERY_FAMILY
+def test_threshold_zero_swaps_nothing_and_is_bit_exact(family):
+    """The fast path: no proxy, no predict of ours (compiled predicts stay mflux's), no cache tensors."""
+    model, generate = family
+    original = model.transformer
+    before = generate(seed=1)
+    with apply_teacache(model, rel_l1_thresh=0.0) as handle:
+        assert model.transformer is original and "_predict" not in vars(model)
+        wrapped = generate(seed=1)
+        assert handle.cache_bytes == 0 and handle.cached_branches == []
+    after = generate(seed=1)
+    assert mx.array_equal(before, wrapped).item() and mx.array_equal(before, after).item()
+    assert handle.stats.computed == STEPS and handle.stats.skipped == 0
+
+
+@pytest.mark.skipif(AppleSiliconUtil.is_m1_or_m2(), reason="mflux runs these uncompiled on M1/M2; so does TeaCache")
+@pytest.mark.parametrize("family", list(COMPILED_PROXIES), indirect=True)
+@pytest.mark.parametrize("calibrate", [False, True], ids=["gate", "recorder"])
+def test_the_body_runs_compiled_traced_once_per_generation(family, request, monkeypatch, calibrate):
+    """Where mflux compiles its predict, Python walks the proxy's body only while mx.compile traces it (once
+    per generation and input shape), not at each computed step: the heavy part stays compiled."""
+    model, generate = family
+    proxy = COMPILED_PROXIES[request.node.callspec.params["family"]]
+    walks = []
+    body = proxy._body
+    monkeypatch.setattr(proxy, "_body", lambda self, *a: walks.append(1) or body(self, *a))
+    gate = {"calibrate": True} if calibrate else {"rel_l1_thresh": 0.3, "coefficients": IDENTITY}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with apply_teacache(model, **gate) as handle:
+            generate(seed=5, guidance=3.0)
+            first = dict(model.transformer._segments)
+            generate(seed=6, guidance=3.0)
+            assert set(first) == {"head", "body", "tail"} and first["body"] is not model.transformer._segments["body"]
+    assert handle.stats.computed >= 2 and 1 <= len(walks) <= 4  # two CFG branches of different text lengths
 
 
 @EVERY_FAMILY
