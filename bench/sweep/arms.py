@@ -18,8 +18,9 @@ from collections import Counter
 
 from bench.sweep import baselines as bl
 from bench.sweep.isolate import job, run_isolated
-from bench.sweep.pair import pair_id, proxy_noop, save_image
+from bench.sweep.pair import proxy_noop, save_image
 from calib.run.interleave import Turn, interleave
+from calib.run.prompts import pair_id
 from teacache.io import FORMAT_VERSION
 from teacache.schedule import StaticSchedule, most_common
 

@@ -30,9 +30,9 @@ from mlx import nn
 
 from bench.peer import arm as peer
 from bench.quality.metrics import image_metrics, latent_metrics
-from bench.sweep.pair import pair_id
 from calib.run.generation import generate
 from calib.run.interleave import Turn, interleave
+from calib.run.prompts import pair_id
 from teacache import apply_teacache
 from teacache.core import is_applied
 from teacache.gate import GateConfig

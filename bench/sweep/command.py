@@ -32,12 +32,11 @@ from bench.sweep import arms as sweep_arms
 from bench.sweep.arms import TIMING_ISOLATED
 from bench.sweep.baselines import STEP_CACHE_NATIVE, mlx_teacache_arms, parse_baselines
 from bench.sweep.baselines import teacache as teacache_arm
-from bench.sweep.pair import pair_id
 from calib.run import arguments, fingerprint, shard
 from calib.run.command import run_guarded
-from calib.run.generation import generate
+from calib.run.generation import generate, settings_fingerprint
 from calib.run.interrupts import Interrupted, interruptions
-from calib.run.prompts import parse_seeds
+from calib.run.prompts import pair_id, parse_seeds
 from teacache import apply_teacache, variants
 from teacache.gate import GateConfig
 from teacache.io import write_json
@@ -295,21 +294,7 @@ def _rescale_settings(rescale) -> dict:
 def fingerprint_settings(settings: SweepSettings, rescale=None, variant: str | None = None) -> dict:
     """What makes two sweeps the same sweep. Before the model loads the variant (and so the packaged
     coefficients) may be unknown; those keys join once it has."""
-    fp = {
-        "model": settings.model,
-        "base_model": settings.base_model,
-        "quantize": settings.quantize,
-        "steps": settings.steps,
-        "size": f"{settings.width}x{settings.height}",
-        "guidance": settings.guidance,
-        "prompts": settings.prompts,
-        "seeds": settings.seeds,
-        "thresholds": settings.thresholds,
-        "repeats": settings.repeats,
-        **fingerprint.environment(settings.model, settings.base_model),
-    }
-    if variant is not None:
-        fp["variant"] = variant
+    fp = settings_fingerprint(settings, variant, thresholds=settings.thresholds, repeats=settings.repeats)
     if rescale is not None:
         fp["coefficients"] = _rescale_settings(rescale)
     # the arm settings join only when given, so a sweep without them keeps its old fingerprint
@@ -667,7 +652,7 @@ def _write_tables(settings: SweepSettings, run: shard.ShardedRun, measured: Meas
     runs["predicted_skipped"] = float("nan")
     if traces is not None:
         predicted = predict_schedules(traces, configs)
-        predicted["pair_id"] = predicted["prompt_id"] + "-s" + predicted["seed"].astype(str)
+        predicted["pair_id"] = [pair_id(p, s) for p, s in zip(predicted["prompt_id"], predicted["seed"], strict=True)]
         lookup = predicted.set_index(["pair_id", "threshold"])["predicted_skipped"]
         keys = list(zip(runs["pair_id"], runs["threshold"], strict=True))
         runs["predicted_skipped"] = [float(lookup.get(k, float("nan"))) for k in keys]

@@ -41,7 +41,7 @@ import pandas as pd
 
 import calib
 import teacache
-from bench.common import parse_thresholds
+from bench.common import parse_numbers, parse_thresholds
 from bench.peer import arm as peer
 from bench.peer import gate as peer_gate
 from calib.run.generation import generate
@@ -113,20 +113,12 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 
 
 def parse_fractions(text: str) -> list[float]:
+    """'0.35,0.7': fractions of the steps to skip, each in (0, 1); returned sorted, once each."""
     values = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            value = float(part)
-        except ValueError:
-            raise ValueError(f"--skip-fractions: {part!r} is not a number") from None
+    for part, value in parse_numbers(text, "--skip-fractions", "fraction", "0.35,0.7"):
         if not 0 < value < 1:
             raise ValueError(f"--skip-fractions: {part} is outside (0, 1); fractions of the steps to skip")
         values.append(value)
-    if not values:
-        raise ValueError("--skip-fractions: expected at least one fraction, like 0.35,0.7")
     return sorted(set(values))
 
 

@@ -14,7 +14,6 @@ before anything is computed or written. Pure pandas/numpy: no MLX, no mflux.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -23,7 +22,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from calib.run.prompts import pair_id
 from calib.traces import mlx_teacache
+from teacache.io import file_sha256  # noqa: F401  (re-exported: the traces tables and formats import it from here)
 
 REQUIRED_COLUMNS = ("prompt_id", "step", "x_rel_l1", "y_rel_l1")  # a fit needs all four
 REPLAY_COLUMNS = ("prompt_id", "step", "x_rel_l1")  # a replay needs the signal only
@@ -115,7 +116,7 @@ def run_label(row, columns, seed: int | None) -> str:
     if "run_id" in columns:
         return str(row["run_id"])
     if "seed" in columns:
-        return f"{row['prompt_id']}-s{seed if seed is not None else row['seed']}"
+        return pair_id(row["prompt_id"], seed if seed is not None else row["seed"])
     return str(row["prompt_id"])
 
 
@@ -125,14 +126,6 @@ def _seed(value) -> int | None:
     except (TypeError, ValueError):
         return None
     return int(number) if np.isfinite(number) and number == round(number) else None
-
-
-def file_sha256(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def split_signal(path: str | os.PathLike) -> tuple[Path, str | None]:
