@@ -29,6 +29,7 @@ from mlx import nn
 from mlx.utils import tree_flatten
 
 from teacache import variants
+from teacache.models._init import redraw_linears
 
 RANDOM_PREFIX = "random-"
 NOT_FULL_SIZE = "NOT full size"
@@ -113,24 +114,7 @@ def draw_weights(module: nn.Module, seed: int, dtype: mx.Dtype, evaluate: bool =
     With ``evaluate`` the weights are materialised piece by piece. The global MLX random state is neither
     read nor changed.
     """
-    key = mx.random.key(seed)
-    pending: list[mx.array] = []
-    pending_bytes = 0
-    for _name, layer in sorted(module.named_modules(), key=lambda item: item[0]):
-        if not isinstance(layer, nn.Linear):
-            continue
-        key, k_w, k_b = mx.random.split(key, 3)
-        out_dim, in_dim = layer.weight.shape
-        bound = (1.0 / in_dim) ** 0.5
-        layer.weight = mx.random.uniform(-bound, bound, (out_dim, in_dim), dtype=dtype, key=k_w)
-        pending.append(layer.weight)
-        if "bias" in layer:
-            layer.bias = mx.random.uniform(-bound, bound, (out_dim,), dtype=dtype, key=k_b)
-            pending.append(layer.bias)
-        pending_bytes += layer.weight.nbytes
-        if evaluate and pending_bytes >= _EVAL_CHUNK_BYTES:
-            mx.eval(pending, key)
-            pending, pending_bytes = [], 0
+    redraw_linears(module, seed, dtype=dtype, evaluate_every_bytes=_EVAL_CHUNK_BYTES if evaluate else None)
     module.set_dtype(dtype)
     if evaluate:
         mx.eval(module.parameters())
