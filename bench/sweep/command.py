@@ -551,24 +551,68 @@ class Measured:
     arms: dict | None = None  # --baselines/--compare-coefficients/--isolate: the arms and their settings
 
 
-def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale, traces=None) -> Measured:
-    """This rank's share of the pairs, each saved into the rank's folder as soon as it is measured."""
-    world, folder, thresholds = run.world, run.folder, settings.thresholds
-    parts = folder / "pairs"
-    by_id = {pair_id(p, seed): (p, text, seed) for p, text, seed in settings.pairs}
-    todo = todo_pairs(settings, folder, [by_id[k] for k in run.share])
+def _announce(settings: SweepSettings, run: shard.ShardedRun, todo: list) -> None:
+    """What this sweep (and, under mlx.launch, this rank) is about to measure."""
+    world, parts = run.world, run.folder / "pairs"
     extending = sum(1 for (pid, _t, seed), _m in todo if _part(parts, pair_id(pid, seed), "runs").is_file())
     if world.rank == 0:
         print(
             f"sweep {settings.model}: {len(settings.pairs)} pairs ({len(settings.pairs) - len(run.todo)} done"
             + (f", {extending} to extend" if extending and world.size == 1 else "")
-            + f") x (vanilla + {len(thresholds)} thresholds) x {settings.repeats} repeats, {settings.steps} steps"
+            + f") x (vanilla + {len(settings.thresholds)} thresholds) x {settings.repeats} repeats, "
+            f"{settings.steps} steps"
         )
         for line in (world.contention_message(), world.hardware_message()):
             if line:
                 print(line)
     if world.size > 1:
         print(f"rank {world.rank} of {world.size} ({world.backend}): {len(todo)} pairs: {', '.join(run.share)}")
+
+
+def _warm_up(model, settings: SweepSettings, pair, rescale) -> None:
+    """Compile and JIT once, vanilla and TeaCache, before anything is timed."""
+    warm = (pair[1], pair[2], *settings.generation)
+    generate(model, *warm)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with apply_teacache(model, rel_l1_thresh=max(settings.thresholds), coefficients=rescale):
+            generate(model, *warm)
+
+
+def _plan_arms(settings: SweepSettings, model, rescales: dict, configs_for, traces, skip_first: int):
+    """--baselines/--compare-coefficients/--isolate: the TeaCache arms, the baseline grid and what the
+    provenance records of them."""
+    # heavy (pandas): loaded after the arguments are checked
+    from bench.sweep.replay import predict_schedules
+
+    configs = configs_for(rescales[settings.coefficients])
+    tc_arms = sweep_arms.teacache_arms(rescales, configs_for, settings.thresholds)
+    if traces is not None:
+        schedules, grid_from = sweep_arms.replay_schedules(predict_schedules(traces, configs)), "--traces replay"
+    else:
+        first = settings.pairs[0]
+        schedules = sweep_arms.probe_schedules(model, first, settings.generation, configs)
+        grid_from = f"a probe of every threshold on the first pair ({pair_id(first[0], first[2])})"
+    grid = sweep_arms.arm_grid(settings.steps, schedules, settings.baselines, skip_first)
+    grid += mlx_teacache_arms(configs, settings.baselines, model)  # its apply_teacache at the same thresholds
+    record = {
+        "baselines": list(settings.baselines),
+        "settings": {arm: [a.setting for a in grid if a.name == arm] for arm in settings.baselines},
+        "settings_from": grid_from,
+        "most_common_skipped": {f"{t:g}": k for t, k in sweep_arms.most_common_counts(schedules).items()},
+        "rescales": {k: v.to_dict() for k, v in rescales.items()},
+        "primary_rescale": settings.coefficients,
+        "step_cache_native": sorted(STEP_CACHE_NATIVE),
+    }
+    return tc_arms, grid, record
+
+
+def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale, traces=None) -> Measured:
+    """This rank's share of the pairs, each saved into the rank's folder as soon as it is measured."""
+    world, folder, thresholds = run.world, run.folder, settings.thresholds
+    by_id = {pair_id(p, seed): (p, text, seed) for p, text, seed in settings.pairs}
+    todo = todo_pairs(settings, folder, [by_id[k] for k in run.share])
+    _announce(settings, run, todo)
     model = arguments.load_model(settings.model, settings.base_model, settings.quantize)
     spec = variants.get(variants.variant_of(model))
     variant, default_threshold, skip_first = spec.name, spec.default_threshold, spec.skip_first_n_steps
@@ -588,37 +632,12 @@ def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale, traces
     configs = configs_for(rescale)
     adherence = _adherence_fn(variant)
     images_dir = settings.out / "images" if settings.save_images else None
-    if todo:  # warm-up: compile and JIT once before anything is timed
-        warm = (todo[0][0][1], todo[0][0][2], *settings.generation)
-        generate(model, *warm)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with apply_teacache(model, rel_l1_thresh=max(thresholds), coefficients=rescale):
-                generate(model, *warm)
+    if todo:
+        _warm_up(model, settings, todo[0][0], rescale)
     fields = world.row_fields()  # which rank measured each row, on which hardware, contended or not
     arms_record = None
     if settings.arms_mode:
-        # heavy (pandas): loaded after the arguments are checked
-        from bench.sweep.replay import predict_schedules
-
-        tc_arms = sweep_arms.teacache_arms(rescales, configs_for, thresholds)
-        if traces is not None:
-            schedules, grid_from = sweep_arms.replay_schedules(predict_schedules(traces, configs)), "--traces replay"
-        else:
-            first = settings.pairs[0]
-            schedules = sweep_arms.probe_schedules(model, first, settings.generation, configs)
-            grid_from = f"a probe of every threshold on the first pair ({pair_id(first[0], first[2])})"
-        grid = sweep_arms.arm_grid(settings.steps, schedules, settings.baselines, skip_first)
-        grid += mlx_teacache_arms(configs, settings.baselines, model)  # its apply_teacache at the same thresholds
-        arms_record = {
-            "baselines": list(settings.baselines),
-            "settings": {arm: [a.setting for a in grid if a.name == arm] for arm in settings.baselines},
-            "settings_from": grid_from,
-            "most_common_skipped": {f"{t:g}": k for t, k in sweep_arms.most_common_counts(schedules).items()},
-            "rescales": {k: v.to_dict() for k, v in rescales.items()},
-            "primary_rescale": settings.coefficients,
-            "step_cache_native": sorted(STEP_CACHE_NATIVE),
-        }
+        tc_arms, grid, arms_record = _plan_arms(settings, model, rescales, configs_for, traces, skip_first)
     with Progress() as progress:
         task = progress.add_task("sweep" if world.size == 1 else f"sweep rank {world.rank}", total=len(todo))
         for pair, missing in todo:
@@ -631,7 +650,7 @@ def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale, traces
                     model, settings, pair, missing, configs, adherence, images_dir, variant
                 )
             rows, noop = [{**row, **fields} for row in rows], {**noop, **fields}
-            save_pair(parts, pair_id(pair[0], pair[2]), rows, decisions, noop)
+            save_pair(folder / "pairs", pair_id(pair[0], pair[2]), rows, decisions, noop)
             progress.advance(task)
     return Measured(variant, default_threshold, skip_first, rescale, configs, fp, recorded, arms_record)
 
