@@ -17,6 +17,7 @@ STAMP := $(VENV)/.installed-$(BACKEND)
 OLDEST_MFLUX := $(shell sed -n 's/^VERIFIED_RELEASES = ."\([0-9.]*\)".*/\1/p' teacache/_compat.py)
 # The adapter and no-op tests of every family (quality bounds, measured on the pinned release, stay with it).
 RELEASE_TESTS := tests/teacache/adapters/test_flux1.py tests/teacache/adapters/test_flux2_klein.py \
+	tests/teacache/adapters/test_every_family.py \
 	tests/teacache/adapters/test_qwen_image.py tests/teacache/adapters/test_z_image.py \
 	tests/teacache/adapters/test_tiny_shapes.py tests/teacache/test_mflux_releases.py::test_the_builders_guard_on_what_the_installed_release_has \
 	-k "not measured_bounds"

@@ -8,24 +8,32 @@ from pathlib import Path
 from teacache.gate import check_threshold
 
 
-def parse_thresholds(text: str) -> list[float]:
-    """'0,0.1,0.2': finite, >= 0, no duplicates; returned sorted."""
-    values = []
+def parse_numbers(text: str, option: str, what: str, example: str) -> list[tuple[str, float]]:
+    """'a,b,c' -> [(item, number), ...], empty items skipped; a ValueError naming ``option`` for an item that is
+    not a number or for no item at all (``what``: the item's name, ``example``: a valid value)."""
+    items = []
     for part in str(text).split(","):
         part = part.strip()
         if not part:
             continue
         try:
-            value = float(part)
+            items.append((part, float(part)))
         except ValueError:
-            raise ValueError(f"--thresholds: {part!r} is not a number") from None
+            raise ValueError(f"{option}: {part!r} is not a number") from None
+    if not items:
+        raise ValueError(f"{option}: expected at least one {what}, like {example}")
+    return items
+
+
+def parse_thresholds(text: str) -> list[float]:
+    """'0,0.1,0.2': finite, >= 0, no duplicates; returned sorted."""
+    values = []
+    for part, value in parse_numbers(text, "--thresholds", "threshold", "0,0.1,0.2"):
         try:
             values.append(check_threshold(value, "--thresholds"))  # the gate's own rule
         except ValueError:
             why = f"{part!r} is not finite" if not math.isfinite(value) else f"{part} is negative"
             raise ValueError(f"--thresholds: {why}; thresholds are numbers >= 0 (0 = no skipping)") from None
-    if not values:
-        raise ValueError("--thresholds: expected at least one threshold, like 0,0.1,0.2")
     duplicates = sorted({v for v in values if values.count(v) > 1})
     if duplicates:
         raise ValueError(f"--thresholds: duplicate values {', '.join(f'{v:g}' for v in duplicates)}")

@@ -21,9 +21,10 @@ from rich.progress import Progress
 
 from calib.run import arguments, fingerprint, shard
 from calib.run.command import run_guarded
-from calib.run.generation import generate, implausible, paired_overhead
+from calib.run.generation import generate, implausible, paired_overhead, settings_fingerprint
+from calib.run.interleave import Turn, interleave
 from calib.run.interrupts import Interrupted, interruptions
-from calib.run.prompts import parse_seeds
+from calib.run.prompts import pair_id, parse_seeds
 from teacache import apply_teacache, variants
 from teacache.io import FORMAT_VERSION, write_json, write_parquet
 from teacache.provenance import collect
@@ -124,24 +125,10 @@ def settings_from_args(args: argparse.Namespace) -> RecordSettings:
 
 def fingerprint_settings(settings: RecordSettings, variant: str | None = None) -> dict:
     """What makes two recordings the same recording (the variant joins once the model has loaded)."""
-    fp = {
-        "model": settings.model,
-        "base_model": settings.base_model,
-        "quantize": settings.quantize,
-        "steps": settings.steps,
-        "size": f"{settings.width}x{settings.height}",
-        "guidance": settings.guidance,
-        "prompts": settings.prompts,
-        "seeds": settings.seeds,
-        **fingerprint.environment(settings.model, settings.base_model),
-    }
-    if variant is not None:
-        fp["variant"] = variant
-    return fp
+    return settings_fingerprint(settings, variant)
 
 
-def run_id(prompt_id: str, seed: int) -> str:
-    return f"{prompt_id}-s{seed}"
+run_id = pair_id  # a recording's run is one (prompt, seed) pair
 
 
 def record_run(model, handle, settings: dict, prompt_id: str, prompt: str, seed: int, variant: str):
@@ -161,17 +148,20 @@ def record_run(model, handle, settings: dict, prompt_id: str, prompt: str, seed:
 
 
 def measure_overhead(model, settings: dict, prompt: str, pairs: int) -> dict:
-    """Paired, interleaved loop times: vanilla against the recorder, after a warm-up of each."""
+    """Paired, interleaved loop times (:mod:`calib.run.interleave`): vanilla against the recorder, after a warm-up."""
     args = (settings["steps"], settings["width"], settings["height"], settings["guidance"])
     generate(model, prompt, 0, *args)
     with apply_teacache(model, calibrate=True):
         generate(model, prompt, 0, *args)
-    ratios = []
-    for _ in range(pairs):
-        vanilla = generate(model, prompt, 0, *args).loop_s
+
+    def run(turn: Turn) -> float:
+        if turn.arm == 0:
+            return generate(model, prompt, 0, *args).loop_s
         with apply_teacache(model, calibrate=True):
-            recorded = generate(model, prompt, 0, *args).loop_s
-        ratios.append(recorded / vanilla)
+            return generate(model, prompt, 0, *args).loop_s
+
+    vanilla, recorded = interleave(run, 2, pairs)
+    ratios = [r / v for v, r in zip(vanilla, recorded, strict=True)]
     return paired_overhead(ratios)
 
 

@@ -20,32 +20,34 @@ def apply_teacache(
     *,
     config: GateConfig | None = None,
     skip_first_n_steps: int | None = None,
-    skip_last_n_steps: int = 1,
-    max_consecutive_skips: int = 8,
+    skip_last_n_steps: int | None = None,
+    max_consecutive_skips: int | None = None,
     calibrate: bool = False,
 ) -> TeaCacheHandle:
     """Apply TeaCache to an mflux pipeline; use the handle as a context manager or call ``restore()``.
 
-    ``config``: a complete :class:`GateConfig` (the other gate keywords must then be left out), as the
-    sweep builds it. Otherwise the keywords build one, defaults from the variant's spec:
-    ``rel_l1_thresh``: skip while the accumulated rescaled signal stays below it; ``None`` takes the
-    variant's default, ``0`` disables skipping (a fast path that creates no cache tensors).
-    ``coefficients``: a :class:`RescaleFunction`, a published tuple (highest power first) or ``None``
-    for the variant's packaged calibration. ``calibrate=True`` never skips and records the traces
-    ``teacache-calib record`` writes.
+    ``config``: a complete :class:`GateConfig` (the other gate keywords must then be left out), as the sweep
+    builds it. Otherwise the keywords build one, defaults from the variant's spec: ``rel_l1_thresh``: skip while
+    the accumulated rescaled signal stays below it; ``None`` takes the variant's default, ``0`` disables
+    skipping (a fast path that creates no cache tensors). ``coefficients``: a :class:`RescaleFunction`, a
+    published tuple (highest power first) or ``None`` for the variant's packaged calibration.
+    ``skip_first_n_steps``: ``None`` takes the variant's; ``skip_last_n_steps`` and ``max_consecutive_skips``:
+    ``None`` takes :class:`GateConfig`'s. ``calibrate=True`` never skips and records the traces ``teacache-calib
+    record`` writes.
     """
     check_mflux_version()
     adapter = adapter_for(model)
     if is_applied(model) or adapter.is_applied(model):
         raise RuntimeError("model: TeaCache is already applied to this pipeline; restore() the first handle")
     spec = variants.get(adapter.variant(model))
+    given = {
+        "rel_l1_thresh": rel_l1_thresh, "coefficients": coefficients, "skip_first_n_steps": skip_first_n_steps,
+        "skip_last_n_steps": skip_last_n_steps, "max_consecutive_skips": max_consecutive_skips,
+    }  # fmt: skip
+    given = {k: v for k, v in given.items() if v is not None}
     if config is not None:
-        given = {
-            "rel_l1_thresh": rel_l1_thresh, "coefficients": coefficients, "skip_first_n_steps": skip_first_n_steps,
-        }  # fmt: skip
-        extra = [k for k, v in given.items() if v is not None]
-        if extra or (skip_last_n_steps, max_consecutive_skips) != (1, 8):
-            raise ValueError(f"config: pass either config= or the gate keywords, not both (got {extra or 'skip_*'})")
+        if given:
+            raise ValueError(f"config: pass either config= or the gate keywords, not both (got {', '.join(given)})")
         gate_config, from_packaged = config, False
     else:
         if coefficients is None and spec.coefficients is None:
@@ -53,15 +55,10 @@ def apply_teacache(
                 f"coefficients: variant {spec.name!r} has no packaged calibration; pass coefficients= "
                 "(teacache-calib record / fit gives them)"
             )
-        if rel_l1_thresh is None:
-            rel_l1_thresh = 0.0 if calibrate else spec.default_threshold
-        gate_config = GateConfig(
-            rel_l1_thresh=rel_l1_thresh,
-            rescale=as_rescale(coefficients, spec.rescale() if coefficients is None else None),
-            skip_first_n_steps=spec.skip_first_n_steps if skip_first_n_steps is None else skip_first_n_steps,
-            skip_last_n_steps=skip_last_n_steps,
-            max_consecutive_skips=max_consecutive_skips,
-        )
+        given.setdefault("rel_l1_thresh", 0.0 if calibrate else spec.default_threshold)
+        given["rescale"] = as_rescale(given.pop("coefficients", None), spec.rescale() if coefficients is None else None)
+        given.setdefault("skip_first_n_steps", spec.skip_first_n_steps)
+        gate_config = GateConfig(**given)  # its own defaults for what is not given
         from_packaged = coefficients is None
     recipe = spec.recipe() if from_packaged else None
     if from_packaged:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import mlx.core as mx
 
@@ -59,6 +59,33 @@ class TeaCacheStats:
         return longest
 
 
+@dataclass
+class GenerationState:
+    """What one generation holds: the anchor, one residual per branch, the step's decision, calibration rows.
+
+    ``reset()`` drops all of it; the controller calls it at the start of every generation, and
+    ``TeaCacheHandle.restore()`` calls it so a restored pipeline keeps no cache tensors alive.
+    """
+
+    anchor: mx.array | None = None  # the previous step's modulated input
+    residuals: dict[int, mx.array] = field(default_factory=dict)  # by branch (CFG calls of one step)
+    step_decision: tuple[int, bool] | None = None  # (step, compute), taken by branch 0
+    pending: list[dict] = field(default_factory=list)  # calibration rows, lazy until the generation ends
+    previous_output: dict[int, mx.array] = field(default_factory=dict)  # calibration, by branch
+    previous_residual: dict[int, mx.array] = field(default_factory=dict)  # calibration, by branch
+    signal_row: dict = field(default_factory=dict)  # calibration: this step's input signal
+
+    def reset(self) -> None:
+        fresh = GenerationState()
+        for f in fields(self):
+            setattr(self, f.name, getattr(fresh, f.name))
+
+    @property
+    def cached(self) -> list[mx.array]:
+        """The tensors the cache holds between steps (residuals and anchor)."""
+        return list(self.residuals.values()) + ([self.anchor] if self.anchor is not None else [])
+
+
 class StepController:
     """Decides per step, keeps the anchor (previous modulated input) and one residual per branch.
 
@@ -78,6 +105,7 @@ class StepController:
         self.records: list[dict] = []
         self._warned: set[str] = set()
         self.config = None
+        self.state = GenerationState()
         self._reset_generation()
 
     # --- mflux callback protocol ------------------------------------------------------------------
@@ -98,14 +126,7 @@ class StepController:
     # --- generation lifecycle ---------------------------------------------------------------------
     def _reset_generation(self) -> None:
         self.gate.reset()
-        self.anchor: mx.array | None = None
-        self.residuals: dict[int, mx.array] = {}
-        self._step_decision: tuple[int, bool] | None = None
-        self._pending: list[dict] = []
-        self._previous_output: dict[int, mx.array] = {}
-        self._previous_residual: dict[int, mx.array] = {}
-        self._signal_row: dict = {}
-        self._computed = 0
+        self.state.reset()
 
     def begin(self, config) -> None:
         """Start a generation: reset every per-generation tensor and check the schedule."""
@@ -162,12 +183,12 @@ class StepController:
             warnings.warn(message, category, stacklevel=4)
 
     def _finish(self) -> None:
-        if self.calibrate and self._pending:
-            values = [v for row in self._pending for v in row.values() if isinstance(v, mx.array)]
-            mx.eval(values)
-            for row in self._pending:
+        pending = self.state.pending
+        if self.calibrate and pending:
+            mx.eval([v for row in pending for v in row.values() if isinstance(v, mx.array)])
+            for row in pending:
                 self.records.append({k: (float(v.item()) if isinstance(v, mx.array) else v) for k, v in row.items()})
-            self._pending = []
+            self.state.pending = []
 
     # --- per step ---------------------------------------------------------------------------------
     @property
@@ -192,16 +213,16 @@ class StepController:
     def should_compute(self, modulated: mx.array, branch: int = 0) -> bool:
         """One decision per step: branch 0 decides, later branches of the same step reuse it."""
         self._require_generation()
-        step = self.step
-        if self._step_decision is not None and self._step_decision[0] == step and branch != 0:
-            compute = self._step_decision[1]
+        step, state = self.step, self.state
+        if state.step_decision is not None and state.step_decision[0] == step and branch != 0:
+            compute = state.step_decision[1]
         elif self.calibrate:
             compute = self._observe_signal(modulated, step)
         else:
             compute = self._decide(modulated, step)
-        if not compute and branch not in self.residuals:
+        if not compute and branch not in state.residuals:
             compute = True  # nothing cached for this branch yet
-        self._step_decision = (step, compute)
+        state.step_decision = (step, compute)
         stats = self.stats
         if branch == 0:
             stats.computed += compute
@@ -210,86 +231,106 @@ class StepController:
         return compute
 
     def _decide(self, modulated: mx.array, step: int) -> bool:
-        x = None if self.anchor is None else rel_l1(modulated, self.anchor).item()
-        self.anchor = modulated
+        x = None if self.state.anchor is None else rel_l1(modulated, self.state.anchor).item()
+        self.state.anchor = modulated
         decision = self.gate.decide(step, self.num_steps, x, self.sigma)
         return decision.compute
 
     def _observe_signal(self, modulated: mx.array, step: int) -> bool:
-        self._signal_row = {
+        anchor = self.state.anchor
+        self.state.signal_row = {
             "step": step,
             "num_steps": self.num_steps,
             "sigma": self.sigma,
             "x_norm": mean_abs(modulated),
-            "x_rel_l1": math.nan if self.anchor is None else rel_l1(modulated, self.anchor),
+            "x_rel_l1": math.nan if anchor is None else rel_l1(modulated, anchor),
         }
-        self.anchor = modulated
+        self.state.anchor = modulated
         return True
 
     def store_residual(self, branch: int, residual: mx.array) -> None:
-        self.residuals[branch] = residual
+        self.state.residuals[branch] = residual
 
     def residual(self, branch: int) -> mx.array:
-        return self.residuals[branch]
+        return self.state.residuals[branch]
 
     def observe_output(self, branch: int, output: mx.array, residual: mx.array | None) -> None:
         """Calibration only: lazy rel-L1 of the output (and residual) against the previous step's."""
         if not self.calibrate:
             return
-        row = dict(self._signal_row, branch=branch, y_norm=mean_abs(output))
-        prev = self._previous_output.get(branch)
+        state = self.state
+        row = dict(state.signal_row, branch=branch, y_norm=mean_abs(output))
+        prev = state.previous_output.get(branch)
         row["y_rel_l1"] = math.nan if prev is None else rel_l1(output, prev)
-        self._previous_output[branch] = output
+        state.previous_output[branch] = output
         row["residual_norm"] = row["residual_rel_l1"] = math.nan
         if residual is not None:
-            prev_r = self._previous_residual.get(branch)
+            prev_r = state.previous_residual.get(branch)
             row["residual_norm"] = mean_abs(residual)
             row["residual_rel_l1"] = math.nan if prev_r is None else rel_l1(residual, prev_r)
-            self._previous_residual[branch] = residual
-        self._pending.append(row)
+            state.previous_residual[branch] = residual
+        state.pending.append(row)
 
 
 class TeaCacheHandle:
-    """Returned by :func:`teacache.apply_teacache`; restores the pipeline exactly on ``restore()``/exit."""
+    """Returned by :func:`teacache.apply_teacache`; restores the pipeline exactly on ``restore()``/exit.
+
+    The pipeline, adapter and controller it holds are its own: read what a generation did through
+    ``stats``, ``history``, ``records`` and the cache properties.
+    """
 
     def __init__(self, model, adapter, controller: StepController, variant: str, restore_fn) -> None:
-        self.model = model
-        self.adapter = adapter
-        self.controller = controller
+        self._model = model
+        self._adapter = adapter
+        self._controller = controller
         self.variant = variant
         self._restore_fn = restore_fn
         self.active = True
 
     @property
+    def config(self) -> GateConfig:
+        """The gate settings this handle runs (``apply_teacache``'s keywords with their defaults filled in)."""
+        return self._controller.gate_config
+
+    @property
     def rel_l1_thresh(self) -> float:
-        return self.controller.gate_config.rel_l1_thresh
+        return self._controller.gate_config.rel_l1_thresh
 
     @property
     def rescale(self):
-        return self.controller.gate_config.rescale
+        return self._controller.gate_config.rescale
 
     @property
     def stats(self) -> TeaCacheStats:
         """Counts and decision log of the most recent generation."""
-        return self.controller.stats
+        return self._controller.stats
 
     @property
     def history(self) -> list[TeaCacheStats]:
-        return list(self.controller.history)
+        return list(self._controller.history)
 
     @property
     def records(self) -> list[dict]:
         """Calibration rows (``calibrate=True``), one per gated step and branch."""
-        return list(self.controller.records)
+        return list(self._controller.records)
+
+    @property
+    def cached_branches(self) -> list[int]:
+        """The branches (CFG calls of a step, 0 first) with a cached residual, sorted."""
+        return sorted(self._controller.state.residuals)
+
+    @property
+    def cache_bytes(self) -> int:
+        """Bytes the cache holds now: one residual per branch and the anchor (0 on the fast path)."""
+        return sum(a.nbytes for a in self._controller.state.cached)
 
     def restore(self) -> None:
-        """Put the original transformer, predict function and callbacks back. Idempotent."""
+        """Put the original transformer, predict function and callbacks back, and drop the cache. Idempotent."""
         if not self.active:
             return
         self.active = False
         self._restore_fn()
-        self.controller.residuals = {}
-        self.controller.anchor = None
+        self._controller.state.reset()
 
     def __enter__(self) -> TeaCacheHandle:
         return self

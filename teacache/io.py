@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -11,6 +12,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 FORMAT_VERSION = 1  # of every JSON/Parquet artifact this toolkit writes; readers reject other versions
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The SHA-256 of a file's bytes, read in 1 MiB pieces (a weights file need not fit in memory)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 @contextlib.contextmanager

@@ -6,7 +6,6 @@ from the variant registry (``teacache.variants``); this module only resolves and
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from pathlib import Path
 
@@ -95,7 +94,7 @@ def load_model(name_or_path: str, *, base_model: str | None = None, quantize: in
     spec = resolve_spec(name_or_path, base_model)
     if name_or_path.startswith(RANDOM_PREFIX) and base_model is None:
         use_float32_on_cpu()
-        builder = _attribute(variants.family(spec.family).random_builder)
+        builder = variants.attribute(variants.family(spec.family).random_builder)
         return builder(spec.name, seed=seed, quantize=quantize)
     path = Path(name_or_path).expanduser()
     is_folder = base_model is not None
@@ -103,7 +102,7 @@ def load_model(name_or_path: str, *, base_model: str | None = None, quantize: in
         check_model_folder(path)
     use_float32_on_cpu()
     if spec.embedded:
-        builder = _attribute(spec.builder)
+        builder = variants.attribute(spec.builder)
         takes_seed = "seed" in inspect.signature(builder).parameters
         build = (lambda: builder(seed=seed)) if takes_seed else builder
         return _load_transformer_folder(build, spec, path, quantize) if is_folder else build()
@@ -114,7 +113,7 @@ def load_model(name_or_path: str, *, base_model: str | None = None, quantize: in
         model_name=str(path) if is_folder else spec.mflux_names[0],
         base_model=spec.mflux_names[0] if is_folder else None,
     )
-    pipeline = _attribute(variants.family(spec.family).pipeline)
+    pipeline = variants.attribute(variants.family(spec.family).pipeline)
     model = pipeline(model_config=config, quantize=quantize, model_path=str(path) if is_folder else None)
     model.teacache_variant = spec.name
     return model
@@ -132,9 +131,9 @@ def _load_transformer_folder(build, spec: variants.VariantSpec, path: Path, quan
 
     model = build()
     fam = variants.family(spec.family)
-    if not isinstance(model, _attribute(fam.pipeline)):
+    if not isinstance(model, variants.attribute(fam.pipeline)):
         raise ModelFolderError(f"base_model: {spec.name} is not an mflux pipeline; it cannot load a folder")
-    component = next(c for c in _attribute(fam.weights).get_components() if c.name == "transformer")
+    component = next(c for c in variants.attribute(fam.weights).get_components() if c.name == "transformer")
     if not (path / component.hf_subdir).is_dir():
         raise ModelFolderError(f"model: {path} has no {component.hf_subdir}/ folder (mflux's saved layout)")
     weights = WeightLoader.load_single_local(component=component, root_path=path)
@@ -159,8 +158,3 @@ def _load_transformer_folder(build, spec: variants.VariantSpec, path: Path, quan
         )
     model.bits = WeightApplier.apply_and_quantize_single(weights, model.transformer, component, quantize)
     return model
-
-
-def _attribute(target: str):
-    module, name = target.split(":")
-    return getattr(importlib.import_module(module), name)

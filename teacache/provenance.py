@@ -20,7 +20,8 @@ DISTRIBUTION = "teacache-lab"  # the name on the package index (mflux-teacache b
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
-def _version(dist: str) -> str | None:
+def installed_version(dist: str) -> str | None:
+    """The installed version of a distribution, or None where it is not installed."""
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
@@ -108,10 +109,10 @@ def collect(argv: list[str] | None = None, **fields) -> dict:
         "git": git_commit(),
         "versions": {
             "mlx": mx.__version__,
-            "mflux": _version("mflux"),
-            "numpy": _version("numpy"),
+            "mflux": installed_version("mflux"),
+            "numpy": installed_version("numpy"),
             "python": platform.python_version(),
-            "teacache": _version(DISTRIBUTION),
+            "teacache": installed_version(DISTRIBUTION),
         },
         **device_info(),
         "os": f"{platform.system()} {platform.release()} {platform.machine()}",

@@ -1,9 +1,9 @@
 """Every derived file committed under results/, and each tolerance module, rebuilds byte-identically from raw tables.
 
-Reports come from their sweep folder, the hardware comparison from both hardware folders (when they still
-hold the inputs it was made from), gap-check tables from gapcheck.json and each hardware's tolerance module
-from its sweeps. PNGs are left out here (drawing them takes a minute); `teacache-bench report` rebuilds
-them byte-identically too.
+Reports come from their sweep folder, the hardware comparison from both hardware folders (an input changed
+since it was made fails, naming the command that re-makes it), gap-check tables from gapcheck.json and each
+hardware's tolerance module from its sweeps. PNGs are left out here (drawing them takes a minute);
+`teacache-bench report` rebuilds them byte-identically too.
 """
 
 from __future__ import annotations
@@ -65,8 +65,11 @@ def test_hardware_comparison_rebuilds_from_both_hardware_folders(monkeypatch):
         for path, sha in variant["inputs"][side].items()
         if not (ROOT / path).is_file() or hashlib.sha256((ROOT / path).read_bytes()).hexdigest() != sha
     ]
-    if changed:  # re-measured since (README: Re-derive tolerances on this hardware): the comparison is older
-        pytest.skip(f"compare.md predates its inputs ({', '.join(changed)}): rebuild it with compare-hardware")
+    if changed:  # re-measured since (README: Re-derive tolerances on this hardware): the comparison is stale
+        pytest.fail(
+            f"compare.md predates its inputs ({', '.join(changed)}): re-run, from the project root, "
+            f"{recorded['provenance']['command']} and commit what it writes"
+        )
     a, b = (Path(recorded[side]["path"]) for side in ("a", "b"))
     result = compare_hardware.build(a, b, recorded["ssim_floor"])
     assert compare_hardware.render_markdown(result) == (COMPARISON / "compare.md").read_text()

@@ -7,7 +7,6 @@ Pure computation over what ``bench.compare.input`` reads; nothing here formats o
 
 from __future__ import annotations
 
-import hashlib
 import math
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from bench.report.stats import distribution, parse_steps, quantile, recommend, t
 from bench.tolerances.derive import load_module, prefix
 from calib.fit.command import compare, read_fit, rescale_from_fit
 from calib.traces.reader import TraceError, load_traces
-from teacache.io import FORMAT_VERSION
+from teacache.io import FORMAT_VERSION, file_sha256
 
 KIND = "teacache-bench compare-hardware"
 QUALITY = ("ssim", "psnr", "cosine")
@@ -232,7 +231,7 @@ INPUTS = (
 def input_hashes(campaign: Path, tolerances: Path | None) -> dict[str, str]:
     """sha256 of every file a variant's comparison reads: a rebuild from the same hashes gives the same compare.md."""
     paths = [campaign / name for name in INPUTS] + ([tolerances] if tolerances else [])
-    return {_shown(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in paths if p.is_file()}
+    return {_shown(p): file_sha256(p) for p in paths if p.is_file()}
 
 
 def compare_variant(variant: str, camp_a: Path, camp_b: Path, label_a: str, label_b: str, floor: float) -> dict:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 
+from teacache.provenance import installed_version
+
 PEER = "mlx-teacache"
 # Every gated step computes: any positive threshold, and a slope no rel-L1 stays under. Its gate, signal,
 # host read-back and eager predict all run; nothing is skipped (its threshold 0 would bypass the gate).
@@ -23,13 +25,7 @@ EVERY_STEP = {"rel_l1_thresh": 1e-3, "coefficients": (0.0, 0.0, 0.0, 1e6, 0.0)}
 
 
 def version() -> str | None:
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as installed
-
-    try:
-        return installed(PEER)
-    except PackageNotFoundError:
-        return None
+    return installed_version(PEER)
 
 
 def refusal(model=None, rescale=None, threshold: float | None = None) -> str | None:
@@ -38,7 +34,7 @@ def refusal(model=None, rescale=None, threshold: float | None = None) -> str | N
     if peer_version is None:
         return f"{PEER} is not installed (the 'peer' extra)"
     mflux_range = _declared_mflux_range()
-    mflux_version = _installed("mflux")
+    mflux_version = installed_version("mflux")
     if mflux_range is not None and mflux_version is not None and mflux_version not in mflux_range:
         return f"{PEER} {peer_version} declares mflux {mflux_range}; mflux {mflux_version} is installed"
     if model is not None:
@@ -71,16 +67,6 @@ def _release(text: str) -> tuple[int, ...] | None:
         return None
     parts = tuple(int(p) for p in match.group(0).split("."))
     return parts + (0,) * (3 - len(parts))
-
-
-def _installed(name: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as installed
-
-    try:
-        return installed(name)
-    except PackageNotFoundError:
-        return None
 
 
 class MfluxRange:

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from bench.report import front, front_plots, plots, stats
+from bench.report.markdown import render
 
 OUTPUTS = frozenset(
     {
@@ -73,23 +74,6 @@ def _f(value, digits: int = 3, unit: str = "") -> str:
     return "n/a" if missing else f"{value:.{digits}f}{unit}"
 
 
-def _comparison_lines(comparison: pd.DataFrame) -> list[str]:
-    lines = [
-        "| rescale | threshold | TeaCache speedup | TeaCache SSIM | baseline | setting | baseline speedup | "
-        "baseline SSIM | n | SSIM difference [95% CI] | outcome |",
-        "|---|---:|---:|---:|---|---|---:|---:|---:|---|---|",
-    ]
-    for r in comparison.itertuples():
-        setting = r.baseline_setting if isinstance(r.baseline_setting, str) else "-"
-        lines.append(
-            f"| {r.rescale} | {r.threshold:g} | {_f(r.teacache_speedup, 2, 'x')} | {_f(r.teacache_quality, 4)} | "
-            f"{r.baseline_arm} | {setting} | {_f(r.baseline_speedup, 2, 'x')} | {_f(r.baseline_quality, 4)} | "
-            f"{int(r.n_pairs) if not pd.isna(r.n_pairs) else 0} | {_f(r.difference, 4)} "
-            f"[{_f(r.ci_low, 4)}, {_f(r.ci_high, 4)}] | {r.outcome} |"
-        )
-    return lines
-
-
 def _speedups(at: pd.DataFrame, vanilla: pd.DataFrame, column: str) -> np.ndarray:
     """Per repeat of every pair: the pair's median vanilla time over this repeat's time."""
     pairs = zip(vanilla["pair_id"], vanilla[column], strict=True)
@@ -120,116 +104,110 @@ def isolation(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _isolation_lines(table: pd.DataFrame, provenance: dict) -> list[str]:
-    if table.empty:
-        return ["No isolation check in this sweep: `teacache-bench sweep --isolate` times every generation in a "
-                "fresh process and keeps the in-process times beside them."]  # fmt: skip
-    agree = table["agree"].all()
-    lines = [
-        "Every timed generation ran twice: in this process (interleaved with the others) and in a fresh process "
-        "(`bench.sweep.isolate`: load, one warm-up run, one timed run). Speedup per repeat: the pair's median vanilla "
-        "time over that repeat's time; 95% bootstrap CI of the median over repeats and pairs.",
-        "",
-        "| arm | setting | n | ideal | in-process speedup [95% CI] | isolated speedup [95% CI] | CIs overlap |",
-        "|---|---|---:|---:|---|---|---|",
-    ]
-    for r in table.to_dict("records"):
-        lines.append(
-            f"| {r['arm']} | {r['arm_setting']} | {r['isolated_n']} | {_f(r['ideal'], 2, 'x')} | "
-            f"{_f(r['in_process_median'], 2, 'x')} "
-            f"[{_f(r['in_process_ci_low'], 2)}, {_f(r['in_process_ci_high'], 2)}] | {_f(r['isolated_median'], 2, 'x')} "
-            f"[{_f(r['isolated_ci_low'], 2)}, {_f(r['isolated_ci_high'], 2)}] | {'yes' if r['agree'] else 'no'} |"
-        )
-    lines += [
-        "",
-        (
-            "In-process speedups agree with isolated ones within their CIs at every setting measured."
-            if agree
-            else "In-process speedups do not agree with isolated ones at "
-            + ", ".join(f"{r['arm']} {r['arm_setting']}" for r in table.to_dict("records") if not r["agree"])
-            + ": their CIs do not overlap."
-        ),
-    ]
-    above = [r for r in table.to_dict("records") if max(r["in_process_median"], r["isolated_median"]) > r["ideal"]]
-    if above:
-        lines += ["", f"{len(above)} of {len(table)} settings measure above their ideal bound N / computed: the "
-                  "timings are dominated by other load on the machine, and agreement within such wide CIs says "
-                  "little."]  # fmt: skip
-    return lines
+@dataclasses.dataclass
+class BaselinesAnalysis:
+    """What the section says, computed from the runs: no Markdown, no figures."""
+
+    primary: str | None  # the rescale function of the threshold tables
+    settings: dict  # arm -> its settings, as the sweep fixed them
+    settings_from: str
+    step_cache_native: list
+    points: pd.DataFrame  # front.points: every arm setting's medians
+    comparisons: dict  # speed -> front.compare's table
+    has_baselines: bool
+    views: list  # per speed: label, image, above_ideal, comparison rows, verdicts
+    rescale: list  # per speed (only with several rescale functions): label, image, areas, verdict
+    isolation: pd.DataFrame  # in-process against isolated timing; empty without --isolate
+
+    @property
+    def summary(self) -> dict:
+        verdicts = {v["speed"]: v["verdicts"] for v in self.views if v["verdicts"]}
+        found: dict = {"primary_rescale": self.primary, "verdicts": verdicts}
+        if self.rescale:
+            found["rescale"] = {r["speed"]: {"areas": r["areas"], "verdict": r["verdict"]} for r in self.rescale}
+        if not self.isolation.empty:
+            found["isolation_agree"] = bool(self.isolation["agree"].all())
+        return found
+
+
+def _comparison_rows(comparison: pd.DataFrame) -> list[dict]:
+    rows = comparison.to_dict("records")
+    for r in rows:
+        r["setting"] = r["baseline_setting"] if isinstance(r["baseline_setting"], str) else "-"
+        r["n"] = int(r["n_pairs"]) if not pd.isna(r["n_pairs"]) else 0
+    return rows
+
+
+def analyse(runs: pd.DataFrame, provenance: dict) -> BaselinesAnalysis:
+    """Every number and verdict of the section for a sweep with arms."""
+    arms = provenance.get("arms") or {}
+    primary = primary_rescale(runs, provenance)
+    pts = front.points(runs)
+    comparisons = {speed: front.compare(runs, speed=speed) for speed, _ in SPEEDS}
+    settings = arms.get("settings") or {}
+    has_baselines = bool(settings) and bool((pts["arm"] != "teacache").any())
+    views = []
+    for speed, label in SPEEDS:
+        above = pts[pts["speedup_median"] > pts["ideal_speedup_median"]] if speed == "speedup_median" else pts[:0]
+        comparison = comparisons[speed]
+        verdicts = {}
+        if has_baselines:
+            mine = comparison[comparison["rescale"] == primary] if "rescale" in comparison.columns else comparison
+            verdicts = {baseline: front.verdict(mine, baseline) for baseline in settings}
+        image = "baselines_front_ideal.png" if speed.startswith("ideal") else "baselines_front.png"
+        views.append({"speed": speed, "label": label, "image": image, "above_ideal": len(above),
+                      "comparison": _comparison_rows(comparison), "verdicts": verdicts})  # fmt: skip
+    rescale = []
+    tc = pts[pts["arm"] == "teacache"]
+    if "rescale" in tc.columns and tc["rescale"].nunique() > 1:
+        ideal = pts.assign(speedup_median=pts["ideal_speedup_median"])
+        for speed, label, frame in (("ideal_speedup_median", "equal work", ideal), ("speedup_median", "measured speed",
+                                                                                     pts)):  # fmt: skip
+            areas = front.rescale_areas(frame)
+            image = "rescale_fronts_ideal.png" if speed.startswith("ideal") else "rescale_fronts.png"
+            verdict = front.rescale_verdict(areas, primary)
+            rescale.append({"speed": speed, "label": label, "image": image, "frame": frame,
+                            "areas": areas.to_dict("records"), "verdict": verdict})  # fmt: skip
+    return BaselinesAnalysis(
+        primary=primary, settings=settings, settings_from=str(arms.get("settings_from", "unknown source")),
+        step_cache_native=list(arms.get("step_cache_native") or []), points=pts, comparisons=comparisons,
+        has_baselines=has_baselines, views=views, rescale=rescale, isolation=isolation(runs),
+    )  # fmt: skip
+
+
+def _isolation_context(table: pd.DataFrame) -> dict:
+    iso = table.to_dict("records")
+    above = [r for r in iso if max(r["in_process_median"], r["isolated_median"]) > r["ideal"]]
+    disagree = [f"{r['arm']} {r['arm_setting']}" for r in iso if not r["agree"]]
+    return {"f": _f, "isolation": iso, "disagree": disagree, "isolation_above_ideal": len(above)}
+
+
+def isolation_markdown(table: pd.DataFrame) -> str:
+    """The in-process against isolated paragraph and table (``templates/baselines_isolation.md.j2``)."""
+    return render("baselines_isolation.md.j2", **_isolation_context(table))
+
+
+def markdown(analysis: BaselinesAnalysis) -> str:
+    """The section's Markdown (``templates/baselines.md.j2``)."""
+    return render("baselines.md.j2", a=analysis, labels=front.ARM_LABELS, **_isolation_context(analysis.isolation))
 
 
 def section(runs: pd.DataFrame, provenance: dict) -> tuple[list[str], dict[str, bytes], dict]:
     """Markdown lines, files and a summary for a sweep with arms; nothing for one without."""
     if not has_arms(runs):
         return [], {}, {}
-    arms = provenance.get("arms") or {}
-    primary = primary_rescale(runs, provenance)
-    pts = front.points(runs)
-    files: dict[str, bytes] = {"baselines_points.csv": pts.to_csv(index=False).encode("utf-8")}
-    comparisons = {speed: front.compare(runs, speed=speed) for speed, _ in SPEEDS}
-    files["baselines_comparison.csv"] = pd.concat(comparisons.values(), ignore_index=True).to_csv(index=False).encode()
-    lines = ["## Baselines: fewer steps, a static schedule, mflux's step cache", ""]
-    settings = arms.get("settings") or {}
-    if settings:
-        lines.append("Arm settings (" + str(arms.get("settings_from", "unknown source")) + "): "
-                     + "; ".join(f"{a} {', '.join(s) or 'none'}" for a, s in settings.items()) + ".")  # fmt: skip
-    if "step-cache" in settings:
-        lines.append(
-            "mflux's StepCache runs natively only in "
-            + ", ".join(arms.get("step_cache_native") or [])
-            + "; here its class runs unchanged through the few loop lines those pipelines use "
-            "(bench.sweep.baselines.apply_step_cache). It skips nothing in runs shorter than 10 steps."
-        )
-    lines += ["", f"Rescale function of the threshold tables above: {primary}.", ""]
-    has_baselines = bool(settings) and (pts["arm"] != "teacache").any()
-    summary: dict = {"primary_rescale": primary, "verdicts": {}}
-    for speed, label in SPEEDS:
-        name = "baselines_front_ideal.png" if speed.startswith("ideal") else "baselines_front.png"
-        files[name] = plots.figure_png(front_plots.front_panels(pts, f"Every arm at {label}", speed=speed))
-        lines += [f"### Every arm at {label}", "", f"![Every arm at {label}]({name})", ""]
-        if speed == "speedup_median":
-            above = pts[pts["speedup_median"] > pts["ideal_speedup_median"]]
-            if len(above):
-                what = f"{len(above)} of {len(pts)} arm settings measure a median speedup above their ideal bound"
-                lines += [f"{what} N / computed: the timings here are dominated by other load on the machine.", ""]
-        if not has_baselines:
-            continue
-        comparison = comparisons[speed]
-        lines += _comparison_lines(comparison) + [""]
-        mine = comparison[comparison["rescale"] == primary] if "rescale" in comparison.columns else comparison
-        for baseline in settings:
-            words = front.verdict(mine, baseline)
-            summary["verdicts"].setdefault(speed, {})[baseline] = words
-            lines += [f"- Against {front.ARM_LABELS.get(baseline, baseline)}: {words}"]
-        lines.append("")
-    lines += [
-        "Best baseline: of that arm's settings at equal or greater speed, the one with the highest median SSIM. "
-        "Difference: median over pairs of TeaCache's SSIM minus that setting's, 95% paired bootstrap CI; beats / "
-        "loses when the CI excludes 0, tie when it holds 0. Measured speedups on a loaded, shared machine are "
-        "noisy: equal work is the steadier comparison. Every point: [baselines_points.csv](baselines_points.csv); "
-        "every comparison: [baselines_comparison.csv](baselines_comparison.csv).",
-        "",
-    ]
-    tc = pts[pts["arm"] == "teacache"]
-    if "rescale" in tc.columns and tc["rescale"].nunique() > 1:
-        lines += ["### Rescale functions compared by their fronts", ""]
-        ideal = pts.assign(speedup_median=pts["ideal_speedup_median"])
-        for speed, label, frame in (("ideal_speedup_median", "equal work", ideal), ("speedup_median", "measured speed",
-                                                                                     pts)):  # fmt: skip
-            name = "rescale_fronts_ideal.png" if speed.startswith("ideal") else "rescale_fronts.png"
-            files[name] = plots.figure_png(front_plots.rescale_fronts(frame))
-            areas = front.rescale_areas(frame)
-            words = front.rescale_verdict(areas, primary)
-            summary.setdefault("rescale", {})[speed] = {"areas": areas.to_dict("records"), "verdict": words}
-            lines += [f"At {label}:", "", "| rescale | settings | area | on joint front |", "|---|---:|---:|---:|"]
-            lines += [f"| {r.rescale} | {r.settings} | {r.area:.4g} | {r.on_joint_front} |" for r in areas.itertuples()]
-            lines += ["", words.replace("selected by cross-validation", "of --coefficients"), "",
-                      f"![TeaCache fronts per rescale function at {label}]({name})", ""]  # fmt: skip
-        lines += ["Area: what a rescale function's TeaCache points dominate above speed 1 and the lowest SSIM of "
-                  "any of them (median SSIM; larger is better).", ""]  # fmt: skip
-    iso = isolation(runs)
-    lines += ["### In-process against isolated timing", ""] + _isolation_lines(iso, provenance) + [""]
-    if not iso.empty:
-        files["isolation.csv"] = iso.to_csv(index=False).encode("utf-8")
-        summary["isolation_agree"] = bool(iso["agree"].all())
-    return lines, files, summary
+    analysis = analyse(runs, provenance)
+    files: dict[str, bytes] = {
+        "baselines_points.csv": analysis.points.to_csv(index=False).encode("utf-8"),
+        "baselines_comparison.csv": pd.concat(analysis.comparisons.values(), ignore_index=True)
+        .to_csv(index=False)
+        .encode(),
+    }
+    for view in analysis.views:
+        title = f"Every arm at {view['label']}"
+        files[view["image"]] = plots.figure_png(front_plots.front_panels(analysis.points, title, speed=view["speed"]))
+    for r in analysis.rescale:
+        files[r["image"]] = plots.figure_png(front_plots.rescale_fronts(r["frame"]))
+    if not analysis.isolation.empty:
+        files["isolation.csv"] = analysis.isolation.to_csv(index=False).encode("utf-8")
+    return markdown(analysis).split("\n"), files, analysis.summary

@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 from functools import cache
 
-from jinja2 import Environment, PackageLoader, StrictUndefined
+from jinja2 import Environment
+
+from teacache.templating import template_environment
 
 ALIGN = {"l": "---", "r": "---:", "c": ":---:"}
 
@@ -117,14 +119,7 @@ FILTERS = {
 
 @cache
 def environment() -> Environment:
-    env = Environment(
-        loader=PackageLoader("bench.report", "templates"),
-        undefined=StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
+    env = template_environment("bench.report")
     env.filters.update(FILTERS)
     env.globals.update(header=header, row=row)
     return env

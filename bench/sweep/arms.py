@@ -2,7 +2,7 @@
 
 ``teacache-bench sweep --baselines/--compare-coefficients/--isolate`` measures every pair through
 :func:`bench.sweep.baselines.measure_pair`: vanilla, one TeaCache arm per (rescale function, threshold) and
-the baseline arms, interleaved and rotated, all against the pair's one vanilla run. The baseline
+the baseline arms, interleaved (:mod:`calib.run.interleave`), all against the pair's one vanilla run. The baseline
 settings are fixed once per sweep (:func:`arm_grid`) from what TeaCache does at the swept thresholds:
 a warm-up probe of each threshold on the sweep's first pair, or the schedules that replaying
 ``--traces`` predicts. With ``--isolate`` every timed generation runs again in a fresh process
@@ -18,7 +18,9 @@ from collections import Counter
 
 from bench.sweep import baselines as bl
 from bench.sweep.isolate import job, run_isolated
-from bench.sweep.pair import pair_id, proxy_noop, save_image
+from bench.sweep.pair import proxy_noop, save_image
+from calib.run.interleave import Turn, interleave
+from calib.run.prompts import pair_id
 from teacache.io import FORMAT_VERSION
 from teacache.schedule import StaticSchedule, most_common
 
@@ -128,23 +130,24 @@ def run_pair_arms(model, settings, pair, tc_arms, grid, adherence, images_dir, v
 
 
 def isolated_times(settings, pair, order: list, rows: list[dict]) -> None:
-    """Time every arm again, each generation in a fresh process, interleaved and rotated as in-process.
+    """Time every arm again, each generation in a fresh process, interleaved as in-process.
 
     ``rows`` (measure_pair's, same order as ``order``) get the isolated ``wall_s`` and ``speedup``; the
     in-process ones move to ``wall_s_in_process`` / ``speedup_in_process``. A fresh process that skips
     other steps than the in-process run refuses the pair.
     """
-    prompt_id, prompt, seed = pair
-    times: dict[int, list[float]] = {i: [] for i in range(len(order))}
-    for repeat in range(settings.repeats):
-        shift = repeat % len(order)
-        for i in [*range(shift, len(order)), *range(shift)]:
-            spec = job(settings.model, order[i], prompt, seed, *settings.generation, base_model=settings.base_model,
-                       quantize=settings.quantize, warmups=1, repeats=1)  # fmt: skip
-            result = run_isolated(spec)
-            if result["skipped_steps"] != json.loads(rows[i]["skipped_steps"]):
-                raise RuntimeError(f"{rows[i]['run_id']}: the isolated run skipped other steps than the in-process one")
-            times[i] += result["loop_s"]
+    _prompt_id, prompt, seed = pair
+
+    def run(turn: Turn) -> list[float]:
+        spec = job(settings.model, order[turn.arm], prompt, seed, *settings.generation, base_model=settings.base_model,
+                   quantize=settings.quantize, warmups=1, repeats=1)  # fmt: skip
+        result = run_isolated(spec)
+        if result["skipped_steps"] != json.loads(rows[turn.arm]["skipped_steps"]):
+            what = rows[turn.arm]["run_id"]
+            raise RuntimeError(f"{what}: the isolated run skipped other steps than the in-process one")
+        return result["loop_s"]
+
+    times = [[t for loops in arm for t in loops] for arm in interleave(run, len(order), settings.repeats)]
     vanilla_median = statistics.median(times[0])
     for i, row in enumerate(rows):
         row["wall_s_in_process"], row["speedup_in_process"] = row["wall_s"], row["speedup"]

@@ -31,6 +31,8 @@ from mlx import nn
 from bench.peer import arm as peer
 from bench.quality.metrics import image_metrics, latent_metrics
 from calib.run.generation import generate
+from calib.run.interleave import Turn, interleave
+from calib.run.prompts import pair_id
 from teacache import apply_teacache
 from teacache.core import is_applied
 from teacache.gate import GateConfig
@@ -353,8 +355,8 @@ def measure_pair(
 ) -> list[dict]:
     """Rows for the vanilla run and every arm of one pair, all measured against that vanilla run.
 
-    Interleaved like ``teacache-bench sweep``: each repeat runs vanilla and every arm once, the order
-    rotated from repeat to repeat. ``settings``: variant, model, steps, width, height, guidance.
+    Interleaved by :func:`calib.run.interleave.interleave` (vanilla is arm 0, the order rotated from repeat to
+    repeat). ``settings``: variant, model, steps, width, height, guidance.
     Each row carries ``arm`` and ``arm_setting``; speedup is the median vanilla loop time over the
     arm's median, ``ideal_speedup`` N over the steps whose transformer body ran.
     ``kept``, when given, receives each row's first :class:`ArmResult` by row index (``"results"``) and
@@ -362,26 +364,24 @@ def measure_pair(
     decision log and proxy-noop record.
     """
     prompt_id, prompt, seed = pair
-    pair_id = f"{prompt_id}-s{seed}"
+    pid = pair_id(prompt_id, seed)
     n = settings["steps"]
     args = (prompt, seed, n, settings["width"], settings["height"], settings["guidance"])
     order = [vanilla(), *arms]
-    times: dict[int, list[float]] = {i: [] for i in range(len(order))}
     first: dict[int, ArmResult] = {}
     vanilla_equal: list[bool] = []
-    for repeat in range(repeats):
-        shift = repeat % len(order)
-        for i in [*range(shift, len(order)), *range(shift)]:
-            result = run_arm(model, order[i], *args)
-            times[i].append(result.generation.loop_s)
-            if i in first and first[i].skipped_steps != result.skipped_steps:
-                what = f"{pair_id} {order[i].name} {order[i].setting}"
-                raise RuntimeError(f"{what}: the skip schedule changed between repeats")
-            first.setdefault(i, result)
-            if i == 0:
-                vanilla_equal.append(
-                    bool(mx.array_equal(result.generation.latents, first[0].generation.latents).item())
-                )
+
+    def run(turn: Turn) -> float:
+        i = turn.arm
+        result = run_arm(model, order[i], *args)
+        if i in first and first[i].skipped_steps != result.skipped_steps:
+            raise RuntimeError(f"{pid} {order[i].name} {order[i].setting}: the skip schedule changed between repeats")
+        first.setdefault(i, result)
+        if i == 0:
+            vanilla_equal.append(bool(mx.array_equal(result.generation.latents, first[0].generation.latents).item()))
+        return result.generation.loop_s
+
+    times = interleave(run, len(order), repeats)
     if kept is not None:
         kept["results"] = [first[i] for i in range(len(order))]
         kept["vanilla_repeats_equal"] = all(vanilla_equal)
@@ -392,9 +392,9 @@ def measure_pair(
         result, median = first[i], statistics.median(times[i])
         gen = result.generation
         rows.append({
-            "pair_id": pair_id, "variant": settings["variant"], "model": settings["model"], "prompt_id": prompt_id,
+            "pair_id": pid, "variant": settings["variant"], "model": settings["model"], "prompt_id": prompt_id,
             "prompt": prompt, "seed": seed, "num_steps": n,
-            "run_id": f"{pair_id}-{arm.name}" + (f"-{arm.setting}" if arm.setting else ""),
+            "run_id": f"{pid}-{arm.name}" + (f"-{arm.setting}" if arm.setting else ""),
             "kind": arm.name, "arm": arm.name, "arm_setting": arm.setting,
             "threshold": arm.gate.rel_l1_thresh if arm.gate is not None else float("nan"),
             "steps_run": result.steps_run, "computed": result.computed, "skipped": n - result.computed,

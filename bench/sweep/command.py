@@ -1,7 +1,7 @@
 """``teacache-bench sweep``: threshold x prompt x seed, each TeaCache run paired with a vanilla run.
 
 Per (prompt, seed) pair, in one process after a warm-up, interleaved: each repeat runs vanilla and
-every threshold once, the order rotated from repeat to repeat. Raw records only
+every threshold once, the order rotated from repeat to repeat (calib.run.interleave). Raw records only
 (runs.parquet, decisions.parquet, noop.parquet, provenance.json; schemas in bench.sweep.records);
 ``teacache-bench report`` derives everything else. Resumable per pair: finished pairs live in
 ``DIR/pairs/<pair_id>.*.parquet`` and are never redone, as long as the settings are the same
@@ -18,31 +18,28 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import statistics
 import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import mlx.core as mx
 import numpy as np
 from rich.progress import Progress
 
 from bench.common import parse_coefficients, parse_thresholds
-from bench.quality.metrics import MAX_REL_EPS, SSIM_SETTINGS, image_metrics, latent_metrics
+from bench.quality.metrics import MAX_REL_EPS, SSIM_SETTINGS
 from bench.sweep import arms as sweep_arms
 from bench.sweep.arms import TIMING_ISOLATED
 from bench.sweep.baselines import STEP_CACHE_NATIVE, mlx_teacache_arms, parse_baselines
-from bench.sweep.pair import pair_id, proxy_noop, save_image
+from bench.sweep.baselines import teacache as teacache_arm
 from calib.run import arguments, fingerprint, shard
 from calib.run.command import run_guarded
-from calib.run.generation import generate
+from calib.run.generation import generate, settings_fingerprint
 from calib.run.interrupts import Interrupted, interruptions
-from calib.run.prompts import parse_seeds
+from calib.run.prompts import pair_id, parse_seeds
 from teacache import apply_teacache, variants
 from teacache.gate import GateConfig
-from teacache.io import FORMAT_VERSION, write_json
+from teacache.io import write_json
 from teacache.provenance import collect
 
 PROG = "teacache-bench sweep"
@@ -51,6 +48,7 @@ OUTPUTS = ("pairs", "images", "runs.parquet", "decisions.parquet", "noop.parquet
 # What shows that a folder holds a sweep's results (images and shard folders alone are no sweep to check)
 RESULTS = ("pairs", "runs.parquet", "decisions.parquet", "noop.parquet", "provenance.json")
 EXTENDABLE = ("seeds", "thresholds")  # settings a rerun may add to
+ARMS_ONLY = ("arm", "arm_setting", "rescale", "steps_run")  # columns the plain sweep's runs table leaves out
 # A pair is the unit of a sharded sweep: its parts under <folder>/pairs, its images under OUT/images
 LAYOUT = shard.UnitLayout("pairs", ".runs.parquet", shared=("images/{key}-*.png",))
 
@@ -296,21 +294,7 @@ def _rescale_settings(rescale) -> dict:
 def fingerprint_settings(settings: SweepSettings, rescale=None, variant: str | None = None) -> dict:
     """What makes two sweeps the same sweep. Before the model loads the variant (and so the packaged
     coefficients) may be unknown; those keys join once it has."""
-    fp = {
-        "model": settings.model,
-        "base_model": settings.base_model,
-        "quantize": settings.quantize,
-        "steps": settings.steps,
-        "size": f"{settings.width}x{settings.height}",
-        "guidance": settings.guidance,
-        "prompts": settings.prompts,
-        "seeds": settings.seeds,
-        "thresholds": settings.thresholds,
-        "repeats": settings.repeats,
-        **fingerprint.environment(settings.model, settings.base_model),
-    }
-    if variant is not None:
-        fp["variant"] = variant
+    fp = settings_fingerprint(settings, variant, thresholds=settings.thresholds, repeats=settings.repeats)
     if rescale is not None:
         fp["coefficients"] = _rescale_settings(rescale)
     # the arm settings join only when given, so a sweep without them keeps its old fingerprint
@@ -327,70 +311,15 @@ def fingerprint_settings(settings: SweepSettings, rescale=None, variant: str | N
 
 
 def run_pair(model, settings: SweepSettings, pair, thresholds, configs, adherence, images_dir, variant: str):
-    """All runs of one (prompt, seed) pair, interleaved over repeats. Returns (runs rows, decision rows, noop)."""
-    prompt_id, prompt, seed = pair
-    pid = pair_id(prompt_id, seed)
-    args = (prompt, seed, *settings.generation)
-    times: dict = {"vanilla": []} | {t: [] for t in thresholds}
-    first: dict = {}
-    logs: dict = {}
-    vanilla_equal: list[bool] = []
-    order: list = ["vanilla", *thresholds]
-    for repeat in range(settings.repeats):
-        # rotate the order each repeat so no setting always runs first (cache and allocator effects)
-        for t in order[repeat % len(order) :] + order[: repeat % len(order)]:
-            if t == "vanilla":
-                vanilla = generate(model, *args)
-                times["vanilla"].append(vanilla.loop_s)
-                first.setdefault("vanilla", vanilla)
-                vanilla_equal.append(bool(mx.array_equal(vanilla.latents, first["vanilla"].latents).item()))
-                continue
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                with apply_teacache(model, config=configs[t]) as handle:
-                    gen = generate(model, *args)
-            times[t].append(gen.loop_s)
-            stats = handle.stats
-            if t in logs and logs[t][0].skipped_steps != stats.skipped_steps:
-                raise RuntimeError(f"{pid} threshold {t}: the skip schedule changed between repeats")
-            first.setdefault(t, gen)
-            logs.setdefault(t, (stats, handle.controller.num_steps))
-    ref = first["vanilla"]
-    base = {
-        "format_version": FORMAT_VERSION, "pair_id": pid, "variant": variant,
-        "model": settings.model, "prompt_id": prompt_id, "prompt": prompt, "seed": seed,
-        "num_steps": settings.steps,
-    }  # fmt: skip
-    vanilla_median = statistics.median(times["vanilla"])
-    rows = [
-        {
-            **base, "run_id": f"{pid}-vanilla", "kind": "vanilla", "threshold": float("nan"),
-            "computed": settings.steps, "skipped": 0, "skipped_steps": "[]", "longest_skip_streak": 0,
-            "wall_s": times["vanilla"], "wall_s_median": vanilla_median, "speedup": 1.0, "ideal_speedup": 1.0,
-            **latent_metrics(ref.latents, ref.latents), **image_metrics(ref.image, ref.image),
-            "adherence": adherence(ref.image, prompt) if adherence else float("nan"),
-            "image_path": save_image(images_dir, f"{pid}-vanilla", ref.image),
-        }
-    ]  # fmt: skip
-    decisions = []
-    for t in thresholds:
-        gen, (stats, n) = first[t], logs[t]
-        run_id = f"{pid}-t{t:g}"
-        median = statistics.median(times[t])
-        skipped = len(stats.skipped_steps)
-        rows.append({
-            **base, "run_id": run_id, "kind": "teacache", "threshold": t,
-            "computed": n - skipped, "skipped": skipped, "skipped_steps": json.dumps(stats.skipped_steps),
-            "longest_skip_streak": stats.longest_skip_streak, "wall_s": times[t], "wall_s_median": median,
-            "speedup": vanilla_median / median, "ideal_speedup": n / (n - skipped),
-            **latent_metrics(gen.latents, ref.latents), **image_metrics(gen.image, ref.image),
-            "adherence": adherence(gen.image, prompt) if adherence else float("nan"),
-            "image_path": save_image(images_dir, run_id, gen.image),
-        })  # fmt: skip
-        decisions += [{"run_id": run_id, **d.as_dict()} for d in stats.log]
-    noop = proxy_noop(model, args, configs[thresholds[-1]], ref, base)  # args: this pair's generation arguments
-    noop["vanilla_repeats_equal"] = all(vanilla_equal)  # every vanilla repeat, before and after TeaCache runs
-    return rows, decisions, noop
+    """Vanilla and every threshold of one (prompt, seed) pair, measured as the arms sweep measures them
+    (:func:`bench.sweep.arms.run_pair_arms`), in the plain sweep's columns. Returns (runs rows, decision rows, noop).
+    """
+    tc_arms = [(settings.coefficients, teacache_arm(configs[t])) for t in thresholds]
+    noop_config = configs[thresholds[-1]]
+    rows, decisions, noop = sweep_arms.run_pair_arms(
+        model, settings, pair, tc_arms, [], adherence, images_dir, variant, noop_config
+    )
+    return [{k: v for k, v in row.items() if k not in ARMS_ONLY} for row in rows], decisions, noop
 
 
 # --------------------------------------------------------------------------------------- the folder
@@ -622,24 +551,68 @@ class Measured:
     arms: dict | None = None  # --baselines/--compare-coefficients/--isolate: the arms and their settings
 
 
-def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale, traces=None) -> Measured:
-    """This rank's share of the pairs, each saved into the rank's folder as soon as it is measured."""
-    world, folder, thresholds = run.world, run.folder, settings.thresholds
-    parts = folder / "pairs"
-    by_id = {pair_id(p, seed): (p, text, seed) for p, text, seed in settings.pairs}
-    todo = todo_pairs(settings, folder, [by_id[k] for k in run.share])
+def _announce(settings: SweepSettings, run: shard.ShardedRun, todo: list) -> None:
+    """What this sweep (and, under mlx.launch, this rank) is about to measure."""
+    world, parts = run.world, run.folder / "pairs"
     extending = sum(1 for (pid, _t, seed), _m in todo if _part(parts, pair_id(pid, seed), "runs").is_file())
     if world.rank == 0:
         print(
             f"sweep {settings.model}: {len(settings.pairs)} pairs ({len(settings.pairs) - len(run.todo)} done"
             + (f", {extending} to extend" if extending and world.size == 1 else "")
-            + f") x (vanilla + {len(thresholds)} thresholds) x {settings.repeats} repeats, {settings.steps} steps"
+            + f") x (vanilla + {len(settings.thresholds)} thresholds) x {settings.repeats} repeats, "
+            f"{settings.steps} steps"
         )
         for line in (world.contention_message(), world.hardware_message()):
             if line:
                 print(line)
     if world.size > 1:
         print(f"rank {world.rank} of {world.size} ({world.backend}): {len(todo)} pairs: {', '.join(run.share)}")
+
+
+def _warm_up(model, settings: SweepSettings, pair, rescale) -> None:
+    """Compile and JIT once, vanilla and TeaCache, before anything is timed."""
+    warm = (pair[1], pair[2], *settings.generation)
+    generate(model, *warm)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with apply_teacache(model, rel_l1_thresh=max(settings.thresholds), coefficients=rescale):
+            generate(model, *warm)
+
+
+def _plan_arms(settings: SweepSettings, model, rescales: dict, configs_for, traces, skip_first: int):
+    """--baselines/--compare-coefficients/--isolate: the TeaCache arms, the baseline grid and what the
+    provenance records of them."""
+    # heavy (pandas): loaded after the arguments are checked
+    from bench.sweep.replay import predict_schedules
+
+    configs = configs_for(rescales[settings.coefficients])
+    tc_arms = sweep_arms.teacache_arms(rescales, configs_for, settings.thresholds)
+    if traces is not None:
+        schedules, grid_from = sweep_arms.replay_schedules(predict_schedules(traces, configs)), "--traces replay"
+    else:
+        first = settings.pairs[0]
+        schedules = sweep_arms.probe_schedules(model, first, settings.generation, configs)
+        grid_from = f"a probe of every threshold on the first pair ({pair_id(first[0], first[2])})"
+    grid = sweep_arms.arm_grid(settings.steps, schedules, settings.baselines, skip_first)
+    grid += mlx_teacache_arms(configs, settings.baselines, model)  # its apply_teacache at the same thresholds
+    record = {
+        "baselines": list(settings.baselines),
+        "settings": {arm: [a.setting for a in grid if a.name == arm] for arm in settings.baselines},
+        "settings_from": grid_from,
+        "most_common_skipped": {f"{t:g}": k for t, k in sweep_arms.most_common_counts(schedules).items()},
+        "rescales": {k: v.to_dict() for k, v in rescales.items()},
+        "primary_rescale": settings.coefficients,
+        "step_cache_native": sorted(STEP_CACHE_NATIVE),
+    }
+    return tc_arms, grid, record
+
+
+def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale, traces=None) -> Measured:
+    """This rank's share of the pairs, each saved into the rank's folder as soon as it is measured."""
+    world, folder, thresholds = run.world, run.folder, settings.thresholds
+    by_id = {pair_id(p, seed): (p, text, seed) for p, text, seed in settings.pairs}
+    todo = todo_pairs(settings, folder, [by_id[k] for k in run.share])
+    _announce(settings, run, todo)
     model = arguments.load_model(settings.model, settings.base_model, settings.quantize)
     spec = variants.get(variants.variant_of(model))
     variant, default_threshold, skip_first = spec.name, spec.default_threshold, spec.skip_first_n_steps
@@ -659,37 +632,12 @@ def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale, traces
     configs = configs_for(rescale)
     adherence = _adherence_fn(variant)
     images_dir = settings.out / "images" if settings.save_images else None
-    if todo:  # warm-up: compile and JIT once before anything is timed
-        warm = (todo[0][0][1], todo[0][0][2], *settings.generation)
-        generate(model, *warm)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with apply_teacache(model, rel_l1_thresh=max(thresholds), coefficients=rescale):
-                generate(model, *warm)
+    if todo:
+        _warm_up(model, settings, todo[0][0], rescale)
     fields = world.row_fields()  # which rank measured each row, on which hardware, contended or not
     arms_record = None
     if settings.arms_mode:
-        # heavy (pandas): loaded after the arguments are checked
-        from bench.sweep.replay import predict_schedules
-
-        tc_arms = sweep_arms.teacache_arms(rescales, configs_for, thresholds)
-        if traces is not None:
-            schedules, grid_from = sweep_arms.replay_schedules(predict_schedules(traces, configs)), "--traces replay"
-        else:
-            first = settings.pairs[0]
-            schedules = sweep_arms.probe_schedules(model, first, settings.generation, configs)
-            grid_from = f"a probe of every threshold on the first pair ({pair_id(first[0], first[2])})"
-        grid = sweep_arms.arm_grid(settings.steps, schedules, settings.baselines, skip_first)
-        grid += mlx_teacache_arms(configs, settings.baselines, model)  # its apply_teacache at the same thresholds
-        arms_record = {
-            "baselines": list(settings.baselines),
-            "settings": {arm: [a.setting for a in grid if a.name == arm] for arm in settings.baselines},
-            "settings_from": grid_from,
-            "most_common_skipped": {f"{t:g}": k for t, k in sweep_arms.most_common_counts(schedules).items()},
-            "rescales": {k: v.to_dict() for k, v in rescales.items()},
-            "primary_rescale": settings.coefficients,
-            "step_cache_native": sorted(STEP_CACHE_NATIVE),
-        }
+        tc_arms, grid, arms_record = _plan_arms(settings, model, rescales, configs_for, traces, skip_first)
     with Progress() as progress:
         task = progress.add_task("sweep" if world.size == 1 else f"sweep rank {world.rank}", total=len(todo))
         for pair, missing in todo:
@@ -702,7 +650,7 @@ def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale, traces
                     model, settings, pair, missing, configs, adherence, images_dir, variant
                 )
             rows, noop = [{**row, **fields} for row in rows], {**noop, **fields}
-            save_pair(parts, pair_id(pair[0], pair[2]), rows, decisions, noop)
+            save_pair(folder / "pairs", pair_id(pair[0], pair[2]), rows, decisions, noop)
             progress.advance(task)
     return Measured(variant, default_threshold, skip_first, rescale, configs, fp, recorded, arms_record)
 
@@ -723,7 +671,7 @@ def _write_tables(settings: SweepSettings, run: shard.ShardedRun, measured: Meas
     runs["predicted_skipped"] = float("nan")
     if traces is not None:
         predicted = predict_schedules(traces, configs)
-        predicted["pair_id"] = predicted["prompt_id"] + "-s" + predicted["seed"].astype(str)
+        predicted["pair_id"] = [pair_id(p, s) for p, s in zip(predicted["prompt_id"], predicted["seed"], strict=True)]
         lookup = predicted.set_index(["pair_id", "threshold"])["predicted_skipped"]
         keys = list(zip(runs["pair_id"], runs["threshold"], strict=True))
         runs["predicted_skipped"] = [float(lookup.get(k, float("nan"))) for k in keys]

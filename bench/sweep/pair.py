@@ -1,4 +1,4 @@
-"""What every way of measuring a (prompt, seed) pair shares: its id, its saved images, its proxy-noop run.
+"""What every way of measuring a (prompt, seed) pair shares: its saved images and its proxy-noop run.
 
 The plain threshold sweep (:mod:`bench.sweep.command`) and the sweep with baseline arms
 (:mod:`bench.sweep.arms`) write the same rows through these, so their tables name and measure alike.
@@ -17,10 +17,6 @@ from bench.quality.metrics import image_metrics, latent_metrics
 from calib.run.generation import generate
 from teacache import apply_teacache
 from teacache.io import atomic_path
-
-
-def pair_id(prompt_id: str, seed: int) -> str:
-    return f"{prompt_id}-s{seed}"
 
 
 def proxy_noop(model, args, config, ref, base: dict) -> dict:

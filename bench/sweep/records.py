@@ -10,7 +10,6 @@ renames fails at the reader with one message instead of deep inside a plot.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from teacache.gate import StepDecision
-from teacache.io import FORMAT_VERSION, read_json_object, write_parquet
+from teacache.io import FORMAT_VERSION, file_sha256, read_json_object, write_parquet
 
 KINDS = ("vanilla", "teacache", "fewer-steps", "static", "step-cache", "mlx-teacache")  # the last four: --baselines
 MAX_LISTED = 5  # offending rows named in one error message before "and N more"
@@ -290,5 +289,5 @@ def read_sweep(folder: str | Path) -> SweepRecords:
         decisions=optional[DECISIONS.file],
         noop=optional[NOOP.file],
         provenance=provenance,
-        runs_sha256=hashlib.sha256(runs_path.read_bytes()).hexdigest(),
+        runs_sha256=file_sha256(runs_path),
     )

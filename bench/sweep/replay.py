@@ -28,7 +28,7 @@ from teacache import variants
 from teacache.gate import GateConfig
 from teacache.gate_batch import longest_streaks, replay_skip_masks, skipped_counts
 from teacache.io import write_json, write_text
-from teacache.provenance import collect
+from teacache.provenance import collect, installed_version
 
 SCHEDULE_COLUMNS = [
     "run_id", "prompt_id", "seed", "threshold", "num_steps", "predicted_skipped", "longest_streak",
@@ -195,11 +195,9 @@ def peer_settings(args, rescale):
 
 
 def peer_provenance(peer_for, configs: dict) -> dict:
-    from importlib.metadata import version
-
     first = peer_for(next(iter(configs.values())))
     return {
-        "mlx_teacache": version("mlx-teacache"),
+        "mlx_teacache": installed_version("mlx-teacache"),
         "mlx_teacache_settings": {"coefficients": list(first.coefficients), "skip_first_n_steps":
                                   first.skip_first_n_steps, "skip_last_n_steps": first.skip_last_n_steps,
                                   "calibrated_range": None},

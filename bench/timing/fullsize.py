@@ -2,21 +2,22 @@
 
 Each ``random-<variant>`` is mflux's own transformer at its real config with weights drawn from a seed
 (``teacache.models.fullsize``), so the figures are those of the real architecture on this hardware; the
-images mean nothing. Per model, after warm-up (the first GPU steps JIT-compile), in one process,
-paired and interleaved (the order reverses every repeat), ``--repeats`` times: vanilla; the proxy with
-every step computed (``proxy-all``: signal, decision and host read-back each step, nothing skipped;
-its cost is ``proxy_overhead_pct``); optionally threshold 0 (``fast-path``); and the gate at thresholds
-chosen to skip about ``--skip-fractions`` of the steps. Random weights have no calibration, so the gate
-accumulates the raw signal (identity rescale, unless ``--coefficients packaged``) and each threshold is
-found by replaying the signal of the proxy-all run through the gate (``teacache.gate.replay``); the
-skipped count in the table is the one the run took. Times are the denoising loop (callbacks
-before_loop -> after_loop, ``mx.eval`` each step); speedups are medians over repeats of
-vanilla / arm of the same repeat, with min and max; ideal is N / (N - skipped).
+images mean nothing. Per model, after warm-up (the first GPU steps JIT-compile), in one process, paired and
+interleaved (``calib.run.interleave``: the order rotates every repeat), ``--repeats`` times: vanilla; the
+proxy with every step computed (``proxy-all``: signal, decision and host read-back each step, nothing
+skipped; its cost is ``proxy_overhead_pct``); optionally threshold 0 (``fast-path``); and the gate at
+thresholds chosen to skip about ``--skip-fractions`` of the steps. Random weights have no calibration, so
+the gate accumulates the raw signal (identity rescale, unless ``--coefficients packaged``) and each
+threshold is found by replaying the signal of the proxy-all run through the gate (``teacache.gate.replay``);
+the skipped count in the table is the one the run took. Times are the denoising loop (callbacks before_loop
+-> after_loop, ``mx.eval`` each step); speedups are medians over repeats of vanilla / arm of the same
+repeat, with min and max; ideal is N / (N - skipped).
 
-Writes ``OUT/summary.csv`` (one row per model, quantization and arm), ``OUT/runs.csv`` (one row per
-generation) and ``OUT/provenance.json``, merged with what OUT already holds and rewritten after each
-model, so an interrupted campaign keeps the models it finished. Default OUT:
-``results/<hardware>/fullsize``.
+Writes ``OUT/runs.csv`` (the raw table: one row per generation, at full precision, each with its model's
+facts and its exactness against the vanilla run of its repeat), ``OUT/summary.csv`` (one row per model,
+quantization and arm, rebuilt from runs.csv by :func:`summarize`) and ``OUT/provenance.json``, after each
+model: a configuration measured again replaces its runs, others are kept, so an interrupted campaign keeps
+the models it finished. Default OUT: ``results/<hardware>/fullsize``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import sys
 import time
 import traceback
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import mlx.core as mx
@@ -39,10 +41,11 @@ import pandas as pd
 
 import calib
 import teacache
-from bench.common import parse_thresholds
+from bench.common import parse_numbers, parse_thresholds
 from bench.peer import arm as peer
 from bench.peer import gate as peer_gate
 from calib.run.generation import generate
+from calib.run.interleave import Turn, interleave
 from calib.run.interrupts import interruptions
 from teacache import apply_teacache, variants
 from teacache import provenance as prov
@@ -70,6 +73,13 @@ SUMMARY_COLUMNS = (
     "full_size", "rescale", "tag", "hardware", "note",
 )  # fmt: skip
 CONFIG_KEY = ("model", "quantize", "resolution", "steps", "tag")
+# runs.csv: one row per generation (or per arm that could not run: note); the columns before "kind" are
+# those of campaigns measured before runs.csv held every field the summary is derived from
+RUN_COLUMNS = (
+    "model", "quantize", "resolution", "steps", "tag", "repeat", "position", "arm", "loop_s", "total_s", "skipped",
+    "peak_memory_gib", "cache_memory_mib", "kind", "threshold", "predicted_skipped", "exact", "max_abs_diff",
+    "branches", "family", "variant", "params_b", "dtype", "guidance", "full_size", "rescale", "hardware", "note",
+)  # fmt: skip
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -103,20 +113,12 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 
 
 def parse_fractions(text: str) -> list[float]:
+    """'0.35,0.7': fractions of the steps to skip, each in (0, 1); returned sorted, once each."""
     values = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            value = float(part)
-        except ValueError:
-            raise ValueError(f"--skip-fractions: {part!r} is not a number") from None
+    for part, value in parse_numbers(text, "--skip-fractions", "fraction", "0.35,0.7"):
         if not 0 < value < 1:
             raise ValueError(f"--skip-fractions: {part} is outside (0, 1); fractions of the steps to skip")
         values.append(value)
-    if not values:
-        raise ValueError("--skip-fractions: expected at least one fraction, like 0.35,0.7")
     return sorted(set(values))
 
 
@@ -182,12 +184,10 @@ class Session:
                 warnings.simplefilter("ignore")
                 with apply_teacache(self.model, **settings) as handle:
                     out = generate(self.model, guidance=self.guidance, **kwargs)
-                    ctl = handle.controller
-                    cached = list(ctl.residuals.values()) + ([ctl.anchor] if ctl.anchor is not None else [])
                     extra = {
                         "skipped": handle.stats.skipped,
-                        "cache_bytes": sum(a.nbytes for a in cached),
-                        "branches": len(ctl.residuals) or None,
+                        "cache_bytes": handle.cache_bytes,
+                        "branches": len(handle.cached_branches) or None,
                         "log": list(handle.stats.log),
                     }
         mx.synchronize()
@@ -226,8 +226,23 @@ def _exact(a, b) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and bool(mx.array_equal(a, b).item())
 
 
-def measure_model(variant: str, args, plan: dict, deadline: float | None, say) -> tuple[list[dict], list[dict], dict]:
-    """Build, warm up and measure one model; returns (summary rows, run rows, provenance)."""
+@dataclass
+class Prepared:
+    """One model built and warmed up, with the arms to time and the facts every row of it carries."""
+
+    session: Session
+    arms: list  # (kind, threshold, apply_teacache settings or a peer arm, predicted skipped count)
+    facts: dict  # the runs.csv columns shared by every row of this model
+    rescale: RescaleFunction
+    chosen: list  # (threshold, predicted skipped count)
+    signal: list  # the proxy-all warm-up run's signal per step
+    warmup: dict  # seconds of each warm-up run
+    build_s: float
+    peer_plan: dict | None
+
+
+def prepare(variant: str, args, plan: dict, say) -> Prepared:
+    """Build the model, warm every path up and choose the thresholds (replaying the warm-up run's signal)."""
     # heavy (mflux): loaded after the arguments are checked
     from mflux.models.common.config.model_config import ModelConfig
 
@@ -243,9 +258,8 @@ def measure_model(variant: str, args, plan: dict, deadline: float | None, say) -
     say(f"{label}: {params / 1e9:.2f} B params, built in {build_s:.1f} s ({fullsize.MEANINGLESS})")
     if args.coefficients == "identity":
         rescale = RescaleFunction((1.0, 0.0), provenance={"source": "identity: random weights have no calibration"})
-        rescale_name = "identity"
     else:
-        rescale, rescale_name = load_packaged(variant), "packaged"
+        rescale = load_packaged(variant)
     session = Session(model, steps, size, guidance)
     proxy_all = {"rel_l1_thresh": PROXY_ALL_THRESHOLD, "coefficients": rescale, "skip_first_n_steps": steps}
     warmup = {}
@@ -275,92 +289,150 @@ def measure_model(variant: str, args, plan: dict, deadline: float | None, say) -
         warmup["gate_short_s"] = time.perf_counter() - t
     say(f"  warm-up {', '.join(f'{k} {v:.1f} s' for k, v in warmup.items())}; thresholds "
         f"{', '.join(f'{t:g} (predicted {k} skipped)' for t, k in chosen)}")  # fmt: skip
+    facts = {
+        "model": label, "quantize": args.quantize, "resolution": f"{size}x{size}", "steps": steps, "tag": args.tag,
+        "family": spec.family, "variant": variant, "params_b": round(params / 1e9, 3),
+        "dtype": str(ModelConfig.precision).removeprefix("mlx.core."), "guidance": guidance,
+        "full_size": args.blocks is None, "rescale": args.coefficients,
+    }  # fmt: skip
+    return Prepared(session, arms, facts, rescale, chosen, xs, warmup, build_s, peer_plan)
 
-    names = ["vanilla"] + [_arm_key(a) for a in arms]
-    settings = {"vanilla": None, **{_arm_key(a): a[2] for a in arms}}
-    results: dict[str, list[dict]] = {name: [] for name in names}
-    run_rows = []
-    repeat_s = None
-    for repeat in range(args.repeats):
-        if deadline is not None and repeat > 0 and time.perf_counter() + repeat_s > deadline:
-            say(f"  budget: stopping after {repeat} repeat(s)")
-            break
-        t = time.perf_counter()
-        order = names if repeat % 2 == 0 else names[::-1]
-        for name in order:
-            result = session.run(settings[name])
-            results[name].append(result)
-            run_rows.append({
-                "model": label, "quantize": args.quantize, "resolution": f"{size}x{size}", "steps": steps,
-                "tag": args.tag, "repeat": repeat, "position": order.index(name), "arm": name,
-                "loop_s": result["loop_s"], "total_s": result["total_s"], "skipped": result["skipped"],
+
+def timed_runs(session, settings: dict, repeats: int, deadline: float | None, say) -> dict[str, list[dict]]:
+    """Every arm of ``settings`` (``{name: settings}``, vanilla first) ``repeats`` times, interleaved.
+
+    Returns each arm's results in repeat order, each with its repeat and position; stops early, after a
+    whole repeat, when another repeat would pass ``deadline``.
+    """
+    names = list(settings)
+
+    def run(turn: Turn) -> dict:
+        return {**session.run(settings[names[turn.arm]]), "repeat": turn.repeat, "position": turn.position}
+
+    repeat_start = time.perf_counter()
+
+    def after_repeat(done: int) -> bool:
+        nonlocal repeat_start
+        repeat_s = time.perf_counter() - repeat_start
+        say(f"  repeat {done}/{repeats} in {repeat_s:.1f} s")
+        if done < repeats and deadline is not None and time.perf_counter() + repeat_s > deadline:
+            say(f"  budget: stopping after {done} repeat(s)")
+            return False
+        repeat_start = time.perf_counter()
+        return True
+
+    return dict(zip(names, interleave(run, len(names), repeats, after_repeat), strict=True))
+
+
+def run_rows(prepared: Prepared, results: dict[str, list[dict]]) -> list[dict]:
+    """runs.csv's rows of one model: one per generation, each against the vanilla run of its repeat, and one
+    per arm that could not run here (its ``note``)."""
+    kinds = {"vanilla": ("vanilla", None, None), **{_arm_key(a): (a[0], a[1], a[3]) for a in prepared.arms}}
+    rows = []
+    for name, runs in results.items():
+        kind, threshold, predicted = kinds[name]
+        for result, vanilla in zip(runs, results["vanilla"], strict=True):
+            exact = max_abs = None
+            if name != "vanilla":  # against the vanilla run of the same repeat
+                exact = _exact(result["latents"], vanilla["latents"])
+                max_abs = _max_abs(result["latents"], vanilla["latents"])
+            rows.append({
+                **prepared.facts, "repeat": result["repeat"], "position": result["position"], "arm": name,
+                "kind": kind, "threshold": threshold, "predicted_skipped": predicted, "loop_s": result["loop_s"],
+                "total_s": result["total_s"], "skipped": result["skipped"],
                 "peak_memory_gib": result["peak_bytes"] / 2**30, "cache_memory_mib": result["cache_bytes"] / 2**20,
+                "branches": result["branches"], "exact": exact, "max_abs_diff": max_abs,
             })  # fmt: skip
-        repeat_s = time.perf_counter() - t
-        say(f"  repeat {repeat + 1}/{args.repeats} in {repeat_s:.1f} s")
-    done = len(results["vanilla"])
-    if done == 0:
-        return [], run_rows, {}
-    for name in names[1:]:  # exactness against the vanilla of the same repeat
-        for result, vanilla in zip(results[name], results["vanilla"], strict=True):
-            result["exact"] = _exact(result["latents"], vanilla["latents"])
-            result["max_abs"] = _max_abs(result["latents"], vanilla["latents"])
-            del result["latents"]
-    for vanilla in results["vanilla"]:
-        del vanilla["latents"]
+    refused = prepared.peer_plan["refused_rows"] if prepared.peer_plan is not None else []
+    rows += [{**prepared.facts, "arm": row["arm"], "kind": row["arm"], **row} for row in refused]
+    return sorted(rows, key=lambda r: (r.get("repeat", math.inf), r.get("position", 0)))
 
-    vanilla_loops = [r["loop_s"] for r in results["vanilla"]]
-    overheads = [100 * (p["loop_s"] / v - 1) for p, v in zip(results["proxy-all"], vanilla_loops, strict=True)]
-    branches = results["proxy-all"][0]["branches"]
+
+def measure_model(variant: str, args, plan: dict, deadline: float | None, say) -> tuple[list[dict], dict]:
+    """Build, warm up and measure one model; returns (its runs.csv rows, provenance)."""
+    prepared = prepare(variant, args, plan, say)
+    settings = {"vanilla": None, **{_arm_key(a): a[2] for a in prepared.arms}}
+    results = timed_runs(prepared.session, settings, args.repeats, deadline, say)
+    rows = run_rows(prepared, results)
+    provenance = {
+        "model": prepared.facts["model"], "variant": variant, "seed": args.seed, "prompt": PROMPT,
+        "generation_seed": SEED, "build_s": prepared.build_s, "warmup": prepared.warmup,
+        "signal_trace": prepared.signal, "skip_fractions": plan["fractions"],
+        "thresholds": [{"threshold": t, "predicted_skipped": k} for t, k in prepared.chosen],
+        "rescale": prepared.rescale.to_dict(), "repeats_done": len(results["vanilla"]),
+        "skipped_steps": {name: [d.step for d in runs[0]["log"] if not d.compute]
+                          for name, runs in results.items() if runs and runs[0]["log"]},
+    }  # fmt: skip
+    if prepared.peer_plan is not None:
+        provenance["mlx_teacache"] = peer_record(prepared.peer_plan, results)
+    del prepared, results
+    mx.clear_cache()
+    return rows, provenance
+
+
+# --- the summary, derived from runs.csv -----------------------------------------------------------
+
+
+def summarize(runs: pd.DataFrame) -> pd.DataFrame:
+    """summary.csv from runs.csv: per configuration, one row per arm (in the order of its first repeat).
+
+    Speedups are medians over repeats of vanilla / arm of the same repeat, with min and max; ideal is
+    N / (N - skipped); the proxy's overhead is proxy-all against vanilla of the same repeat.
+    """
+    runs = runs.assign(_key=config_keys(runs))
+    rows = [row for _key, config in runs.groupby("_key", sort=False) for row in _summary_rows(config)]
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+
+
+def _summary_rows(config: pd.DataFrame) -> list[dict]:
+    timed = config[config["note"].isna()] if "note" in config.columns else config
+    refused = config[config["note"].notna()] if "note" in config.columns else config[:0]
+    first = timed.iloc[0]
+    steps = int(first["steps"])
+    by_arm = {name: runs.sort_values("repeat") for name, runs in timed.groupby("arm", sort=False)}
+    order = timed[timed["repeat"] == timed["repeat"].min()].sort_values("position")["arm"]
+    vanilla_loops = list(by_arm["vanilla"]["loop_s"])
+    proxy = by_arm["proxy-all"]
+    overheads = [100 * (p / v - 1) for p, v in zip(proxy["loop_s"], vanilla_loops, strict=True)]
     common = {
-        "family": spec.family, "model": label, "variant": variant, "params_b": round(params / 1e9, 3),
-        "dtype": str(ModelConfig.precision).removeprefix("mlx.core."), "quantize": args.quantize,
-        "resolution": f"{size}x{size}", "steps": steps, "guidance": guidance, "branches": branches,
+        **{k: first[k] for k in ("family", "model", "variant", "params_b", "dtype", "quantize", "resolution",
+                                 "steps", "guidance", "tag", "hardware")},
+        "branches": proxy["branches"].iloc[0],
         "vanilla_ms_per_step": 1000 * statistics.median(vanilla_loops) / steps,
         "vanilla_ms_per_step_min": 1000 * min(vanilla_loops) / steps,
         "vanilla_ms_per_step_max": 1000 * max(vanilla_loops) / steps,
         "proxy_overhead_pct": statistics.median(overheads), "proxy_overhead_pct_min": min(overheads),
         "proxy_overhead_pct_max": max(overheads),
-        "vanilla_peak_memory_gib": max(r["peak_bytes"] for r in results["vanilla"]) / 2**30,
-        "repeats": done, "full_size": args.blocks is None, "rescale": rescale_name, "tag": args.tag,
+        "vanilla_peak_memory_gib": max(by_arm["vanilla"]["peak_memory_gib"]),
+        "repeats": len(vanilla_loops), "full_size": bool(first["full_size"]), "rescale": first["rescale"],
     }  # fmt: skip
     rows = []
-    for kind, threshold, _, predicted in arms:
-        runs = results[_arm_key((kind, threshold, None, None))]
-        if not runs:
+    for name in order:
+        if name == "vanilla":
             continue
-        ratios = [v / r["loop_s"] for r, v in zip(runs, vanilla_loops, strict=True)]
-        skipped = int(statistics.median(r["skipped"] for r in runs))
+        runs = by_arm[name]
+        loops = list(runs["loop_s"])
+        ratios = [v / r for r, v in zip(loops, vanilla_loops, strict=True)]
+        skipped = int(statistics.median(runs["skipped"]))
         ideal = steps / (steps - skipped)
         speedup = statistics.median(ratios)
         rows.append({
-            **common, "arm": kind, "threshold": threshold, "skipped": skipped, "predicted_skipped": predicted,
-            "speedup": speedup, "speedup_min": min(ratios), "speedup_max": max(ratios), "ideal": ideal,
-            "ratio_to_ideal": speedup / ideal,
-            "arm_ms_per_step": 1000 * statistics.median(r["loop_s"] for r in runs) / steps,
-            "peak_memory_gib": max(r["peak_bytes"] for r in runs) / 2**30,
-            "cache_memory_mib": max(r["cache_bytes"] for r in runs) / 2**20,
-            "noop_exact": all(r["exact"] for r in runs) if skipped == 0 else None,
-            "max_abs_diff": max(r["max_abs"] for r in runs),
+            **common, "arm": runs["kind"].iloc[0], "threshold": runs["threshold"].iloc[0], "skipped": skipped,
+            "predicted_skipped": runs["predicted_skipped"].iloc[0], "speedup": speedup, "speedup_min": min(ratios),
+            "speedup_max": max(ratios), "ideal": ideal, "ratio_to_ideal": speedup / ideal,
+            "arm_ms_per_step": 1000 * statistics.median(loops) / steps,
+            "peak_memory_gib": max(runs["peak_memory_gib"]), "cache_memory_mib": max(runs["cache_memory_mib"]),
+            "noop_exact": all(_true(v) for v in runs["exact"]) if skipped == 0 else None,
+            "max_abs_diff": max(runs["max_abs_diff"]),
         })  # fmt: skip
-    if peer_plan is not None:
-        rows += [{**common, **row} for row in peer_plan["refused_rows"]]
-    provenance = {
-        "model": label, "variant": variant, "seed": args.seed, "prompt": PROMPT, "generation_seed": SEED,
-        "build_s": build_s, "warmup": warmup, "signal_trace": xs, "skip_fractions": plan["fractions"],
-        "thresholds": [{"threshold": t, "predicted_skipped": k} for t, k in chosen], "rescale": rescale.to_dict(),
-        "repeats_done": done, "skipped_steps": {name: [d.step for d in runs[0]["log"] if not d.compute]
-                                                 for name, runs in results.items() if runs and runs[0]["log"]},
-    }  # fmt: skip
-    if peer_plan is not None:
-        provenance["mlx_teacache"] = peer_record(peer_plan, results)
-    for runs in results.values():
-        for r in runs:
-            r.pop("log", None)
-            r.pop("peer", None)
-    del session, model
-    mx.clear_cache()
-    return rows, run_rows, provenance
+    rows += [{**common, "arm": r["kind"], "threshold": r["threshold"], "note": r["note"]}
+             for r in refused.to_dict("records")]  # fmt: skip
+    return rows
+
+
+def _true(value) -> bool:
+    """An ``exact`` cell, from this run (a bool) or read back from runs.csv (a bool or its spelling)."""
+    return value is True or value == "True" or (isinstance(value, bool | np.bool_) and bool(value))
 
 
 def _arm_key(arm) -> str:
@@ -448,10 +520,15 @@ def config_keys(frame: pd.DataFrame) -> list[tuple[str, ...]]:
     return [tuple(_key_text(v) for v in row) for row in frame[list(CONFIG_KEY)].itertuples(index=False, name=None)]
 
 
+def read_csv(path: Path) -> pd.DataFrame:
+    """A table this command wrote, read back as written: "" is missing (floats round-trip: pandas' default)."""
+    return pd.read_csv(path, keep_default_na=False, na_values=[""], dtype={"tag": str})
+
+
 def _merge(path: Path, new: pd.DataFrame, columns) -> pd.DataFrame:
     """OUT's rows with those of the configurations in ``new`` replaced by ``new``'s."""
     if path.exists():
-        old = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype={"tag": str})
+        old = read_csv(path)
         replaced = set(config_keys(new))
         keep = [key not in replaced for key in config_keys(old)]
         new = pd.concat([old[keep], new], ignore_index=True)
@@ -470,18 +547,31 @@ def checkout_of_this_code(git: dict) -> dict:
     return git if Path(top).resolve() == PROJECT_ROOT.resolve() else {"commit": None, "dirty": None}
 
 
-def write_outputs(out: Path, rows: list[dict], run_rows: list[dict], models: dict[str, dict]) -> None:
-    """Merge into OUT's files: rows of the same (model, quantize, resolution, steps, tag) are replaced."""
-    summary = _merge(out / "summary.csv", pd.DataFrame(rows, columns=SUMMARY_COLUMNS), SUMMARY_COLUMNS)
-    runs = _merge(out / "runs.csv", pd.DataFrame(run_rows), ())
+def write_outputs(out: Path, run_rows: list[dict], models: dict[str, dict]) -> pd.DataFrame:
+    """Merge ``run_rows`` into OUT's runs.csv (a configuration measured again replaces its rows), rebuild
+    summary.csv from it and add the provenance. Returns the summary.
+
+    runs.csv is the raw table, at full precision; summary.csv is derived from it. Configurations whose runs
+    predate the raw fields (``kind``, ``exact``, ...: the committed H200 campaign) keep the summary rows
+    they were written with.
+    """
+    runs = _merge(out / "runs.csv", pd.DataFrame(run_rows, columns=RUN_COLUMNS), RUN_COLUMNS)
+    raw = runs["kind"].notna()
+    summary = summarize(runs[raw])
+    if (out / "summary.csv").exists():
+        legacy = read_csv(out / "summary.csv")
+        rebuilt = set(config_keys(runs[raw]))
+        legacy = legacy[[key not in rebuilt for key in config_keys(legacy)]]
+        summary = pd.concat([legacy.reindex(columns=SUMMARY_COLUMNS), summary], ignore_index=True)
+    write_text(out / "runs.csv", runs.to_csv(index=False))
     write_text(out / "summary.csv", summary.to_csv(index=False, float_format="%.6g"))
-    write_text(out / "runs.csv", runs.to_csv(index=False, float_format="%.6g"))
 
     existing = {}
     if (out / "provenance.json").exists():
         existing = json.loads((out / "provenance.json").read_text(encoding="utf-8")).get("models", {})
     existing.update(models)
     write_json(out / "provenance.json", {"format_version": FORMAT_VERSION, "note": MEANINGLESS, "models": existing})
+    return summary
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -513,16 +603,13 @@ def main(argv: list[str] | None = None) -> int:
                 say(f"budget: {variant} not started")
                 continue
             try:
-                rows, run_rows, model_prov = measure_model(variant, args, plan, deadline, say)
+                rows, model_prov = measure_model(variant, args, plan, deadline, say)
             except stopped:
                 raise
             except Exception:  # noqa: BLE001 - one family's failure must not lose the others' measurements
                 traceback.print_exc()
                 say(f"{variant}: failed (traceback above); nothing written for it")
                 failed.append(variant)
-                continue
-            if not rows:
-                say(f"{variant}: no repeat finished inside the budget; nothing written")
                 continue
             for row in rows:
                 row["hardware"] = hardware
@@ -535,9 +622,9 @@ def main(argv: list[str] | None = None) -> int:
                 cache_memory="the cached residuals of every branch plus the anchor (previous modulated input)",
                 **model_prov,
             )
-            write_outputs(out, rows, run_rows, {key: provenance})
+            write_outputs(out, rows, {key: provenance})
             finished.append(variant)
-            for row in rows:
+            for row in summarize(pd.DataFrame(rows, columns=RUN_COLUMNS)).to_dict("records"):
                 say(_row_line(row))
             say(f"  wrote {out / 'summary.csv'}")
     except stopped:

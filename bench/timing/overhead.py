@@ -1,9 +1,10 @@
 """``teacache-bench overhead``: what the wrapper costs when it skips nothing.
 
-Paired and interleaved in one process after a warm-up: vanilla, then the wrapper, alternating, for
-``--pairs`` pairs. Two settings: threshold 0 (the fast path: the proxy delegates) and the proxy
-active with a threshold no step can reach (signal, decision and host sync every step, nothing skipped).
-A median outside the plausible band (calib.run.generation.PLAUSIBLE_OVERHEAD) is reported as unreliable.
+Paired and interleaved in one process after a warm-up (``calib.run.interleave``: vanilla and the wrapper
+take turns going first), for ``--pairs`` pairs. Two settings: threshold 0 (the fast path: the proxy
+delegates) and the proxy active with a threshold no step can reach (signal, decision and host sync every
+step, nothing skipped). A median outside the plausible band (calib.run.generation.PLAUSIBLE_OVERHEAD) is
+reported as unreliable.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import warnings
 
 from calib.run import arguments
 from calib.run.generation import paired_overhead
+from calib.run.interleave import Turn, interleave
 from calib.run.prompts import default_set, load_prompts
 from teacache import apply_teacache, variants
 
@@ -55,15 +57,17 @@ def measure(model, steps: int, size: int | None, pairs: int, proxy: bool) -> dic
         warnings.simplefilter("ignore")
         with apply_teacache(model, **settings):
             run()
-        ratios, vanilla_times, wrapped_times = [], [], []
-        for _ in range(pairs):
-            vanilla = run()
+
+        def run_turn(turn: Turn) -> float:
+            if turn.arm == 0:
+                return run()
             with apply_teacache(model, **settings) as handle:
                 wrapped = run()
             assert handle.stats.skipped == 0
-            ratios.append(wrapped / vanilla)
-            vanilla_times.append(vanilla)
-            wrapped_times.append(wrapped)
+            return wrapped
+
+        vanilla_times, wrapped_times = interleave(run_turn, 2, pairs)
+    ratios = [w / v for v, w in zip(vanilla_times, wrapped_times, strict=True)]
     summary = paired_overhead(ratios)
     return {
         "proxy": proxy,

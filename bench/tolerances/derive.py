@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import math
 import sys
 from pathlib import Path
@@ -25,8 +24,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bench.sweep.records import NOOP, RecordError, read_sweep
 from bench.tolerances.module import PROJECT_ROOT, TOLERANCES_DIR, complete, module_path, prefix, render_module
-from teacache.io import FORMAT_VERSION, write_text
+from teacache.io import write_text
 from teacache.provenance import hardware_slug
 
 __all__ = ["PROJECT_ROOT", "check_run", "derive", "load_module", "main", "prefix", "render_module"]
@@ -53,17 +53,13 @@ def upper_bound(values) -> tuple[float, dict]:
 def derive(sweep_dir: Path, threshold: float | None = None, provisional: bool = False) -> dict:
     """Tolerances of one variant from one sweep folder: a dict of constant name -> (value, comment lines)."""
     sweep_dir = Path(sweep_dir)
-    for name in ("runs.parquet", "noop.parquet", "provenance.json"):
-        if not (sweep_dir / name).exists():
-            raise ValueError(f"RUNS: {sweep_dir} has no {name}; run teacache-bench sweep into it first")
-    prov = json.loads((sweep_dir / "provenance.json").read_text())
-    if prov.get("format_version") != FORMAT_VERSION:
-        raise ValueError(
-            f"RUNS: {sweep_dir} is from another tool version (format_version {prov.get('format_version')}, "
-            f"this tool reads {FORMAT_VERSION}); re-run the sweep"
-        )
-    runs = pd.read_parquet(sweep_dir / "runs.parquet")
-    noop = pd.read_parquet(sweep_dir / "noop.parquet")
+    try:
+        records = read_sweep(sweep_dir)
+    except RecordError as exc:
+        raise ValueError(f"RUNS: {exc}") from None
+    if records.noop is None:
+        raise ValueError(f"RUNS: {sweep_dir} has no {NOOP.file}; run teacache-bench sweep into it first")
+    prov, runs, noop = records.provenance, records.runs, records.noop
     threshold = prov.get("default_threshold") if threshold is None else threshold
     tc = runs[runs["kind"] == "teacache"]
     available = sorted(tc["threshold"].unique())

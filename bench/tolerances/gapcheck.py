@@ -26,7 +26,7 @@ from bench.report import markdown
 from bench.tolerances.derive import PROJECT_ROOT, check_run, load_module, prefix
 from bench.tolerances.mutants import MUTANTS, Mutant, apply_mutant, leftovers
 from calib.run.generation import generate
-from calib.run.prompts import default_set, load_prompts, parse_seeds
+from calib.run.prompts import default_set, load_prompts, pair_id, parse_seeds
 from teacache import apply_teacache, load_model, variants
 from teacache.core import StepController
 from teacache.gate import GateConfig
@@ -124,7 +124,7 @@ def run_gapcheck(args) -> dict:
             vanilla = generate(model, *gen_args)
             for mutant in (None, *MUTANTS):
                 row = measure(model, mutant, settings, gen_args, vanilla)
-                row.update(wrapper=mutant.name if mutant else CORRECT, pair=f"{pid}-s{seed}")
+                row.update(wrapper=mutant.name if mutant else CORRECT, pair=pair_id(pid, seed))
                 row.update({f"ok_{k}": v for k, v in check_run(tol, variant, row).items()})
                 rows.append(row)
                 progress.advance(task)

@@ -21,17 +21,17 @@ class StaleResidualController(StepController):
     """The residual is stored once and never refreshed."""
 
     def store_residual(self, branch: int, residual: mx.array) -> None:
-        self.residuals.setdefault(branch, residual)
+        self.state.residuals.setdefault(branch, residual)
 
 
 class AnchorOnComputeController(StepController):
     """The anchor (previous modulated input) advances only on computed steps."""
 
     def _decide(self, modulated: mx.array, step: int) -> bool:
-        x = None if self.anchor is None else rel_l1_item(modulated, self.anchor)
+        x = None if self.state.anchor is None else rel_l1_item(modulated, self.state.anchor)
         decision = self.gate.decide(step, self.num_steps, x, self.sigma)
         if decision.compute:
-            self.anchor = modulated
+            self.state.anchor = modulated
         return decision.compute
 
 

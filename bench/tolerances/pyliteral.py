@@ -4,7 +4,10 @@ Generated modules (the test tolerances) are committed and linted like hand-writt
 must already be in the formatter's layout: dicts and lists one item per line with a trailing comma (the
 "magic" comma keeps them expanded), tuples on one line when they fit and one item per line otherwise,
 strings in double quotes unless that needs more escapes, and non-finite floats as ``float("inf")``.
-Every output evaluates back to the value it was made from (``evaluate``).
+Every output evaluates back to the value it was made from (``evaluate``). Every output is ASCII (other
+characters as ``\xe9``, ``\u4e2d``, ``\U0001f600`` escapes): ruff measures a line in display columns from
+its own Unicode tables (a wide character counts two, a combining one none, and the tables move with Unicode
+versions), while an ASCII line's width is its length, so whether a line fits is decided the same way here.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ SAFE_CALLS = {"float": float}  # the one call a literal may hold: float("inf"), 
 
 
 def string(text: str) -> str:
-    """A str literal as ruff format writes it: double quotes unless the text holds more of them than single."""
+    """A str literal as ruff format writes it: double quotes unless the text holds more of them than single;
+    ASCII only (see the module docstring)."""
     quote = "'" if text.count('"') > text.count("'") else '"'
     out = []
     for ch in text:
@@ -28,7 +32,7 @@ def string(text: str) -> str:
         elif ch in "'\"":
             out.append(ch)
         else:
-            out.append(repr(ch)[1:-1])  # Python's own escape for newlines, tabs and unprintable characters
+            out.append(ascii(ch)[1:-1])  # Python's own escapes: newlines, tabs, unprintable and non-ASCII
     return quote + "".join(out) + quote
 
 

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
+from calib.run import fingerprint
+
 
 @dataclass
 class Generation:
@@ -81,3 +83,24 @@ def paired_overhead(ratios: list[float], band: tuple[float, float] = PLAUSIBLE_O
     if reason is not None:
         return {**summary, "reliable": False, "reason": reason, "median": None, "min": None, "max": None}
     return {**summary, "reliable": True, "median": median, "min": min(ratios) - 1.0, "max": max(ratios) - 1.0}
+
+
+def settings_fingerprint(settings, variant: str | None = None, **extra) -> dict:
+    """What makes two runs over prompts and seeds the same run (``teacache-calib record``, ``teacache-bench
+    sweep``): the model, the generation settings, the prompts and seeds, ``extra`` (the command's own settings)
+    and the environment; the variant joins once the model has loaded and said which it is."""
+    fp = {
+        "model": settings.model,
+        "base_model": settings.base_model,
+        "quantize": settings.quantize,
+        "steps": settings.steps,
+        "size": f"{settings.width}x{settings.height}",
+        "guidance": settings.guidance,
+        "prompts": settings.prompts,
+        "seeds": settings.seeds,
+        **extra,
+        **fingerprint.environment(settings.model, settings.base_model),
+    }
+    if variant is not None:
+        fp["variant"] = variant
+    return fp

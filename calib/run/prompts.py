@@ -112,6 +112,11 @@ def load_prompts(spec: str) -> dict[str, str]:
     return prompts
 
 
+def pair_id(prompt_id: str, seed: int) -> str:
+    """One (prompt, seed) pair's name in every table: a recording's run_id, a sweep's pair_id."""
+    return f"{prompt_id}-s{seed}"
+
+
 def parse_seeds(text: str) -> list[int]:
     """'0,1,2' or '0-4' or a mix; refuses negatives and duplicates."""
     seeds: list[int] = []

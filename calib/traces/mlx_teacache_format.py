@@ -17,7 +17,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from calib.traces.reader import TraceError, file_sha256, load_traces, run_key_columns
+from calib.traces.reader import TraceError, load_traces, run_key_columns
+from teacache.io import file_sha256
 
 DEGREES = 4  # mlx-teacache's poly_eval unpacks exactly five coefficients (c4..c0)
 PROJECT_ROOT = Path(__file__).resolve().parent.parent  # where "./" in an artifact's paths points

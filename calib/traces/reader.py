@@ -14,7 +14,6 @@ before anything is computed or written. Pure pandas/numpy: no MLX, no mflux.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -23,7 +22,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from calib.run.prompts import pair_id
 from calib.traces import mlx_teacache
+from teacache.io import file_sha256  # noqa: F401  (re-exported: the traces tables and formats import it from here)
 
 REQUIRED_COLUMNS = ("prompt_id", "step", "x_rel_l1", "y_rel_l1")  # a fit needs all four
 REPLAY_COLUMNS = ("prompt_id", "step", "x_rel_l1")  # a replay needs the signal only
@@ -115,7 +116,7 @@ def run_label(row, columns, seed: int | None) -> str:
     if "run_id" in columns:
         return str(row["run_id"])
     if "seed" in columns:
-        return f"{row['prompt_id']}-s{seed if seed is not None else row['seed']}"
+        return pair_id(row["prompt_id"], seed if seed is not None else row["seed"])
     return str(row["prompt_id"])
 
 
@@ -125,14 +126,6 @@ def _seed(value) -> int | None:
     except (TypeError, ValueError):
         return None
     return int(number) if np.isfinite(number) and number == round(number) else None
-
-
-def file_sha256(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def split_signal(path: str | os.PathLike) -> tuple[Path, str | None]:
@@ -263,6 +256,34 @@ def load_traces(
         raise TraceError("TRACES: expected at least one trace table")
     if num_steps is not None and (isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 2):
         raise TraceError(f"{num_steps_arg}: expected an integer >= 2, got {num_steps!r}")
+    frames, files = _read_files(paths, require)
+    data = pd.concat(frames, ignore_index=True, sort=False)
+    source = ", ".join(f["name"] for f in files)
+    warnings: list[str] = []
+    data = _typed(data, source)
+    data, variants = _keep_variant(data, files, variant, warnings)
+    data, kept_branch = _keep_branch(data, branch)
+    key = run_key_columns(data)
+    data, num_steps_source, notes = _resolve_num_steps(data, key, num_steps, num_steps_arg, source)
+    data, dropped = _checked_signal(data, key, source, warnings)
+    data = data.sort_values([*key, "step"], kind="stable").reset_index(drop=True)
+    if every_step:
+        _check_every_step(data, key)
+    return Traces(
+        frame=data,
+        files=files,
+        variants=variants,
+        branch=kept_branch,
+        dropped_first_steps=dropped,
+        warnings=warnings,
+        num_steps_source=num_steps_source,
+        notes=notes,
+    )
+
+
+def _read_files(paths, require: tuple[str, ...]) -> tuple[list[pd.DataFrame], list[dict]]:
+    """Each table with the columns ``require`` names (its rows tagged with its file name), and what the
+    provenance keeps of each file: path, SHA-256, rows, the provenance it carries or has beside it."""
     frames, files = [], []
     for path in paths:
         frame, embedded = read_table(path)
@@ -288,10 +309,11 @@ def load_traces(
             frames.append(frame.assign(_source=name))
     if not frames:
         raise TraceError(f"TRACES: empty input: no rows in {', '.join(f['name'] for f in files)}")
-    data = pd.concat(frames, ignore_index=True, sort=False)
-    source = ", ".join(f["name"] for f in files)
-    warnings: list[str] = []
+    return frames, files
 
+
+def _typed(data: pd.DataFrame, source: str) -> pd.DataFrame:
+    """Every known column in its type: ids and labels as text, steps as integers >= 0, signals as numbers."""
     if data["prompt_id"].isna().any():
         raise TraceError(f"column 'prompt_id' in {source}: {int(data['prompt_id'].isna().sum())} empty value(s)")
     data["prompt_id"] = data["prompt_id"].astype(str)
@@ -306,7 +328,11 @@ def load_traces(
     for col in ("branch", "variant", "run_id"):
         if col in data.columns:
             data[col] = data[col].astype(str)
+    return data
 
+
+def _keep_variant(data: pd.DataFrame, files: list[dict], variant: str | None, warnings: list[str]):
+    """The rows of ``variant`` (or of the one variant the tables hold) and the variants they are of."""
     table_variants = sorted(data["variant"].unique()) if "variant" in data.columns else []
     prov_variants = sorted({str(f["provenance"]["variant"]) for f in files if (f["provenance"] or {}).get("variant")})
     if variant is not None:
@@ -317,30 +343,34 @@ def load_traces(
         if len(table_variants) > 1:
             warnings.append(f"kept variant {variant!r} only; the tables also hold {', '.join(table_variants)}")
             data = data[data["variant"] == variant]
-        variants = [variant]
-    elif len(table_variants) > 1:
+        return data, [variant]
+    if len(table_variants) > 1:
         raise TraceError(
             f"column 'variant': the tables hold several variants ({', '.join(table_variants)}); "
             "choose one with --variant"
         )
-    else:
-        variants = table_variants or prov_variants
+    return data, table_variants or prov_variants
 
-    kept_branch = None
+
+def _keep_branch(data: pd.DataFrame, branch: str | None) -> tuple[pd.DataFrame, str | None]:
+    """The rows of one CFG branch (``branch``, else the default one) where the tables have a branch column."""
     if "branch" in data.columns:
         kept_branch = branch or DEFAULT_BRANCH
         found = sorted(data["branch"].unique())
         data = data[data["branch"] == kept_branch]
         if data.empty:
             raise TraceError(f"--branch {kept_branch!r}: no rows with that branch; branches found: {', '.join(found)}")
-    elif branch is not None:
+        return data, kept_branch
+    if branch is not None:
         raise TraceError(
             f"--branch {branch!r}: the tables have no 'branch' column; columns found: {', '.join(_cols(data))}"
         )
+    return data, None
 
-    key = run_key_columns(data)
-    data, num_steps_source, notes = _resolve_num_steps(data, key, num_steps, num_steps_arg, source)
 
+def _checked_signal(data: pd.DataFrame, key: list[str], source: str, warnings: list[str]) -> tuple[pd.DataFrame, int]:
+    """Drop each run's first step where its signal is NaN (no previous step); refuse any other non-finite or
+    negative signal and any (run, step) twice. Returns the rows and how many first steps were dropped."""
     first_step = data.groupby(key, sort=False, dropna=False)["step"].transform("min")
     signal_columns = ["x_rel_l1"] + (["y_rel_l1"] if "y_rel_l1" in data.columns else [])
     expected_nan = (data["step"] == first_step) & data[signal_columns].isna().any(axis=1)
@@ -376,20 +406,7 @@ def load_traces(
     if "sigma" in data.columns and not np.all(np.isfinite(data["sigma"])):
         warnings.append("column 'sigma' has missing or non-finite values: poly+sigma candidates are left out")
         data = data.drop(columns="sigma")
-
-    data = data.sort_values([*key, "step"], kind="stable").reset_index(drop=True)
-    if every_step:
-        _check_every_step(data, key)
-    return Traces(
-        frame=data,
-        files=files,
-        variants=variants,
-        branch=kept_branch,
-        dropped_first_steps=dropped,
-        warnings=warnings,
-        num_steps_source=num_steps_source,
-        notes=notes,
-    )
+    return data, dropped
 
 
 def _resolve_num_steps(

@@ -19,10 +19,9 @@ from teacache.adapters._proxy import (
     proxy_installed,
 )
 from teacache.core import StepController
-from teacache.variants import family_tables, variant_of
+from teacache.variants import variant_of
 
 FAMILY = "flux1"  # its variants, thresholds and names: teacache/variants/flux1.py
-VARIANTS, DEFAULT_THRESHOLD, SKIP_FIRST_N_STEPS = family_tables(FAMILY)  # views of the registry
 
 
 def flux1_signal(transformer: Transformer, t: int, config, hidden_states: mx.array, pooled_prompt_embeds: mx.array):

@@ -29,10 +29,9 @@ from teacache.adapters._proxy import (
     proxy_installed,
 )
 from teacache.core import StepController
-from teacache.variants import family_tables, variant_of
+from teacache.variants import variant_of
 
 FAMILY = "zimage"  # its variants, thresholds and names: teacache/variants/zimage.py
-VARIANTS, DEFAULT_THRESHOLD, SKIP_FIRST_N_STEPS = family_tables(FAMILY)  # views of the registry
 
 
 def time_embedding(transformer: ZImageTransformer, timestep, sigmas: mx.array) -> mx.array:

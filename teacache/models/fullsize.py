@@ -29,6 +29,7 @@ from mlx import nn
 from mlx.utils import tree_flatten
 
 from teacache import variants
+from teacache.models._init import redraw_linears
 
 RANDOM_PREFIX = "random-"
 NOT_FULL_SIZE = "NOT full size"
@@ -38,38 +39,23 @@ MEANINGLESS = "random weights: the images mean nothing; use these models for tim
 _EVAL_CHUNK_BYTES = 1 << 31
 
 
-# Every variant with a full-size random model -> the ModelConfig factory mflux builds its transformer with.
-# Its family and generation settings are the registry's (teacache.variants).
-MFLUX_CONFIGS = {
-    "flux1-dev": "dev",
-    "flux1-schnell": "schnell",
-    "flux1-krea-dev": "krea_dev",
-    "flux2-klein-4b": "flux2_klein_4b",
-    "flux2-klein-9b": "flux2_klein_9b",
-    "flux2-klein-base-4b": "flux2_klein_base_4b",
-    "flux2-klein-base-9b": "flux2_klein_base_9b",
-    "qwen-image": "qwen_image",
-    "qwen-image-2512": "qwen_image",  # the same architecture; mflux's qwen_image config names the 2512 release
-    "z-image": "z_image",
-}
-
-
 def family_of(variant: str) -> str:
     return variants.get(variant).family
 
 
 def mflux_config(variant: str) -> ModelConfig:
-    return getattr(ModelConfig, MFLUX_CONFIGS[variant])()
+    """The ModelConfig mflux builds the variant's transformer with (the registry names its factory)."""
+    return getattr(ModelConfig, variants.get(variant).mflux_config)()
 
 
 def random_names() -> tuple[str, ...]:
-    return tuple(RANDOM_PREFIX + variant for variant in MFLUX_CONFIGS)
+    return tuple(RANDOM_PREFIX + spec.name for spec in variants.random_specs())
 
 
 def parse_random_name(name: str) -> str:
     """``random-flux1-dev`` (or ``flux1-dev``) -> ``flux1-dev``; a ValueError naming the choices otherwise."""
     variant = name.removeprefix(RANDOM_PREFIX)
-    if variant not in MFLUX_CONFIGS:
+    if variant not in {spec.name for spec in variants.random_specs()}:
         raise ValueError(f"model: unknown full-size random model {name!r}; expected one of {', '.join(random_names())}")
     return variant
 
@@ -104,30 +90,16 @@ def full_transformer(variant: str, blocks: int | None = None) -> nn.Module:
 
 
 def _construct(variant: str, blocks: int | None) -> nn.Module:
-    family, config = family_of(variant), mflux_config(variant)
-    if family == "flux1":
-        # heavy (mflux): loaded only when this runs
-        from mflux.models.flux.model.flux_transformer.transformer import Transformer
-
-        counts = {} if blocks is None else {"num_transformer_blocks": blocks, "num_single_transformer_blocks": blocks}
-        return Transformer(model_config=config, **counts)  # 19 joint + 38 single blocks by default
-    if family == "flux2":
-        # heavy (mflux): loaded only when this runs
-        from mflux.models.flux2.model.flux2_transformer.transformer import Flux2Transformer
-
-        overrides = dict(config.transformer_overrides)
-        if blocks is not None:
-            overrides.update(num_layers=blocks, num_single_layers=blocks)
-        return Flux2Transformer(**overrides)
-    if family == "qwen":
-        # heavy (mflux): loaded only when this runs
-        from mflux.models.qwen.model.qwen_transformer.qwen_transformer import QwenTransformer
-
-        return QwenTransformer(**({} if blocks is None else {"num_layers": blocks}))
-    # heavy (mflux): loaded only when this runs
-    from mflux.models.z_image.model.z_image_transformer.transformer import ZImageTransformer
-
-    return ZImageTransformer(**({} if blocks is None else {"n_layers": blocks, "n_refiner_layers": blocks}))
+    """The family's transformer class (the registry's ``Family.transformer``), given the config its way."""
+    fam, config = variants.family(family_of(variant)), mflux_config(variant)
+    kwargs = {
+        "model_config": {"model_config": config},
+        "overrides": dict(config.transformer_overrides),
+        "": {},  # the constructor's defaults are the released config
+    }[fam.transformer_config]
+    if blocks is not None:
+        kwargs.update(dict.fromkeys(fam.block_keywords, blocks))
+    return variants.attribute(fam.transformer)(**kwargs)  # heavy (mflux): imported only when this runs
 
 
 def parameter_count(module: nn.Module) -> int:
@@ -142,24 +114,7 @@ def draw_weights(module: nn.Module, seed: int, dtype: mx.Dtype, evaluate: bool =
     With ``evaluate`` the weights are materialised piece by piece. The global MLX random state is neither
     read nor changed.
     """
-    key = mx.random.key(seed)
-    pending: list[mx.array] = []
-    pending_bytes = 0
-    for _name, layer in sorted(module.named_modules(), key=lambda item: item[0]):
-        if not isinstance(layer, nn.Linear):
-            continue
-        key, k_w, k_b = mx.random.split(key, 3)
-        out_dim, in_dim = layer.weight.shape
-        bound = (1.0 / in_dim) ** 0.5
-        layer.weight = mx.random.uniform(-bound, bound, (out_dim, in_dim), dtype=dtype, key=k_w)
-        pending.append(layer.weight)
-        if "bias" in layer:
-            layer.bias = mx.random.uniform(-bound, bound, (out_dim,), dtype=dtype, key=k_b)
-            pending.append(layer.bias)
-        pending_bytes += layer.weight.nbytes
-        if evaluate and pending_bytes >= _EVAL_CHUNK_BYTES:
-            mx.eval(pending, key)
-            pending, pending_bytes = [], 0
+    redraw_linears(module, seed, dtype=dtype, evaluate_every_bytes=_EVAL_CHUNK_BYTES if evaluate else None)
     module.set_dtype(dtype)
     if evaluate:
         mx.eval(module.parameters())
@@ -174,28 +129,6 @@ def quantize_like_mflux(transformer: nn.Module, bits: int, weight_definition) ->
     mx.eval(transformer.parameters())
 
 
-def _weight_definition(family: str):
-    if family == "flux1":
-        # heavy (mflux): loaded only when this runs
-        from mflux.models.flux.weights.flux_weight_definition import FluxWeightDefinition
-
-        return FluxWeightDefinition
-    if family == "flux2":
-        # heavy (mflux): loaded only when this runs
-        from mflux.models.flux2.weights.flux2_weight_definition import Flux2KleinWeightDefinition
-
-        return Flux2KleinWeightDefinition
-    if family == "qwen":
-        # heavy (mflux): loaded only when this runs
-        from mflux.models.qwen.weights.qwen_weight_definition import QwenWeightDefinition
-
-        return QwenWeightDefinition
-    # heavy (mflux): loaded only when this runs
-    from mflux.models.z_image.weights.z_image_weight_definition import ZImageWeightDefinition
-
-    return ZImageWeightDefinition
-
-
 def random_transformer(variant: str, seed: int = 0, quantize: int | None = None, blocks: int | None = None):
     """The full-size transformer with drawn weights in mflux's precision, quantized on request."""
     variant = parse_random_name(variant)
@@ -208,7 +141,7 @@ def random_transformer(variant: str, seed: int = 0, quantize: int | None = None,
 
         stream_in_model_precision(transformer)
     if quantize is not None:
-        quantize_like_mflux(transformer, quantize, _weight_definition(family_of(variant)))
+        quantize_like_mflux(transformer, quantize, variants.attribute(variants.family(family_of(variant)).weights))
     return transformer
 
 
@@ -373,11 +306,8 @@ def build_random_zimage(
     return _finish(model, variant, random_transformer(variant, seed, quantize, blocks), quantize, blocks)
 
 
-_BUILDERS = {"flux1": build_random_flux1, "flux2": build_random_flux2, "qwen": build_random_qwen}
-
-
 def build_random(name: str, *, seed: int = 0, quantize: int | None = None, blocks: int | None = None):
-    """Any ``random-<variant>`` pipeline by name."""
+    """Any ``random-<variant>`` pipeline by name (the family's ``random_builder``)."""
     variant = parse_random_name(name)
-    builder = _BUILDERS.get(family_of(variant), build_random_zimage)
+    builder = variants.attribute(variants.family(family_of(variant)).random_builder)
     return builder(variant, seed=seed, quantize=quantize, blocks=blocks)

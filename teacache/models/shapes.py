@@ -19,7 +19,6 @@ preload_openblas()  # before mlx on Linux CPUs
 
 # isort: split
 import dataclasses
-import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,7 +39,7 @@ from mlx import nn
 from mlx.utils import tree_flatten
 
 from teacache._platform import use_float32_on_cpu
-from teacache.io import atomic_path
+from teacache.io import atomic_path, file_sha256
 from teacache.models.shapes_data import (  # noqa: F401  (re-exported: the data side of the model)
     FILLER_WORDS,
     HELD_OUT_MODULUS,
@@ -436,12 +435,7 @@ class WeightsError(ValueError):
     """The weights file is not the one its manifest describes, or does not fit the architecture."""
 
 
-def sha256_file(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+sha256_file = file_sha256  # the name the loader and its tests use
 
 
 def parameter_count(model: nn.Module) -> int:

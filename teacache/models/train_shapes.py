@@ -42,6 +42,7 @@ from tqdm import tqdm
 from teacache.io import FORMAT_VERSION, atomic_path, write_json, write_text
 from teacache.models import shapes
 from teacache.provenance import collect
+from teacache.templating import template_environment
 
 WEIGHTS_NAME = "tiny-shapes.safetensors"
 MANIFEST_NAME = "tiny-shapes.json"
@@ -237,122 +238,19 @@ def write_model_card(out_dir: str | Path) -> Path:
     m = json.loads((out_dir / MANIFEST_NAME).read_text(encoding="utf-8"))
     tr, prov, arch = m["training"], m["training"]["provenance"], m["architecture"]
     rec, w, smp = m["data_recipe"], m["weights"], m["sampling"]
-    tf = arch["transformer"]
-    versions = ", ".join(f"{k} {v}" for k, v in prov["versions"].items() if v)
-    palette = ", ".join(f"{k} {tuple(v)}" for k, v in rec["palette"].items())
-    anchors = ", ".join(f"{k} {tuple(v)}" for k, v in rec["positions"].items())
-    lines = [
-        "# tiny-shapes",
-        "",
-        "A small text-to-image model embedded in this package as the default model for calibrating and",
-        "benchmarking TeaCache without downloading gigabytes of FLUX weights. It is mflux's own",
-        f"`Flux2Transformer` ({tf['num_layers']} double + {tf['num_single_layers']} single blocks, "
-        f"{tf['num_attention_heads']} heads x {tf['attention_head_dim']}) trained with flow matching on",
-        "procedurally drawn 32x32 images, conditioned on a learned token embedding. Its pipeline",
-        "(`teacache.models.shapes.TinyShapesPipeline`) runs like mflux's `Flux2Klein`: same scheduler,",
-        "same compiled `_predict` closure with classifier-free guidance inside, same callbacks.",
-        "",
-        "It is a test instrument, not an image generator: its trajectories are those of a real trained",
-        "flow model, but of a tiny one on a toy distribution. Figures measured on it say how the",
-        "toolkit behaves, not how much TeaCache speeds up FLUX.",
-        "",
-        "## Use",
-        "",
-        "```python",
-        "from teacache.models.shapes import load_tiny_shapes",
-        "pipe = load_tiny_shapes()  # checks the SHA-256 below",
-        'out = pipe.generate_image(seed=0, prompt="a red circle on a blue background at the left")',
-        "out.upscaled(8).save('circle.png')",
-        "```",
-        "",
-        "## Architecture",
-        "",
-        "| part | setting |",
-        "| --- | --- |",
-        f"| parameters | {w['parameters']:,} (float32) |",
-        f"| text encoder | embedding, {arch['text_encoder']['vocab_size']} words x "
-        f"{arch['text_encoder']['dim']}, {arch['text_encoder']['text_len']} tokens (pad = empty prompt) |",
-        "| transformer | mflux `Flux2Transformer(" + ", ".join(f"{k}={v}" for k, v in tf.items()) + ")` |",
-        f"| image tokens | {rec['image_size']} px square RGB in {rec['patch']}x{rec['patch']} patches: "
-        "256 tokens x 12 channels, no VAE |",
-        "",
-        f"## Data recipe (version {rec['version']})",
-        "",
-        f"- Prompt: `{rec['prompt_template']}`",
-        f"- Colours (shape and background differ): {palette}",
-        f"- Shapes: {', '.join(rec['shapes'])}; positions (x, y anchors in pixels): {anchors}",
-        f"- Jitter: centre +-{rec['jitter_px']} px, size r uniform in {rec['size_range']} "
-        "(circle radius r, square half-side 0.85 r, triangle height 1.7 r, ring width max(2.2, 0.4 r))",
-        f"- {rec['n_combinations']} combinations; {rec['n_held_out']} held out, never drawn for training: "
-        f"`{rec['held_out']}`",
-        "",
-        "## Sampling",
-        "",
-        f"mflux's `{smp['scheduler']}` scheduler ({smp['model_config']}), {smp['default_steps']} steps by "
-        f"default. {smp['note']}",
-        "",
-        "## Training",
-        "",
-        f"- Command: `{prov['command']}`",
-        f"- {tr['steps']} steps x batch {tr['batch']}, seed {tr['seed']}; AdamW, lr {tr['lr']} "
-        f"({tr['warmup']} warmup steps, cosine decay to 1%), weight decay {tr['weight_decay']}",
-        f"- Prompt dropout {tr['prompt_dropout']}; sigma = sigmoid(N({tr['sigma_loc']}, "
-        f"{tr['sigma_scale']}^2)), clipped to [{SIGMA_MIN}, 1]; timestep = 1000 sigma (as the pipeline)",
-        f"- Final loss {tr['final_loss']:.4f} (mean of the last {tr['final_loss_window']} steps); "
-        f"wall time {tr['wall_time_s']:.0f} s ({tr['steps'] / tr['wall_time_s']:.1f} steps/s, "
-        f"{'compiled' if tr['compiled'] else 'uncompiled'} step"
-        + (f"; the first step, with compilation, took {tr['first_step_s']:.0f} s" if "first_step_s" in tr else "")
-        + ")",
-        f"- Hardware: {prov['device_name']} ({prov['backend']}), {prov['os']}; {versions}",
-        f"- Date {prov['date_utc']}; "
-        + (
-            f"commit {prov['git']['commit']}" + (" (uncommitted changes)" if prov["git"]["dirty"] else "")
-            if prov["git"]["commit"]
-            else "git commit not recorded (trained from a copy of the tree without .git)"
-        ),
-        "",
-        "![training loss](loss.png)",
-        "",
-        "## Prompt adherence",
-        "",
-    ]
     ev = m.get("evaluation")
-    if ev:
-        s = ev["summary"]
-        lines += [
-            f"{ev['n_prompts']} held-out prompts (combinations never seen in training), one seed each, "
-            f"{ev['num_inference_steps']} steps, guidance {ev['guidance']}, no TeaCache, float32 on "
-            f"{ev.get('device', {}).get('device_name', 'an unrecorded device')}, "
-            "read back by `bench.quality.adherence` from pixel statistics:",
-            "",
-            "| shape colour | background | position | all three | shape type |",
-            "| --- | --- | --- | --- | --- |",
-            f"| {s['color']:.1%} | {s['background']:.1%} | {s['position']:.1%} | {s['all_three']:.1%} "
-            f"| {s['shape']:.1%} |",
-            "",
-        ]
-        if ev.get("misses"):
-            lines += ["Misses (what was read back):", ""]
-            for miss in ev["misses"]:
-                f = miss["found"]
-                lines.append(
-                    f"- seed {miss['seed']}, `{miss['prompt']}`: {f['color']} {f['shape']} "
-                    f"on {f['background']} at {f['position']}"
-                )
-            lines.append("")
-    else:
-        lines += [f"Not evaluated yet: `python -m bench.quality.adherence --model-dir {out_dir}`.", ""]
-    lines += [
-        "![samples](samples.png)",
-        "",
-        "## Weights",
-        "",
-        f"`{w['file']}`: {w['bytes']:,} bytes, SHA-256 `{w['sha256']}`. The loader refuses a file",
-        "whose hash differs from `tiny-shapes.json`, or whose tensors do not fit the architecture.",
-        "",
-    ]
+    text = template_environment("teacache.models").get_template("MODEL_CARD.md.j2").render(
+        tf=arch["transformer"], arch=arch, tr=tr, prov=prov, rec=rec, w=w, smp=smp, ev=ev, out_dir=out_dir,
+        sigma_min=SIGMA_MIN,
+        transformer_args=", ".join(f"{k}={v}" for k, v in arch["transformer"].items()),
+        versions=", ".join(f"{k} {v}" for k, v in prov["versions"].items() if v),
+        palette=", ".join(f"{k} {tuple(v)}" for k, v in rec["palette"].items()),
+        anchors=", ".join(f"{k} {tuple(v)}" for k, v in rec["positions"].items()),
+        device_name=(ev or {}).get("device", {}).get("device_name", "an unrecorded device"),
+        misses=(ev or {}).get("misses") or [],
+    )  # fmt: skip
     path = out_dir / CARD_NAME
-    write_text(path, "\n".join(lines))
+    write_text(path, text)
     return path
 
 

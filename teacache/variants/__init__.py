@@ -71,7 +71,12 @@ class Family:
     adapter: str  # module under teacache.adapters
     pipeline: str  # "module:Class" of mflux's txt2img pipeline
     weights: str  # "module:Class" of mflux's weight definition (how a saved folder is laid out)
+    transformer: str  # "module:Class" of mflux's transformer
     random_builder: str | None = None  # "module:function" building a full-size random-weight model
+    # How the transformer's constructor takes a ModelConfig: "model_config" (as model_config=), "overrides"
+    # (its transformer_overrides as keywords), or "" (the constructor's defaults are the released config).
+    transformer_config: str = ""
+    block_keywords: tuple[str, ...] = ()  # the constructor's block counts (a smoke test builds fewer blocks)
     numeric_changes: tuple[NumericChange, ...] = ()
 
 
@@ -88,6 +93,8 @@ class VariantSpec:
     default_threshold_why: str
     generation: Generation
     mflux_names: tuple[str, ...] = ()  # Hugging Face repo names mflux gives ``model_config.model_name``
+    revision: str | None = None  # the pinned Hugging Face commit of mflux_names[0] (the drift tests check it)
+    mflux_config: str | None = None  # mflux ``ModelConfig`` factory of its transformer: has a random-<name> model
     load_names: tuple[str, ...] = ()  # names ``load_model`` accepts besides ``name`` (mflux aliases)
     skip_first_n_steps: int = 1
     skip_first_why: str = ""
@@ -119,6 +126,12 @@ class VariantSpec:
 def _by_name(module: str):
     """A package that reads this registry, looked up when called: the registry imports none of them."""
     return importlib.import_module(module)
+
+
+def attribute(target: str):
+    """The object a ``"module:name"`` field of the registry names, imported when asked for."""
+    module, name = target.split(":")
+    return getattr(_by_name(module), name)
 
 
 @cache
@@ -211,12 +224,14 @@ def family_variants(family_name: str) -> tuple[str, ...]:
     return tuple(s.name for s in all_specs() if s.family == family_name)
 
 
-def family_tables(family_name: str) -> tuple[tuple[str, ...], dict[str, float], dict[str, int]]:
-    """A family's variant names and per-variant default threshold and skip_first_n_steps ("*": its first variant)."""
-    specs = [s for s in all_specs() if s.family == family_name]
-    thresholds = {"*": specs[0].default_threshold, **{s.name: s.default_threshold for s in specs}}
-    skip_first = {"*": specs[0].skip_first_n_steps, **{s.name: s.skip_first_n_steps for s in specs}}
-    return tuple(s.name for s in specs), thresholds, skip_first
+def random_specs() -> tuple[VariantSpec, ...]:
+    """The variants with a full-size random-weight model (``random-<name>``), in registry order."""
+    return tuple(spec for spec in all_specs() if spec.mflux_config is not None)
+
+
+def pinned_revisions() -> dict[str, str]:
+    """Hugging Face repo -> the pinned commit, for every variant that pins one."""
+    return {spec.mflux_names[0]: spec.revision for spec in all_specs() if spec.revision}
 
 
 def _refusal(spec: VariantSpec) -> str:

@@ -8,7 +8,9 @@ FAMILY = Family(
     adapter="zimage",
     pipeline="mflux.models.z_image.variants.z_image:ZImage",
     weights="mflux.models.z_image.weights.z_image_weight_definition:ZImageWeightDefinition",
+    transformer="mflux.models.z_image.model.z_image_transformer.transformer:ZImageTransformer",
     random_builder="teacache.models.fullsize:build_random_zimage",
+    block_keywords=("n_layers", "n_refiner_layers"),
     numeric_changes=(
         NumericChange(
             release="0.22.0",
@@ -24,6 +26,7 @@ SPECS = (
         name="z-image",
         family="zimage",
         mflux_names=("Tongyi-MAI/Z-Image",),
+        mflux_config="z_image",
         default_threshold=0.12,
         default_threshold_why=(
             "mlx-teacache 0.14.1's default for Z-Image base, set at its SSIM knee (512x512, 50 steps, guidance 4, "

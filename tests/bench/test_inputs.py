@@ -55,9 +55,14 @@ def test_empty_prompt_file_is_refused(tmp_path):
 
 
 def test_prompt_files_give_stable_ids(tmp_path):
+    """A .txt prompt's id comes from its text alone, so a resumed or extended sweep finds its pairs again."""
     path = tmp_path / "p.txt"
     path.write_text("a cat\na dog\n")
-    assert load_prompts(str(path)) == load_prompts(str(path))
+    ids = {"file-008bd0f0": "a cat", "file-61128e1e": "a dog"}  # as every earlier sweep folder names them
+    assert load_prompts(str(path)) == ids
+    reordered = tmp_path / "q.txt"
+    reordered.write_text("# a comment\na bird\n\n  a dog  \na cat\n")  # other order, more lines, padding
+    assert {k: v for k, v in load_prompts(str(reordered)).items() if v != "a bird"} == ids
     csv = tmp_path / "p.csv"
     csv.write_text("id,text\ncat,a cat\n")
     assert load_prompts(str(csv)) == {"cat": "a cat"}

@@ -64,12 +64,24 @@ def test_a_variant_name_is_spelled_in_at_most_two_code_files():
         assert len(where) <= 2, f"{spec.name!r} is spelled in {where}"
 
 
-def test_adapter_tables_are_views_of_the_registry():
-    import teacache.adapters.flux2 as flux2
+def test_adapters_keep_no_copies_of_registry_data():
+    for fam in variants.families():
+        adapter = importlib.import_module(f"teacache.adapters.{fam.adapter}")
+        copies = [name for name in ("VARIANTS", "DEFAULT_THRESHOLD", "SKIP_FIRST_N_STEPS") if hasattr(adapter, name)]
+        assert not copies, f"{fam.adapter} keeps {copies}: read teacache.variants instead"
 
-    assert flux2.DEFAULT_THRESHOLD["tiny-shapes"] == variants.get("tiny-shapes").default_threshold == 0.03
-    assert flux2.SKIP_FIRST_N_STEPS["tiny-shapes"] == 2
-    assert set(flux2.VARIANTS) == {s.name for s in variants.all_specs() if s.family == "flux2"}
+
+def test_every_model_fact_of_the_full_size_models_comes_from_the_registry():
+    from teacache.models import fullsize
+    from teacache.revisions import PINNED_REVISIONS
+
+    assert fullsize.random_names() == tuple(f"random-{s.name}" for s in variants.all_specs() if s.mflux_config)
+    assert "random-z-image-turbo" not in fullsize.random_names()  # the distilled model has no random stand-in
+    assert {s.mflux_names[0]: s.revision for s in variants.all_specs() if s.revision} == PINNED_REVISIONS
+    assert set(PINNED_REVISIONS) >= {"black-forest-labs/FLUX.1-dev", "black-forest-labs/FLUX.2-klein-4B"}
+    for fam in variants.families():
+        assert fam.transformer_config in ("model_config", "overrides", "")
+        assert fam.block_keywords, fam.name
 
 
 def test_unknown_and_refused_names_get_one_line_each():
@@ -120,7 +132,7 @@ def test_a_local_folder_loads_through_its_base_models_pipeline(tmp_path, monkeyp
             super().__init__()
             built.update(model_name=model_config.model_name, quantize=quantize, model_path=model_path)
 
-    monkeypatch.setattr(loading, "_attribute", lambda target: FakePipeline)
+    monkeypatch.setattr(variants, "attribute", lambda target: FakePipeline)
     model = teacache.load_model(str(folder), base_model="flux2-klein-base-4b", quantize=8)
     assert built == {"model_name": str(folder), "quantize": 8, "model_path": str(folder)}
     assert model.teacache_variant == "flux2-klein-base-4b"
@@ -151,7 +163,7 @@ def test_a_file_is_not_a_model_folder(tmp_path):
 )
 def test_a_corrupt_safetensors_file_is_refused_before_mflux_builds_anything(tmp_path, monkeypatch, payload, message):
     folder = _folder_with(tmp_path, payload)
-    monkeypatch.setattr(loading, "_attribute", lambda target: pytest.fail("the pipeline must not be built"))
+    monkeypatch.setattr(variants, "attribute", lambda target: pytest.fail("the pipeline must not be built"))
     with pytest.raises(loading.ModelFolderError, match=message):
         teacache.load_model(str(folder), base_model="dev")
 

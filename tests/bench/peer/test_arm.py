@@ -80,7 +80,7 @@ def test_what_it_cannot_run_is_said_not_raised(monkeypatch):
     assert "[0, 1]" in peer.refusal(threshold=1.5)
     assert "0.24.0" in peer._declared_mflux_range() and "0.26.0" not in peer._declared_mflux_range()
     assert "0.17.4" not in peer.MfluxRange(">=0.17.5,<0.26") and "0.25.9rc1" in peer.MfluxRange(">=0.17.5,<0.26")
-    monkeypatch.setattr(peer, "_installed", lambda name: "0.99.0")
+    monkeypatch.setattr(peer, "installed_version", lambda name: "0.99.0")
     assert "declares mflux <0.26,>=0.17.5; mflux 0.99.0 is installed" in peer.refusal()
     monkeypatch.setattr(peer, "version", lambda: None)
     assert "not installed" in peer.refusal()

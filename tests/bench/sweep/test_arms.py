@@ -157,10 +157,10 @@ def test_the_isolation_check_says_whether_the_two_timings_agree():
     table = report_baselines.isolation(runs).set_index("arm_setting")
     assert table.loc["0.1", "agree"] and not table.loc["0.3", "agree"]
     assert math.isclose(table.loc["0.3", "in_process_median"], 4.0) and table.loc["0.3", "isolated_n"] == 3
-    lines = "\n".join(report_baselines._isolation_lines(table.reset_index(), {}))
+    lines = report_baselines.isolation_markdown(table.reset_index())
     assert "do not agree with isolated ones at teacache 0.3" in lines and "above their ideal bound" not in lines
     runs.loc[2, "ideal_speedup"] = 3.0  # 4x in-process: faster than N / computed allows
-    lines = "\n".join(report_baselines._isolation_lines(report_baselines.isolation(runs), {}))
+    lines = report_baselines.isolation_markdown(report_baselines.isolation(runs))
     assert "1 of 2 settings measure above their ideal bound" in lines
     assert report_baselines.isolation(runs.drop(columns=["wall_s_in_process"])).empty
 

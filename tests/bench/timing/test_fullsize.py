@@ -5,6 +5,7 @@ full size), weights from a seed, text stand-ins of the real shapes, mflux's quan
 from __future__ import annotations
 
 import json
+import math
 
 import mlx.core as mx
 import pytest
@@ -13,6 +14,7 @@ from mlx.utils import tree_flatten
 
 import teacache  # noqa: F401  (first: OpenBLAS preload before MLX)
 from bench.timing import fullsize as bench_fullsize
+from teacache import variants
 from teacache.models import fullsize
 from teacache.rescale import RescaleFunction
 
@@ -147,7 +149,7 @@ def test_quantize_follows_mflux_s_per_family_rule():
             self.transformer_blocks = [Block()]
 
     model = Model()
-    fullsize.quantize_like_mflux(model, 4, fullsize._weight_definition("qwen"))
+    fullsize.quantize_like_mflux(model, 4, variants.attribute(variants.family("qwen").weights))
     block = model.transformer_blocks[0]
     assert isinstance(block.to_q, nn.QuantizedLinear) and block.to_q.bits == 4 and block.to_q.group_size == 64
     assert isinstance(block.img_mod_linear, nn.QuantizedLinear) and block.img_mod_linear.bits == 8
@@ -197,32 +199,73 @@ def test_thresholds_are_chosen_by_replaying_the_signal():
     assert bench_fullsize.choose_threshold([None, 0.0, 0.0], 3, 1, identity) == (1.0, 0)
 
 
-def _row(model: str, arm: str, speedup: float, tag: str = "", quantize=None) -> dict:
-    numbers = ("skipped", "speedup_min", "speedup_max", "ideal", "ratio_to_ideal", "vanilla_ms_per_step",
-               "proxy_overhead_pct", "peak_memory_gib", "cache_memory_mib")  # fmt: skip
-    row = dict.fromkeys(bench_fullsize.SUMMARY_COLUMNS) | dict.fromkeys(numbers, 1.0)
-    return {**row, "model": model, "arm": arm, "speedup": speedup, "tag": tag, "quantize": quantize,
-            "resolution": "64x64", "steps": 4}  # fmt: skip
+def _runs(model: str, speedup: float, tag: str = "", quantize=None, vanilla=(1.0, 1.1, 0.9)) -> list[dict]:
+    """runs.csv rows of one configuration: vanilla, proxy-all (5 % slower, exact) and a gate ``speedup`` x faster."""
+    facts = {"model": model, "quantize": quantize, "resolution": "64x64", "steps": 4, "tag": tag, "family": "qwen",
+             "variant": "qwen-image", "params_b": 0.1, "dtype": "float32", "guidance": 4.0, "full_size": False,
+             "rescale": "identity", "hardware": "test-chip"}  # fmt: skip
+    arms = (("vanilla", "vanilla", 1.0, 0), ("proxy-all", "proxy-all", 1.05, 0), ("gate 0.3", "gate", 1 / speedup, 2))
+    rows = []
+    for repeat, v in enumerate(vanilla):
+        for position, (arm, kind, factor, skipped) in enumerate(arms):
+            timed = kind != "vanilla"
+            rows.append({
+                **facts, "repeat": repeat, "position": position, "arm": arm, "kind": kind,
+                "threshold": 0.3 if kind == "gate" else None, "predicted_skipped": 2 if kind == "gate" else None,
+                "loop_s": v * factor, "total_s": v * factor + 0.1, "skipped": skipped, "peak_memory_gib": 1.0 + repeat,
+                "cache_memory_mib": 3.0 if timed else 0.0, "branches": 1 if timed else None,
+                "exact": kind == "proxy-all" if timed else None,
+                "max_abs_diff": (0.5 if kind == "gate" else 0.0) if timed else None,
+            })  # fmt: skip
+    return rows
+
+
+def test_the_summary_is_derived_from_runs_csv_at_full_precision(tmp_path):
+    import pandas as pd
+
+    rows = _runs("random-a", 2.0, vanilla=(1.0 / 3, 0.1 + 0.2, 2**-30))
+    summary = bench_fullsize.write_outputs(tmp_path, rows, {"a": {"model": "random-a"}})
+    runs = bench_fullsize.read_csv(tmp_path / "runs.csv")
+    assert list(runs["loop_s"]) == [r["loop_s"] for r in rows]  # every digit kept
+    rebuilt = bench_fullsize.summarize(runs).to_csv(index=False, float_format="%.6g")
+    assert rebuilt == (tmp_path / "summary.csv").read_text()  # summary.csv rebuilds from runs.csv alone
+    assert list(summary["arm"]) == ["proxy-all", "gate"] and list(summary["repeats"]) == [3, 3]
+    proxy, gate = summary.to_dict("records")
+    assert proxy["noop_exact"] is True and gate["noop_exact"] is None and gate["skipped"] == 2
+    assert math.isclose(proxy["proxy_overhead_pct"], 5.0) and math.isclose(gate["speedup"], 2.0)
+    assert math.isclose(gate["ideal"], 2.0) and gate["peak_memory_gib"] == 3.0 and gate["max_abs_diff"] == 0.5
+    written = pd.read_csv(tmp_path / "summary.csv")
+    assert list(written.columns) == list(bench_fullsize.SUMMARY_COLUMNS) and len(written) == 2
 
 
 def test_outputs_merge_by_configuration(tmp_path):
-    """A configuration measured again replaces its rows (also read back from the CSV: 4 vs 4.0, "" vs NaN);
-    another tag or quantization is kept beside it."""
+    """A configuration measured again replaces its runs (also read back from the CSV: 4 vs 4.0, "" vs NaN) and
+    the summary is rebuilt; another tag or quantization is kept beside it."""
     import pandas as pd
 
-    def write(rows, key):
-        runs = [{k: r[k] for k in bench_fullsize.CONFIG_KEY} | {"loop_s": r["speedup"]} for r in rows]
-        bench_fullsize.write_outputs(tmp_path, rows, runs, {key: {"model": rows[0]["model"]}})
-
-    write([_row("random-a", "proxy-all", 1.0), _row("random-a", "gate", 2.0)], "a")
-    write([_row("random-a", "proxy-all", 1.0, quantize=4)], "a4")
-    write([_row("random-a", "proxy-all", 1.1, tag="before")], "a-before")
-    write([_row("random-a", "proxy-all", 0.9), _row("random-a", "gate", 1.9)], "a")
-    write([_row("random-a", "proxy-all", 0.8, quantize=4)], "a4")
+    bench_fullsize.write_outputs(tmp_path, _runs("random-a", 2.0), {"a": {"model": "random-a"}})
+    bench_fullsize.write_outputs(tmp_path, _runs("random-a", 1.0, quantize=4), {"a4": {"model": "random-a"}})
+    bench_fullsize.write_outputs(tmp_path, _runs("random-a", 1.1, tag="before"), {"a-before": {}})
+    bench_fullsize.write_outputs(tmp_path, _runs("random-a", 1.9), {"a": {"model": "random-a"}})
+    bench_fullsize.write_outputs(tmp_path, _runs("random-a", 0.8, quantize=4), {"a4": {"model": "random-a"}})
     summary = pd.read_csv(tmp_path / "summary.csv", keep_default_na=False, na_values=[""])
-    assert sorted(summary["speedup"]) == [0.8, 0.9, 1.1, 1.9]
-    assert len(pd.read_csv(tmp_path / "runs.csv")) == 4
+    assert sorted(summary.loc[summary["arm"] == "gate", "speedup"]) == pytest.approx([0.8, 1.1, 1.9])
+    assert len(pd.read_csv(tmp_path / "runs.csv")) == 3 * 9
     assert set(json.loads((tmp_path / "provenance.json").read_text())["models"]) == {"a", "a4", "a-before"}
+
+
+def test_configurations_measured_before_runs_csv_held_every_field_keep_their_summary_rows(tmp_path):
+    import pandas as pd
+
+    old_runs = pd.DataFrame(_runs("random-old", 1.5)).reindex(columns=bench_fullsize.RUN_COLUMNS[:13])
+    old_runs.to_csv(tmp_path / "runs.csv", index=False)
+    old_summary = "model,quantize,resolution,steps,tag,arm,speedup\nrandom-old,,64x64,4,,gate,1.234\n"
+    (tmp_path / "summary.csv").write_text(old_summary)
+    bench_fullsize.write_outputs(tmp_path, _runs("random-new", 2.0), {"new": {}})
+    summary = pd.read_csv(tmp_path / "summary.csv")
+    assert list(summary["model"]) == ["random-old", "random-new", "random-new"]
+    assert summary["speedup"].iloc[0] == 1.234  # as it was written, not re-derived from the old runs
+    assert len(pd.read_csv(tmp_path / "runs.csv")) == 18
 
 
 def test_the_loader_builds_random_names_with_the_family_builder(monkeypatch):
@@ -261,8 +304,7 @@ def test_ctrl_c_keeps_the_finished_models_and_exits_130(tmp_path, monkeypatch, c
     def measure(variant, *_):
         if variant == "z-image":
             raise StopImageGenerationException("Stopping image generation at step 3/20")
-        row = _row(fullsize.model_label(variant), "proxy-all", 1.0)
-        return [row], [{k: row[k] for k in bench_fullsize.CONFIG_KEY}], {"model": row["model"]}
+        return _runs(fullsize.model_label(variant), 1.0), {"model": fullsize.model_label(variant)}
 
     monkeypatch.setattr(bench_fullsize, "measure_model", measure)
     argv = ["--models", "random-qwen-image,random-z-image,random-flux1-dev", "--out", str(tmp_path)]
@@ -271,4 +313,4 @@ def test_ctrl_c_keeps_the_finished_models_and_exits_130(tmp_path, monkeypatch, c
     assert len(err) == 1 and "qwen-image" in err[0] and "summary.csv" in err[0]
     import pandas as pd
 
-    assert list(pd.read_csv(tmp_path / "summary.csv")["model"]) == ["random-qwen-image"]
+    assert set(pd.read_csv(tmp_path / "summary.csv")["model"]) == {"random-qwen-image"}

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.sweep.records import NOOP, RUNS, write_table
 from bench.tolerances import derive as tolerances_cmd
 from bench.tolerances.module import (
     KEPT_NOTE,
@@ -18,7 +19,7 @@ from bench.tolerances.module import (
     provisional_sources,
     read_module,
 )
-from teacache.io import FORMAT_VERSION, write_json, write_parquet
+from teacache.io import FORMAT_VERSION, write_json
 from tests.tolerances import describe, measured_case, measured_cases
 
 HARDWARE = {"backend": "cpu", "device_name": "Test Chip", "cpu_count": 3}  # slug cpu-test-chip-3c
@@ -28,26 +29,31 @@ COMMITTED_VARIANTS = {"tiny-shapes", "tiny-flux1", "tiny-flux2", "tiny-qwen-imag
 
 
 def make_sweep(folder: Path, variant: str) -> Path:
-    """A sweep folder with what derive() reads: 3 prompts x 3 seeds at thresholds 0 and 0.3."""
-    import pandas as pd
-
+    """A sweep folder in the sweep's schema with what derive() reads: 3 prompts x 3 seeds, thresholds 0 and 0.3."""
+    nan = float("nan")
     runs, noop = [], []
     for i, prompt in enumerate(PROMPTS):
         for j, seed in enumerate(SEEDS):
-            pair = {"pair_id": f"{prompt['id']}-s{seed}", "prompt_id": prompt["id"], "prompt": prompt["text"],
-                    "seed": seed}  # fmt: skip
-            runs.append({**pair, "kind": "vanilla", "threshold": float("nan"), "max_abs": 0.0, "ssim": 1.0,
-                         "psnr": float("inf"), "skipped": 0})  # fmt: skip
-            runs.append({**pair, "kind": "teacache", "threshold": 0.0, "max_abs": 0.0, "ssim": 1.0,
-                         "psnr": float("inf"), "skipped": 0})  # fmt: skip
+            pid = f"{prompt['id']}-s{seed}"
+            pair = {"format_version": FORMAT_VERSION, "pair_id": pid, "variant": variant, "model": variant,
+                    "prompt_id": prompt["id"], "prompt": prompt["text"], "seed": seed, "num_steps": 10}  # fmt: skip
+            timing = {"computed": 10, "skipped_steps": "[]", "longest_skip_streak": 0, "wall_s": [1.0],
+                      "wall_s_median": 1.0, "speedup": 1.0, "ideal_speedup": 1.0, "mean_abs": 0.0, "max_rel": 0.0,
+                      "cosine": 1.0, "adherence": nan, "image_path": None, "predicted_skipped": nan}  # fmt: skip
+            runs.append({**pair, **timing, "run_id": f"{pid}-vanilla", "kind": "vanilla", "threshold": nan,
+                         "max_abs": 0.0, "ssim": 1.0, "psnr": float("inf"), "skipped": 0})  # fmt: skip
+            runs.append({**pair, **timing, "run_id": f"{pid}-t0", "kind": "teacache", "threshold": 0.0,
+                         "max_abs": 0.0, "ssim": 1.0, "psnr": float("inf"), "skipped": 0})  # fmt: skip
             ssim = 0.99 - 0.001 * (3 * i + j)
-            runs.append({**pair, "kind": "teacache", "threshold": 0.3, "max_abs": 0.1, "ssim": ssim,
-                         "psnr": 40.0 - i - j, "skipped": 5 + j % 2})  # fmt: skip
-            noop.append({**pair, "bit_exact": False, "cosine": 1.0 - 1e-9 * (1 + i + j), "max_abs": 1e-6 * (1 + i),
+            runs.append({**pair, **timing, "run_id": f"{pid}-t0.3", "kind": "teacache", "threshold": 0.3,
+                         "max_abs": 0.1, "ssim": ssim, "psnr": 40.0 - i - j, "skipped": 5 + j % 2})  # fmt: skip
+            noop.append({**pair, "run_id": f"{pid}-proxy-noop", "kind": "proxy-noop", "bit_exact": False,
+                         "wall_s_median": 1.0, "cosine": 1.0 - 1e-9 * (1 + i + j), "max_abs": 1e-6 * (1 + i),
+                         "mean_abs": 0.0, "max_rel": 0.0, "ssim": 1.0, "psnr": float("inf"),
                          "vanilla_repeats_equal": True})  # fmt: skip
     folder.mkdir(parents=True)
-    write_parquet(folder / "runs.parquet", pd.DataFrame(runs))
-    write_parquet(folder / "noop.parquet", pd.DataFrame(noop))
+    write_table(folder / RUNS.file, RUNS, runs)
+    write_table(folder / NOOP.file, NOOP, noop)
     write_json(folder / "provenance.json", {
         "format_version": FORMAT_VERSION, "variant": variant, "default_threshold": 0.3,
         "date_utc": "2026-01-02T03:04:05Z",

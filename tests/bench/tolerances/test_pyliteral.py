@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from bench.tolerances.pyliteral import assignment, evaluate, literal, string
@@ -60,6 +60,7 @@ def test_strings_prefer_double_quotes_unless_that_needs_escapes():
     assert string("it's") == '"it\'s"'
     assert string('say "hi"') == "'say \"hi\"'"
     assert string("both ' and \"") == '"both \' and \\""'
+    assert string("é") == '"\\xe9"' and string("\u952e\U0001f600") == '"\\u952e\\U0001f600"'  # ASCII only
     for text in ('it\'s "both"', "tab\there", "é", "\\", "\x00"):
         assert ast.literal_eval(string(text)) == text
 
@@ -103,6 +104,9 @@ def test_a_module_of_assignments_is_already_in_ruff_format(tmp_path):
 @pytest.mark.skipif(RUFF is None, reason="ruff is not installed")
 @settings(max_examples=25, deadline=None)
 @given(st.dictionaries(st.from_regex(r"[A-Z][A-Z0-9_]{0,30}", fullmatch=True), values, min_size=1, max_size=4))
+# wide (CJK) and astral (emoji) keys: ruff counts each as two columns, so a line that fits by len() did not
+@example({"A": {"\u952e" * 12: ("x" * 40, "y" * 40)}})
+@example({"A": {"\U0001f600" * 12: ("x" * 40, "y" * 40)}, "B": ("\u952e" * 35, "y" * 40)})
 def test_any_generated_module_is_left_unchanged_by_ruff_format(module):
     text = "\n\n".join(assignment(name, value) for name, value in module.items()) + "\n"
     result = subprocess.run(

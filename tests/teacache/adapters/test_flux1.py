@@ -17,19 +17,6 @@ from teacache.rescale import RescaleFunction
 from tests.tolerances import measured_case
 
 
-def test_threshold_zero_is_a_bit_exact_no_op(tiny_flux1, flux1_generate):
-    before = flux1_generate()
-    original = tiny_flux1.transformer
-    with apply_teacache(tiny_flux1, rel_l1_thresh=0.0) as handle:
-        assert tiny_flux1.transformer is original  # the fast path swaps nothing in
-        wrapped = flux1_generate()
-    after = flux1_generate()
-    assert mx.array_equal(before, wrapped).item()
-    assert mx.array_equal(before, after).item()
-    assert handle.stats.skipped == 0 and handle.stats.computed == 10
-    assert handle.controller.residuals == {} and handle.controller.anchor is None  # fast path: no cache tensors
-
-
 def test_threshold_zero_is_a_bit_exact_no_op_in_reverse_order(tiny_flux1, flux1_generate):
     with apply_teacache(tiny_flux1, rel_l1_thresh=0.0):
         wrapped_before = flux1_generate(seed=3)
@@ -74,27 +61,6 @@ def test_positive_threshold_skips_within_the_measured_bounds(tiny_flux1, toleran
     assert all(d.sigma is not None for d in stats.log)
 
 
-def test_restore_is_exact_after_an_exception_inside_the_loop(tiny_flux1, flux1_generate):
-    vanilla = flux1_generate(seed=4)
-
-    class Boom:
-        def call_in_loop(self, t, **_):
-            if t == 3:
-                raise RuntimeError("boom at step 3")
-
-    boom = Boom()
-    tiny_flux1.callbacks.register(boom)
-    original = tiny_flux1.transformer
-    try:
-        with pytest.raises(RuntimeError, match="boom"), apply_teacache(tiny_flux1, rel_l1_thresh=0.3):
-            flux1_generate(seed=4)
-    finally:
-        tiny_flux1.callbacks.in_loop.remove(boom)
-    assert tiny_flux1.transformer is original
-    assert not any("StepController" in type(c).__name__ for c in tiny_flux1.callbacks.before_loop)
-    assert mx.array_equal(vanilla, flux1_generate(seed=4)).item()
-
-
 def test_restore_without_context_manager_and_twice(tiny_flux1):
     original = tiny_flux1.transformer
     handle = apply_teacache(tiny_flux1, rel_l1_thresh=0.3)
@@ -102,11 +68,6 @@ def test_restore_without_context_manager_and_twice(tiny_flux1):
     handle.restore()
     handle.restore()
     assert tiny_flux1.transformer is original
-
-
-def test_applying_twice_raises(tiny_flux1):
-    with apply_teacache(tiny_flux1, rel_l1_thresh=0.3), pytest.raises(RuntimeError, match="already applied"):
-        apply_teacache(tiny_flux1, rel_l1_thresh=0.3)
 
 
 def test_unsupported_model_names_the_supported_variants():

@@ -20,12 +20,15 @@ from bench.tolerances.derive import check_run, prefix
 from calib.run.prompts import TINY_SHAPES_FAST
 from teacache import apply_teacache
 from teacache.adapters.flux2 import TeaCacheFlux2Transformer
+from teacache.core import is_applied
+from teacache.gate import GateConfig
 from teacache.rescale import RescaleFunction
 from tests.conftest import make_generate
 from tests.tolerances import measured_case
 
 VARIANT = "tiny-shapes"
 PROMPT = TINY_SHAPES_FAST["shapes-00"]
+GATE_KEYWORDS = ("rel_l1_thresh", "skip_first_n_steps", "skip_last_n_steps", "max_consecutive_skips")
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +95,28 @@ def test_restore_is_bit_exact_around_a_skipping_run(shapes, settings):
     before = generate(PROMPT, seed=3)
     with apply_teacache(model, **_gate(settings)) as handle:
         cached = generate(PROMPT, seed=3)
+        assert handle.cache_bytes > 0 and handle.cached_branches == [0]
     assert handle.stats.skipped > 0 and not mx.array_equal(before, cached).item()
+    assert handle.cache_bytes == 0 and handle.cached_branches == []  # restore() drops the cache
     assert mx.array_equal(before, generate(PROMPT, seed=3)).item()
+
+
+def test_keywords_left_out_take_the_variants_and_the_gate_configs_defaults(shapes, settings):
+    model, _, _ = shapes
+    spec = teacache.variants.get(VARIANT)
+    with apply_teacache(model, rel_l1_thresh=0.2) as handle:
+        assert handle.config == GateConfig(0.2, spec.rescale(), skip_first_n_steps=spec.skip_first_n_steps)
+    with apply_teacache(model, rel_l1_thresh=0.2, skip_last_n_steps=3, max_consecutive_skips=2) as handle:
+        assert (handle.config.skip_last_n_steps, handle.config.max_consecutive_skips) == (3, 2)
+
+
+@pytest.mark.parametrize("keyword", GATE_KEYWORDS)
+def test_a_config_with_any_gate_keyword_is_refused_even_at_its_default_value(shapes, keyword):
+    model, _, _ = shapes
+    config = GateConfig(0.2, teacache.variants.get(VARIANT).rescale())
+    with pytest.raises(ValueError, match=f"config: pass either config= or the gate keywords, not both .*{keyword}"):
+        apply_teacache(model, config=config, **{keyword: getattr(config, keyword)})
+    assert not is_applied(model)
 
 
 @pytest.mark.parametrize("case", range(len(TINY_SHAPES_FAST)), ids=lambda i: f"measured-pair-{i}")
@@ -113,7 +136,7 @@ def test_cfg_takes_one_decision_per_step_and_keeps_a_residual_per_branch(shapes,
     model, _, generate_with_image = shapes
     with apply_teacache(model, **_gate(settings)) as handle:
         generate_with_image(model, PROMPT, 0, settings["steps"], 32, 32, 2.0)
-        assert set(handle.controller.residuals) == {0, 1}
+        assert handle.cached_branches == [0, 1]
     stats = handle.stats
     assert stats.computed + stats.skipped == settings["steps"] and len(stats.log) == settings["steps"]
     assert stats.skipped > 0

@@ -1,0 +1,120 @@
+"""What every adapter must do the same way, on each family's embedded pipeline (conftest's ``family``)."""
+
+from __future__ import annotations
+
+import warnings
+
+import mlx.core as mx
+import pytest
+from mflux.utils.apple_silicon import AppleSiliconUtil
+
+from teacache import apply_teacache, variants
+from teacache.adapters.flux2 import TeaCacheFlux2Transformer
+from teacache.adapters.zimage import TeaCacheZImageTransformer
+from teacache.coefficients import load_packaged, load_recipe
+from teacache.core import is_applied
+from tests.teacache.adapters import FAMILY_FIXTURES, IDENTITY, STEPS
+
+EVERY_FAMILY = pytest.mark.parametrize("family", list(FAMILY_FIXTURES), indirect=True)
+# the families whose mflux predict is compiled: the proxy runs its head, body and tail as compiled segments
+COMPILED_PROXIES = {"tiny-flux2": TeaCacheFlux2Transformer, "tiny-z-image": TeaCacheZImageTransformer}
+
+
+def _untouched(model, original) -> bool:
+    """The pipeline as mflux built it: its transformer, no predict of ours, no controller in its callbacks."""
+    return model.transformer is original and "_predict" not in vars(model) and not is_applied(model)
+
+
+@EVERY_FAMILY
+def test_threshold_zero_swaps_nothing_and_is_bit_exact(family):
+    """The fast path: no proxy, no predict of ours (compiled predicts stay mflux's), no cache tensors."""
+    model, generate = family
+    original = model.transformer
+    before = generate(seed=1)
+    with apply_teacache(model, rel_l1_thresh=0.0) as handle:
+        assert model.transformer is original and "_predict" not in vars(model)
+        wrapped = generate(seed=1)
+        assert handle.cache_bytes == 0 and handle.cached_branches == []
+    after = generate(seed=1)
+    assert mx.array_equal(before, wrapped).item() and mx.array_equal(before, after).item()
+    assert handle.stats.computed == STEPS and handle.stats.skipped == 0
+
+
+@pytest.mark.skipif(AppleSiliconUtil.is_m1_or_m2(), reason="mflux runs these uncompiled on M1/M2; so does TeaCache")
+@pytest.mark.parametrize("family", list(COMPILED_PROXIES), indirect=True)
+@pytest.mark.parametrize("calibrate", [False, True], ids=["gate", "recorder"])
+def test_the_body_runs_compiled_traced_once_per_generation(family, request, monkeypatch, calibrate):
+    """Where mflux compiles its predict, Python walks the proxy's body only while mx.compile traces it (once
+    per generation and input shape), not at each computed step: the heavy part stays compiled."""
+    model, generate = family
+    proxy = COMPILED_PROXIES[request.node.callspec.params["family"]]
+    walks = []
+    body = proxy._body
+    monkeypatch.setattr(proxy, "_body", lambda self, *a: walks.append(1) or body(self, *a))
+    gate = {"calibrate": True} if calibrate else {"rel_l1_thresh": 0.3, "coefficients": IDENTITY}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with apply_teacache(model, **gate) as handle:
+            generate(seed=5, guidance=3.0)
+            first = dict(model.transformer._segments)
+            generate(seed=6, guidance=3.0)
+            assert set(first) == {"head", "body", "tail"} and first["body"] is not model.transformer._segments["body"]
+    assert handle.stats.computed >= 2 and 1 <= len(walks) <= 4  # two CFG branches of different text lengths
+
+
+@EVERY_FAMILY
+def test_restore_is_exact_after_an_exception_inside_the_loop(family):
+    model, generate = family
+    vanilla = generate(seed=6)
+
+    class Boom:
+        def call_in_loop(self, t, **_):
+            if t == 3:
+                raise RuntimeError("boom at step 3")
+
+    boom = Boom()
+    model.callbacks.register(boom)
+    original = model.transformer
+    try:
+        with pytest.raises(RuntimeError, match="boom"), apply_teacache(model, rel_l1_thresh=0.3, coefficients=IDENTITY):
+            generate(seed=6)
+    finally:
+        model.callbacks.in_loop.remove(boom)
+    assert _untouched(model, original)
+    assert mx.array_equal(vanilla, generate(seed=6)).item()
+
+
+@EVERY_FAMILY
+def test_applying_twice_raises_and_leaves_the_first_in_place(family):
+    model, _ = family
+    original = model.transformer
+    with apply_teacache(model, rel_l1_thresh=0.3, coefficients=IDENTITY) as first:
+        with pytest.raises(RuntimeError, match="already applied"):
+            apply_teacache(model, rel_l1_thresh=0.3, coefficients=IDENTITY)
+        assert first.active and is_applied(model)
+    assert _untouched(model, original)
+
+
+@pytest.mark.parametrize("family", ["tiny-qwen-image", "tiny-z-image"], indirect=True)
+def test_packaged_tiny_calibration_matches_the_test_recipe(family):
+    model, generate = family
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no recipe-mismatch or never-skips warning at the packaged defaults
+        with apply_teacache(model) as handle:
+            generate(seed=8)
+    assert handle.variant == variants.variant_of(model) and handle.stats.skipped > 0
+
+
+@pytest.mark.parametrize(
+    ("variant", "recipe"),
+    [
+        ("qwen-image", {"num_steps": 50, "guidance": 4.0, "resolution": "768x768", "quantization": 4}),
+        ("qwen-image-2512", {"num_steps": 50, "guidance": 4.0, "resolution": "768x768", "quantization": 4}),
+        ("z-image", {"num_steps": 50, "guidance": 4.0, "resolution": "512x512", "quantization": 8}),
+    ],
+)
+def test_published_coefficients_can_skip_at_the_default_threshold(variant, recipe):
+    rescale = load_packaged(variant)
+    assert len(rescale.coefficients) == 5 and rescale.coefficients[-1] == 0.0
+    assert rescale.floor()[0] < variants.get(variant).default_threshold
+    assert load_recipe(variant) == recipe
