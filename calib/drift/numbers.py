@@ -49,11 +49,10 @@ def embedded_variants() -> tuple[str, ...]:
 def fullsize_variants() -> tuple[str, ...]:
     """One full-size random-weight model per family: the family's first variant in the registry that has one."""
     from teacache import variants
-    from teacache.models.fullsize import MFLUX_CONFIGS
 
     found = {}
     for spec in variants.all_specs():
-        if spec.name in MFLUX_CONFIGS and spec.family not in found:
+        if spec.mflux_config is not None and spec.family not in found:
             found[spec.family] = spec.name
     return tuple(found.values())
 
@@ -186,13 +185,12 @@ def build(variant: str, fullsize: bool = False, blocks: int | None = None):
     """The model of ``variant`` (embedded, or ``random-<variant>`` at full size; ``blocks``: a smoke test with that
     many blocks of each kind, NOT full size) in ``ModelConfig.precision``."""
     from teacache import variants
-    from teacache.loading import _attribute
 
     spec = variants.get(variant)
     if fullsize:
-        model = _attribute(variants.family(spec.family).random_builder)(variant, seed=SEED, blocks=blocks)
+        model = variants.attribute(variants.family(spec.family).random_builder)(variant, seed=SEED, blocks=blocks)
     else:
-        model = _attribute(spec.builder)(seed=SEED)
+        model = variants.attribute(spec.builder)(seed=SEED)
     drawn = draw_zero_parameters(model.transformer, SEED)
     return model, drawn
 
