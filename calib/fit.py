@@ -17,6 +17,7 @@ import math
 import sys
 from pathlib import Path
 
+from calib import safety
 from calib.candidates import (  # noqa: F401  (re-exported: the public names of the fitting modules)
     DEGREES,
     INTERACTION_DEGREES,
@@ -148,6 +149,12 @@ def setup_arg_parser() -> argparse.ArgumentParser:
         help="criterion that picks the selected candidate: cv R^2 with the one-standard-error rule (default) or "
         "the least decision excess (what its schedules leave uncomputed on held-out prompts)",
     )
+    parser.add_argument(
+        "--allow-unsafe",
+        action="store_true",
+        help="let candidates that are <= 0 or decrease in x somewhere on their region be selected (default: "
+        "only safe candidates are; every candidate's safety is reported either way)",
+    )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument(
         "--min-step",
@@ -190,7 +197,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, dict[str, byte
     if args.compare:  # resolve before fitting so a bad --compare fails fast
         variant = args.variant or (traces.variants[0] if len(traces.variants) == 1 else None)
         comparison_source = load_comparison(args.compare, variant, x_range)
-    result = fit_frame(frame, specs, args.folds)
+    result = fit_frame(frame, specs, args.folds, allow_unsafe=args.allow_unsafe)
     from teacache.provenance import collect
 
     fit = {
@@ -215,6 +222,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, dict[str, byte
                 "folds",
                 "min_step",
                 "select",
+                "allow_unsafe",
             )
         },
         "input": {
@@ -228,7 +236,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, dict[str, byte
     decision = score_fit(
         fit, frame, specs, args.folds, args.min_step, comparison_source[0] if comparison_source else None
     )
-    select_by(fit, args.select)
+    select_by(fit, args.select, args.allow_unsafe)
     if comparison_source is not None:
         fit["comparison"] = compare(*comparison_source, frame, fit["selected"], args.margin)
         fit["comparison"].update(comparison_scores(decision))
@@ -262,6 +270,7 @@ def print_summary(fit: dict, path: Path) -> None:
         ("cv R^2", "right"),
         ("cv RMSE", "right"),
         ("decision", "right"),
+        ("safety", "left"),
         ("", "left"),
     ):
         table.add_column(name, justify=justify)
@@ -273,6 +282,7 @@ def print_summary(fit: dict, path: Path) -> None:
             f"{c['cv_r2']:.4f}",
             f"{c['rmse']:.4g}",
             "n/a" if c.get("decision_excess") is None else f"{c['decision_excess']:.3f}",
+            safety.short(c["safety"]) if "safety" in c else "not checked",
             _picks(c, by),
         )
     console.print(table)
@@ -284,6 +294,7 @@ def print_summary(fit: dict, path: Path) -> None:
         + f", x range {sel['x_range'][0]:.4g}..{sel['x_range'][1]:.4g}",
         highlight=False,
     )
+    console.print(_safety_line(fit), highlight=False)
     comp = fit.get("comparison")
     if comp:
         console.print(
@@ -292,9 +303,29 @@ def print_summary(fit: dict, path: Path) -> None:
             f"{comp['verdict']}",
             highlight=False,
         )
+        if "safety" in comp:
+            where = safety.describe_intervals(comp["unsafe_intervals"])
+            console.print(
+                f"compare {comp['source']}: {safety.describe(comp['safety'])} on {comp['safety']['grid']}"
+                + (f": {where}" if where else ""),
+                highlight=False,
+            )
     for line in report_lines(fit):
         console.print(line, highlight=False)
     console.print(f"wrote {path}", highlight=False, soft_wrap=True)
+
+
+def _safety_line(fit: dict) -> str:
+    """Which candidates could be selected, and what the cv R^2 pick among all of them would have been."""
+    rule = fit["selection"].get("safety") or {}
+    line = (
+        f"safety: {rule.get('n_safe', '?')} of {rule.get('n_candidates', '?')} candidates safe; selected from "
+        f"{rule.get('rule', 'all candidates')}"
+    )
+    free = fit["selection"].get("unconstrained")
+    if free and free["label"] != fit["selection"]["selected_by"].get("cv_r2", fit["selected"]["label"]):
+        line += f" (among all, cv R^2 would select {free['label']}, cv R^2 {free['cv_r2']:.4f}, unsafe)"
+    return line
 
 
 def _why_selected(fit: dict) -> str:

@@ -344,7 +344,7 @@ def test_several_files_are_concatenated(tmp_path, capsys):
 def test_branch_choice_and_minimal_columns(tmp_path, capsys):
     frame = make_traces()
     write(frame, tmp_path / "t.parquet")
-    args = ["--form", "poly", "--degree", 1, "--mode", "free", "--no-plots"]
+    args = ["--form", "poly", "--degree", 1, "--mode", "free", "--no-plots", "--allow-unsafe"]
     assert run_fit([tmp_path / "t.parquet", "--out", tmp_path / "u", "--branch", "uncond", *args], capsys)[0] == 0
     rows = frame[(frame.branch == "uncond") & (frame.step > 0)]
     got = json.loads((tmp_path / "u" / "fit.json").read_text())["selected"]["coefficients"]
