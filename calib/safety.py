@@ -90,6 +90,17 @@ def unsafe_intervals(rescale: RescaleFunction) -> dict[str, list[list[float]]]:
     }
 
 
+def flagged_intervals(rescale: RescaleFunction) -> dict[str, tuple[tuple[float, float], ...]] | None:
+    """What a packaged module's ``UNSAFE_X`` holds: :func:`unsafe_intervals` to 4 significant digits,
+    as tuples; None when the function is safe (the module then defines no ``UNSAFE_X``)."""
+    if check(rescale)["safe"]:
+        return None
+    return {
+        kind: tuple((float(f"{a:.4g}"), float(f"{b:.4g}")) for a, b in spans)
+        for kind, spans in unsafe_intervals(rescale).items()
+    }
+
+
 def _intervals(x: np.ndarray, bad: np.ndarray) -> list[list[float]]:
     """Runs of consecutive distinct x (sorted) at which ``bad`` holds at some grid point."""
     xs, inverse = np.unique(x, return_inverse=True)

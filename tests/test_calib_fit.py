@@ -477,6 +477,9 @@ def test_compare_packaged_verdicts(tmp_path, capsys, scale, verdict):
     assert comp["margin"] == fitmod.DEFAULT_MARGIN and "flux1-dev" in comp["source"]
     if scale == 1.0:
         assert comp["r2"] > 0.99
+    # the published FLUX.1 tuple decreases near x = 0: fit.json and the summary say where
+    assert comp["safety"]["safe"] is False and comp["unsafe_intervals"]["decreasing"]
+    assert "decreases with x on 0..0.0525" in out.replace("\n", " ")
 
 
 def test_compare_other_sources_and_margin(tmp_path, capsys, full_fit):
