@@ -3,10 +3,12 @@
 Candidates (:mod:`calib.candidates`): polynomials of degree 1-4 in x (free, through the origin, or
 monotone on the calibrated range) and the time-aware forms ``poly+step`` / ``poly+sigma`` with time terms
 up to degree 5 and x*u interaction terms, free or monotone in x. Selection (:mod:`calib.selection`) is by
-cross-validated R^2 with prompts held out and the one-standard-error rule; in-sample R^2 is reported next to
-it, and the decision score (:mod:`calib.fit_decision`: what each candidate's schedules leave uncomputed on
-held-out prompts) beside both. Traces are read by :mod:`calib.traces`, the reader every command shares.
-Writes ``fit.json`` plus plots into ``--out``, all at the end, so a failed fit leaves no partial files.
+cross-validated R^2 with prompts held out and the one-standard-error rule, among the safe candidates only
+(:mod:`calib.safety`: positive and non-decreasing in x on their region; ``--allow-unsafe`` lifts it);
+in-sample R^2 is reported next to it, and the decision score (:mod:`calib.fit_decision`: what each
+candidate's schedules leave uncomputed on held-out prompts) beside both. Traces are read by
+:mod:`calib.traces`, the reader every command shares. Writes ``fit.json`` plus plots into ``--out``, all at
+the end, so a failed fit leaves no partial files.
 """
 
 from __future__ import annotations

@@ -127,7 +127,7 @@ def cv_figure(fit: dict):
     ax.invert_yaxis()
     ax.set_xlim(0, errors.max() * 1.6)
     shown = f"{len(cands)} best of {len(every)}" if len(cands) < len(every) else f"{len(every)}"
-    ax.set_xlabel("cross-validated RMSE (prompts held out; lower is better); grey hatched: unsafe, never selected")
+    ax.set_xlabel("cross-validated RMSE (prompts held out; lower is better); hatched: unsafe")
     ax.set_title(f"candidates ({shown}), selected {sel['label']} (cv R^2 {sel['cv_r2']:.4f})", fontsize=9)
     return fig
 

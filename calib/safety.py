@@ -131,10 +131,19 @@ def describe(safety: dict) -> str:
 
 
 def short(safety: dict) -> str:
-    """'safe', or the two fractions in a few characters (table cells)."""
+    """'safe', or what is wrong in a few characters (table cells)."""
     if safety["safe"]:
         return "safe"
-    return f"<=0 {safety['nonpositive_fraction']:.0%}, decr {safety['decreasing_fraction']:.0%}"
+
+    def pct(v: float) -> str:
+        return "<1%" if v < 0.01 else f"{v:.0%}"
+
+    parts = []
+    if safety["nonpositive_fraction"] > 0:
+        parts.append(f"<=0 {pct(safety['nonpositive_fraction'])}")
+    if safety["decreasing_fraction"] > 0:
+        parts.append(f"decr {pct(safety['decreasing_fraction'])}")
+    return ", ".join(parts)
 
 
 def describe_intervals(intervals: dict[str, list[list[float]]]) -> str:

@@ -17,8 +17,9 @@ FORM_POLY_STEP = "poly+step"
 FORM_POLY_SIGMA = "poly+sigma"
 FORMS = (FORM_POLY, FORM_POLY_STEP, FORM_POLY_SIGMA)
 # Parts of the schedule a fitted time-aware function keeps an x range for. Measured on the committed traces
-# (results/comparisons/safety-costs/costs.md): 3 parts cost the default pick no decision score on held-out
-# prompts (-0.002..+0.002), 10 parts cost +0.007..+0.030 (held-out x leaves narrow parts and is computed).
+# (results/comparisons/safety-costs/costs.md), against one x range over the recorded steps: 3 parts change the
+# default pick's decision score on held-out prompts by -0.002..+0.002, 10 parts cost +0.004..+0.030 on 7 of
+# 8 tables (held-out x leaves narrow parts and is computed).
 REGION_BINS = 3
 
 

@@ -641,7 +641,14 @@ def test_existing_fit_files_still_load():
     assert paths
     for path in paths:
         rescale = rescale_from_fit(path)
-        assert rescale.interaction_coefficients == () and rescale.provenance["fitted_model"]
+        assert rescale.provenance["fitted_model"] and (rescale.region is not None) == rescale.is_time_aware
+    # a file from before x*u terms and regions has neither field: its function keeps one x range at every step
+    fit = json.loads(next(p for p in paths if rescale_from_fit(p).is_time_aware).read_text())
+    for key in ("interaction_coefficients", "interaction_degree", "region"):
+        fit["selected"].pop(key, None)
+    fit["selected"]["label"] = None
+    older = rescale_from_fit(fit)
+    assert older.region is None and older.interaction_coefficients == () and older.is_time_aware
 
 
 def test_scatter_plot_draws_each_out_of_range_piece_on_its_own(full_fit):
