@@ -132,3 +132,25 @@ def test_emitted_module_carries_the_region(holdout_fit, tmp_path):
     spec.loader.exec_module(module)
     assert rescale_from_fit(fit) == module.RESCALE and module.RESCALE.region is not None
     assert math.isfinite(module.RESCALE.x_range[1])
+
+
+def test_fit_cli_reports_safety_and_refuses_only_unsafe_candidates(tmp_path, capsys):
+    from calib import fit as fitmod
+
+    traces = tmp_path / "holdout.csv"
+    holdout_style_frame().to_csv(traces, index=False)
+    assert fitmod.main([str(traces), "--out", str(tmp_path / "o"), "--no-plots"]) == 0
+    out = capsys.readouterr().out.replace("\n", " ")
+    fit = json.loads((tmp_path / "o" / "fit.json").read_text())
+    assert all("safety" in c for c in fit["candidates"]) and fit["selected"]["safety"]["safe"]
+    assert "safety:" in out and "safe candidates only" in out and "decr" in out  # the table's safety column
+    # narrowed to the one unsafe shape: refused with one line, nothing written; --allow-unsafe selects it
+    narrow = ["--form", "poly+step", "--degree", "3", "--time-degree", "1", "--interaction-degree", "1"]
+    narrow += ["--mode", "free", "--no-plots"]
+    assert fitmod.main([str(traces), "--out", str(tmp_path / "n"), *narrow]) == 2
+    err = capsys.readouterr().err
+    assert "is safe" in err and "--allow-unsafe" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "n").exists()
+    assert fitmod.main([str(traces), "--out", str(tmp_path / "a"), *narrow, "--allow-unsafe"]) == 0
+    allowed = json.loads((tmp_path / "a" / "fit.json").read_text())
+    assert allowed["selected"]["safety"]["safe"] is False and allowed["options"]["allow_unsafe"] is True
