@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from calib.fit import safety
 from calib.fit.command import FitError, import_module_from_path, read_fit, rescale_from_fit
 from teacache.coefficients import PACKAGED_MODULES, module_name
 from teacache.io import write_text
@@ -59,7 +60,13 @@ def emit_module(fit: dict, variant: str) -> str:
         + f"); R^2 {sel['r2']:.4f}, cv R^2 {sel['cv_r2']:.4f}, cv RMSE {sel['rmse']:.4g}",
         f"selected by {(fit.get('selection') or {}).get('cv', 'cross-validation')} over "
         f"{len(fit.get('candidates') or [sel])} candidate(s) by cv R^2; calibrated x range "
-        f"{rescale.x_range[0]:.6g}..{rescale.x_range[1]:.6g} (the gate never skips above it)",
+        f"{rescale.x_range[0]:.6g}..{rescale.x_range[1]:.6g} (the gate never skips above it"
+        + (
+            "; region: the x range per part of the schedule, outside which the gate computes)"
+            if rescale.region
+            else ")"
+        ),
+        safety_note(rescale),
     ]
     recipe = recipe_from_fit(fit)
     recipe_notes = [
@@ -72,6 +79,7 @@ def emit_module(fit: dict, variant: str) -> str:
         if rescale.interaction_coefficients
         else []
     )
+    region = _region_lines(rescale)  # likewise only for functions fitted with a region
     lines = [
         f'"""Rescale function for {", ".join(shared)}: {GENERATED}.',
         "",
@@ -79,7 +87,9 @@ def emit_module(fit: dict, variant: str) -> str:
         '"""',
         "",
         "from teacache.coefficients import FittedOn",
-        "from teacache.rescale import RescaleFunction",
+        "from teacache.rescale import Region, RescaleFunction"
+        if region
+        else "from teacache.rescale import RescaleFunction",
         "",
         *_comment(rescale_notes),
         "RESCALE = RescaleFunction(",
@@ -88,8 +98,10 @@ def emit_module(fit: dict, variant: str) -> str:
         f"    form={json.dumps(rescale.form)},",
         "    time_coefficients=" + _tuple(rescale.time_coefficients, 4) + ",",
         *interaction,
+        *region,
         "    provenance=" + _dict(rescale.provenance, 4) + ",",
         ")",
+        *_unsafe_lines(rescale),
         "",
         *_comment(recipe_notes),
         "RECIPE = " + _dict(recipe, 0),
@@ -113,6 +125,48 @@ def fitted_on_from_fit(fit: dict) -> str:
         fields.append(f"dtype={json.dumps(dtype_name(dtype))}")
     fields.append('evidence="the traces\' provenance.json"')
     return "FittedOn(" + ", ".join(fields) + ")"
+
+
+def safety_note(rescale: RescaleFunction) -> str:
+    """The module's line on safety: where the function is <= 0 or decreases in x, checked as the fit checks it."""
+    checked = safety.check(rescale)
+    if checked["safe"]:
+        return f"safety: positive and non-decreasing in x on {checked['grid']}"
+    return f"safety: UNSAFE ({safety.describe(checked).removeprefix('unsafe: ')} of {checked['grid']}): see UNSAFE_X"
+
+
+def _unsafe_lines(rescale: RescaleFunction) -> list[str]:
+    """``UNSAFE_X`` (x intervals where the function decreases or is <= 0) with its comment; none when safe."""
+    flags = safety.flagged_intervals(rescale)
+    if flags is None:
+        return []
+    where = safety.describe_intervals({k: [list(v) for v in spans] for k, spans in flags.items()})
+    note = (
+        f"this function {where} (checked on {safety.check(rescale)['grid']}), where a larger change "
+        "predicts less or nothing; the gate evaluates it there as it is (max(0, f)). Fitted with --allow-unsafe "
+        "or before fits checked safety."
+    )
+    spans = {
+        k: "(" + ", ".join(f"({a!r}, {b!r})" for a, b in v) + ("," if len(v) == 1 else "") + ")"
+        for k, v in flags.items()
+    }
+    return [
+        "",
+        *_comment([GENERATED, note]),
+        "UNSAFE_X = {" + ", ".join(f"{json.dumps(k)}: {v}" for k, v in spans.items()) + "}",
+    ]
+
+
+def _region_lines(rescale: RescaleFunction) -> list[str]:
+    """``region=Region(...)`` with one line per part of the schedule, its time inputs as a comment."""
+    if rescale.region is None:
+        return []
+    edges = rescale.region.time_edges
+    name = "step fraction" if rescale.form == FORM_POLY_STEP else "sigma"
+    lines = ["    region=Region(", "        time_edges=" + _tuple(edges, 8) + ",", "        x_ranges=("]
+    for (a, b), (lo, hi) in zip(zip(edges, edges[1:], strict=False), rescale.region.x_ranges, strict=True):
+        lines.append(f"            ({_float(lo)}, {_float(hi)}),  # {name} {a:.3g}..{b:.3g}")
+    return [*lines, "        ),", "    ),"]
 
 
 def recipe_from_fit(fit: dict) -> dict:

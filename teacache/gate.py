@@ -21,6 +21,7 @@ REASON_LAST = "last"  # inside skip_last_n_steps
 REASON_NO_ANCHOR = "no-anchor"  # no previous modulated input to compare with
 REASON_NON_FINITE = "non-finite"  # the signal was NaN/inf: compute and re-seed
 REASON_ABOVE_RANGE = "above-range"  # x above the calibrated range: never extrapolate into a skip
+REASON_OUTSIDE_REGION = "outside-region"  # a part of the schedule the calibration data never reached
 REASON_CAP = "cap"  # max_consecutive_skips reached
 REASON_THRESHOLD = "threshold"  # the accumulated change reached the threshold
 REASON_SKIP = "skip"
@@ -128,13 +129,20 @@ class Gate:
         elif x > hi:
             reason = REASON_ABOVE_RANGE
         else:
-            x_used = max(x, lo)
-            rescaled = max(0.0, fn(x_used, fn.time_input(step, num_steps, sigma)))
-            self.accumulated += rescaled
-            if self.consecutive_skips >= cfg.max_consecutive_skips:
-                reason = REASON_CAP
-            elif self.accumulated >= cfg.rel_l1_thresh:
-                reason = REASON_THRESHOLD
+            u = fn.time_input(step, num_steps, sigma)
+            lo, hi = (float(b) for b in fn.x_bounds(u))  # this part of the schedule's x range
+            if math.isnan(hi):
+                reason = REASON_OUTSIDE_REGION
+            elif x > hi:
+                reason = REASON_ABOVE_RANGE
+            else:
+                x_used = max(x, lo)
+                rescaled = max(0.0, fn(x_used, u))
+                self.accumulated += rescaled
+                if self.consecutive_skips >= cfg.max_consecutive_skips:
+                    reason = REASON_CAP
+                elif self.accumulated >= cfg.rel_l1_thresh:
+                    reason = REASON_THRESHOLD
         compute = reason is not None
         accumulated = self.accumulated
         if compute:

@@ -105,10 +105,10 @@ def rescaled_increments(
     """(what each step adds to the accumulator, whether the gate looks at the signal there), per run.
 
     The gate reads x only on steps that are neither forced first nor forced last, with a finite x at
-    or below the calibrated range; there it adds ``max(0, f(max(x, lo), u))``. Everywhere else it
-    computes and re-seeds, whatever the threshold.
+    or below the calibrated range of that step's part of the schedule (the function's region); there
+    it adds ``max(0, f(max(x, lo), u))``. Everywhere else it computes and re-seeds, whatever the threshold.
     """
-    lo, hi = rescale.x_range
+    hi = rescale.x_range[1]
     steps = np.arange(x.shape[1])
     active = (steps >= skip_first_n_steps) & (steps < num_steps[:, None] - skip_last_n_steps)
     with np.errstate(invalid="ignore"):
@@ -118,7 +118,6 @@ def rescaled_increments(
     if rows.size == 0:
         return increment, gated
     values = x[rows, cols]
-    used = np.where(lo > values, lo, values)  # max(x, lo), as the gate writes it
     if rescale.is_time_aware:  # the function's own time_input, once per distinct (step, num_steps, sigma)
         sig = np.zeros(rows.size) if sigmas is None else sigmas[rows, cols]  # zeros: unused, and they dedupe
         points, inverse = np.unique(np.stack([cols, num_steps[rows], sig], axis=1), axis=0, return_inverse=True)
@@ -128,6 +127,13 @@ def rescaled_increments(
         ]
         u = np.asarray(times, dtype=float)[inverse.reshape(-1)]
     else:
+        u = np.zeros(rows.size)
+    lo_u, hi_u = rescale.x_bounds(u)  # the x range of each step's part of the schedule (NaN: outside it)
+    inside = ~(values > hi_u) & ~np.isnan(hi_u)
+    gated[rows[~inside], cols[~inside]] = False
+    rows, cols, values, u, lo_u = rows[inside], cols[inside], values[inside], u[inside], lo_u[inside]
+    used = np.where(lo_u > values, lo_u, values)  # max(x, lo), as the gate writes it
+    if not rescale.is_time_aware:
         u = 0.0
     with np.errstate(all="ignore"):
         raw = np.asarray(rescale(used, u), dtype=float)

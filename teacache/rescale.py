@@ -16,6 +16,88 @@ FORM_POLY = "poly"
 FORM_POLY_STEP = "poly+step"
 FORM_POLY_SIGMA = "poly+sigma"
 FORMS = (FORM_POLY, FORM_POLY_STEP, FORM_POLY_SIGMA)
+# Parts of the schedule a fitted time-aware function keeps an x range for. Measured on the committed traces
+# (results/comparisons/safety-costs/costs.md), against one x range over the recorded steps: 3 parts change the
+# default pick's decision score on held-out prompts by -0.002..+0.002, 10 parts cost +0.004..+0.030 on 7 of
+# 8 tables (held-out x leaves narrow parts and is computed).
+REGION_BINS = 3
+
+
+@dataclass(frozen=True)
+class Region:
+    """Where the calibration data was, per part of the schedule: one x range per bin of the time input.
+
+    A single x interval over the whole schedule can hold x values that only occur early (the first
+    steps change a lot) and so admit, mid-schedule, x values the fit never saw. ``time_edges`` cut the
+    time input (step fraction or sigma) into bins, ``[e_i, e_i+1)`` with the last one closed; bin i
+    saw x in ``x_ranges[i]``. A time input outside ``time_edges[0]..time_edges[-1]`` is outside the region.
+    """
+
+    time_edges: tuple[float, ...]
+    x_ranges: tuple[tuple[float, float], ...]
+
+    def __post_init__(self) -> None:
+        edges = tuple(float(e) for e in self.time_edges)
+        increasing = all(b > a for a, b in zip(edges, edges[1:], strict=False))
+        if len(edges) < 2 or not all(math.isfinite(e) for e in edges) or not increasing:
+            raise ValueError(
+                f"region time_edges: expected at least 2 increasing finite numbers, got {self.time_edges!r}"
+            )
+        ranges = tuple((float(lo), float(hi)) for lo, hi in self.x_ranges)
+        if len(ranges) != len(edges) - 1:
+            raise ValueError(f"region x_ranges: expected one per bin ({len(edges) - 1}), got {len(ranges)}")
+        for lo, hi in ranges:
+            if not (0 <= lo <= hi and math.isfinite(hi)):
+                raise ValueError(f"region x_ranges: expected 0 <= low <= high (finite), got {(lo, hi)!r}")
+        object.__setattr__(self, "time_edges", edges)
+        object.__setattr__(self, "x_ranges", ranges)
+
+    @classmethod
+    def from_data(cls, x, u, bins: int = REGION_BINS) -> Region:
+        """Equal-width bins over the data's range of ``u``; an empty bin joins the one before it."""
+        x = np.asarray(x, dtype=float)
+        u = np.asarray(u, dtype=float)
+        ulo, uhi = float(np.min(u)), float(np.max(u))
+        if not uhi > ulo:  # one time input: one bin around it (the gate looks up exactly this value)
+            return cls((ulo, ulo + max(abs(ulo), 1.0) * 1e-9), ((float(x.min()), float(x.max())),))
+        edges = list(np.linspace(ulo, uhi, bins + 1))
+        edges[-1] = uhi  # the last edge is the data's maximum, exactly
+        which = _bin_index(u, np.asarray(edges))
+        kept, ranges = [edges[0]], []
+        for b in range(bins):
+            inside = x[which == b]
+            if inside.size:
+                kept.append(edges[b + 1])
+                ranges.append((float(inside.min()), float(inside.max())))
+            else:  # an empty bin (a gap in the data) widens the one before (bin 0 holds u's minimum)
+                kept[-1] = edges[b + 1]
+        return cls(tuple(kept), tuple(ranges))
+
+    def bounds(self, u) -> tuple[np.ndarray, np.ndarray]:
+        """(low, high) x of the bin holding each ``u``; NaN where ``u`` is outside the region."""
+        edges = np.asarray(self.time_edges)
+        which = _bin_index(np.asarray(u, dtype=float), edges)
+        table = np.asarray((*self.x_ranges, (math.nan, math.nan)))  # index -1: outside
+        return table[which, 0], table[which, 1]
+
+    def to_dict(self) -> dict:
+        return {"time_edges": list(self.time_edges), "x_ranges": [list(r) for r in self.x_ranges]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Region:
+        try:
+            return cls(tuple(data["time_edges"]), tuple(tuple(r) for r in data["x_ranges"]))
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"region: expected time_edges and x_ranges, got {data!r} ({exc})") from None
+
+
+def _bin_index(u: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Bin of each u: ``edges[i] <= u < edges[i+1]``, the last edge inclusive; -1 outside (or NaN)."""
+    which = np.searchsorted(edges, u, side="right") - 1
+    which = np.where(u == edges[-1], len(edges) - 2, which)
+    with np.errstate(invalid="ignore"):
+        outside = ~((u >= edges[0]) & (u <= edges[-1]))
+    return np.where(outside, -1, which)
 
 
 @dataclass(frozen=True)
@@ -28,6 +110,8 @@ class RescaleFunction:
     are highest power first and carry no constant term (the constant lives in ``coefficients``).
     ``interaction_coefficients`` (time-aware forms only, highest power first, no constant) add
     ``x * polyval((*interaction_coefficients, 0), u)``: a slope in x that changes over the schedule.
+    ``region`` (time-aware forms only): the x range per part of the schedule where the data was; the
+    gate computes outside it. Without one, ``x_range`` holds at every time input (files from before).
     """
 
     coefficients: tuple[float, ...]
@@ -36,6 +120,7 @@ class RescaleFunction:
     time_coefficients: tuple[float, ...] = ()
     provenance: dict = field(default_factory=dict, compare=False, hash=False)
     interaction_coefficients: tuple[float, ...] = ()
+    region: Region | None = None
 
     def __post_init__(self) -> None:
         coeffs = tuple(float(c) for c in self.coefficients)
@@ -61,6 +146,15 @@ class RescaleFunction:
         if not all(math.isfinite(c) for c in icoeffs):
             raise ValueError(f"interaction_coefficients: expected finite numbers, got {icoeffs!r}")
         object.__setattr__(self, "interaction_coefficients", icoeffs)
+        if self.region is not None:
+            if self.form == FORM_POLY:
+                raise ValueError("region: only the time-aware forms take one (the x range is the plain form's region)")
+            if not isinstance(self.region, Region):
+                object.__setattr__(self, "region", Region.from_dict(self.region))
+            low = min(r[0] for r in self.region.x_ranges)
+            high = max(r[1] for r in self.region.x_ranges)
+            if low < lo or high > hi:
+                raise ValueError(f"region: its x ranges ({low!r}..{high!r}) leave x_range {(lo, hi)!r}")
         object.__setattr__(self, "coefficients", coeffs)
         object.__setattr__(self, "time_coefficients", tcoeffs)
         object.__setattr__(self, "x_range", (lo, hi))
@@ -68,6 +162,14 @@ class RescaleFunction:
     @property
     def is_time_aware(self) -> bool:
         return self.form != FORM_POLY
+
+    def x_bounds(self, u) -> tuple[np.ndarray, np.ndarray]:
+        """(low, high) x where the gate evaluates the function at time input ``u`` (arrays shaped like u);
+        NaN where ``u`` is outside the region. Above high the gate computes; below low it uses low."""
+        u = np.asarray(u, dtype=float)
+        if self.region is None:
+            return np.full(u.shape, self.x_range[0]), np.full(u.shape, self.x_range[1])
+        return self.region.bounds(u)
 
     def time_input(self, step: int, num_steps: int, sigma: float | None) -> float:
         """The time variable this form uses at a step (0.0 for the plain polynomial)."""
@@ -94,13 +196,19 @@ class RescaleFunction:
         Each gated step adds at least this much to the accumulator, so a threshold at or below it
         can never skip. For time-aware forms pass every ``u`` the schedule visits.
         """
-        lo, hi = self.x_range
-        hi = hi if math.isfinite(hi) else max(lo * 10, 1.0)
-        xs = np.linspace(lo, hi, grid)
         us = np.atleast_1d(np.asarray(u, dtype=float))
-        values = np.maximum(0.0, np.stack([np.asarray(self(xs, v), dtype=float) for v in us]))
-        flat = int(np.argmin(values))
-        return float(values.flat[flat]), float(xs[flat % grid])
+        los, his = self.x_bounds(us)
+        best = (math.inf, self.x_range[0])  # no time input inside the region: the gate computes every step
+        for v, lo, hi in zip(us, los, his, strict=True):
+            if math.isnan(hi):
+                continue
+            hi = hi if math.isfinite(hi) else max(lo * 10, 1.0)
+            xs = np.linspace(lo, hi, grid)
+            values = np.maximum(0.0, np.asarray(self(xs, v), dtype=float))
+            i = int(np.argmin(values))
+            if values[i] < best[0]:
+                best = (float(values[i]), float(xs[i]))
+        return best
 
     def to_dict(self) -> dict:
         data = {
@@ -112,6 +220,8 @@ class RescaleFunction:
         }
         if self.interaction_coefficients:  # only when used, so earlier files keep their bytes
             data["interaction_coefficients"] = list(self.interaction_coefficients)
+        if self.region is not None:
+            data["region"] = self.region.to_dict()
         return data
 
     @classmethod
@@ -124,6 +234,7 @@ class RescaleFunction:
                 time_coefficients=tuple(data.get("time_coefficients", ())),
                 provenance=dict(data.get("provenance", {})),
                 interaction_coefficients=tuple(data.get("interaction_coefficients", ())),
+                region=Region.from_dict(data["region"]) if data.get("region") else None,
             )
         except KeyError as exc:
             raise ValueError(f"rescale function: missing field {exc.args[0]!r}") from None

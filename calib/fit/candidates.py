@@ -1,9 +1,10 @@
 """The family of rescale functions ``teacache-calib fit`` chooses from, and fitting one member.
 
-Plain polynomials in x (free, through the origin, or non-decreasing on the calibrated range), and the
-time-aware forms of :class:`teacache.rescale.RescaleFunction`: a polynomial in x plus a polynomial in the
-time input u (step fraction or sigma, degree up to 5), optionally with x*u^j interaction terms, free or
-non-decreasing in x at every u. Coefficients are highest power first at every interface.
+Plain polynomials in x (free, through the origin, or monotone: non-decreasing and positive on the
+calibrated range), and the time-aware forms of :class:`teacache.rescale.RescaleFunction`: a polynomial in
+x plus a polynomial in the time input u (step fraction or sigma, degree up to 5), optionally with x*u^j
+interaction terms, free or monotone (non-decreasing in x at every u, positive on the region: the x range
+per part of the schedule). Coefficients are highest power first at every interface.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from calib.fit.errors import FitError
-from calib.fit.monotone import fit_monotone, fit_monotone_time_aware, power_columns
-from teacache.rescale import FORM_POLY, FORM_POLY_SIGMA, FORM_POLY_STEP, FORMS, RescaleFunction
+from calib.fit.monotone import fit_monotone, fit_monotone_time_aware, power_columns, prediction_floor
+from teacache.rescale import FORM_POLY, FORM_POLY_SIGMA, FORM_POLY_STEP, FORMS, Region, RescaleFunction
 
 MODE_FREE = "free"
 MODE_ORIGIN = "origin"
@@ -74,13 +75,15 @@ class CandidateSpec:
 
 @dataclass(frozen=True)
 class FittedModel:
-    """A fitted candidate: coefficients highest power first, the x range it was fitted on."""
+    """A fitted candidate: coefficients highest power first, the x range it was fitted on (and, for the
+    time-aware forms, the x range per part of the schedule: where the gate will evaluate it)."""
 
     spec: CandidateSpec
     coefficients: tuple[float, ...]
     time_coefficients: tuple[float, ...]
     x_range: tuple[float, float]
     interaction_coefficients: tuple[float, ...] = ()
+    region: Region | None = None
 
     @classmethod
     def fit(cls, spec: CandidateSpec, x: np.ndarray, y: np.ndarray, u: np.ndarray | None = None) -> FittedModel:
@@ -94,6 +97,7 @@ class FittedModel:
             tuple(float(c) for c in params[n_x : n_x + n_t]),
             (float(np.min(x)), float(np.max(x))),
             tuple(float(c) for c in params[n_x + n_t :]),
+            Region.from_data(x, u) if spec.is_time_aware else None,
         )
 
     def predict(self, x: np.ndarray, u: np.ndarray | None = None) -> np.ndarray:
@@ -108,6 +112,7 @@ class FittedModel:
             form=self.spec.form,
             time_coefficients=self.time_coefficients,
             interaction_coefficients=self.interaction_coefficients,
+            region=self.region,
             provenance=dict(provenance or {}),
         )
 
@@ -134,7 +139,15 @@ def fit_params(
             if spec.mode == MODE_MONOTONE:
                 u_range = (float(np.min(u)), float(np.max(u)))
                 return fit_monotone_time_aware(
-                    design, y, spec.degree, spec.time_degree, spec.interaction_degree, (lo, hi), u_range
+                    design,
+                    y,
+                    spec.degree,
+                    spec.time_degree,
+                    spec.interaction_degree,
+                    (lo, hi),
+                    u_range,
+                    Region.from_data(x, u),
+                    prediction_floor(y),
                 )
             return _lstsq_scaled(design, y)
         if spec.mode == MODE_FREE:
@@ -142,7 +155,7 @@ def fit_params(
         if spec.mode == MODE_ORIGIN:
             params = np.linalg.lstsq(power_columns(x, spec.degree, constant=False), y, rcond=None)[0]
             return np.append(params, 0.0)
-        return fit_monotone(x, y, spec.degree, (lo, hi))
+        return fit_monotone(x, y, spec.degree, (lo, hi), prediction_floor(y))
 
 
 def design_matrix(spec: CandidateSpec, x: np.ndarray, u: np.ndarray | None = None) -> np.ndarray:

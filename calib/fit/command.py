@@ -3,10 +3,12 @@
 Candidates (:mod:`calib.fit.candidates`): polynomials of degree 1-4 in x (free, through the origin, or
 monotone on the calibrated range) and the time-aware forms ``poly+step`` / ``poly+sigma`` with time terms
 up to degree 5 and x*u interaction terms, free or monotone in x. Selection (:mod:`calib.fit.selection`) is by
-cross-validated R^2 with prompts held out and the one-standard-error rule; in-sample R^2 is reported next to
-it, and the decision score (:mod:`calib.fit.decision_folds`: what each candidate's schedules leave uncomputed on
-held-out prompts) beside both. Traces are read by :mod:`calib.traces.reader`, the reader every command shares.
-Writes ``fit.json`` plus plots into ``--out``, all at the end, so a failed fit leaves no partial files.
+cross-validated R^2 with prompts held out and the one-standard-error rule, among the safe candidates only
+(:mod:`calib.fit.safety`: positive and non-decreasing in x on their region; ``--allow-unsafe`` lifts it);
+in-sample R^2 is reported next to it, and the decision score (:mod:`calib.fit.decision_folds`: what each
+candidate's schedules leave uncomputed on held-out prompts) beside both. Traces are read by
+:mod:`calib.traces.reader`, the reader every command shares. Writes ``fit.json`` plus plots into ``--out``, all
+at the end, so a failed fit leaves no partial files.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from calib.fit import safety
 from calib.fit.candidates import (  # noqa: F401  (re-exported: the public names of the fitting modules)
     DEGREES,
     INTERACTION_DEGREES,
@@ -158,6 +161,12 @@ def setup_arg_parser() -> argparse.ArgumentParser:
         help="criterion that picks the selected candidate: cv R^2 with the one-standard-error rule (default) or "
         "the least decision excess (what its schedules leave uncomputed on held-out prompts)",
     )
+    parser.add_argument(
+        "--allow-unsafe",
+        action="store_true",
+        help="let candidates that are <= 0 or decrease in x somewhere on their region be selected (default: "
+        "only safe candidates are; every candidate's safety is reported either way)",
+    )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument(
         "--min-step",
@@ -200,7 +209,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, dict[str, byte
     if args.compare:  # resolve before fitting so a bad --compare fails fast
         variant = args.variant or (traces.variants[0] if len(traces.variants) == 1 else None)
         comparison_source = load_comparison(args.compare, variant, x_range)
-    result = fit_frame(frame, specs, args.folds)
+    result = fit_frame(frame, specs, args.folds, allow_unsafe=args.allow_unsafe)
 
     fit = {
         "format_version": FORMAT_VERSION,
@@ -224,6 +233,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, dict[str, byte
                 "folds",
                 "min_step",
                 "select",
+                "allow_unsafe",
             )
         },
         "input": {
@@ -237,7 +247,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, dict[str, byte
     decision = score_fit(
         fit, frame, specs, args.folds, args.min_step, comparison_source[0] if comparison_source else None
     )
-    select_by(fit, args.select)
+    select_by(fit, args.select, args.allow_unsafe)
     if comparison_source is not None:
         fit["comparison"] = compare(*comparison_source, frame, fit["selected"], args.margin)
         fit["comparison"].update(comparison_scores(decision))
@@ -270,6 +280,7 @@ def print_summary(fit: dict, path: Path) -> None:
         ("cv R^2", "right"),
         ("cv RMSE", "right"),
         ("decision", "right"),
+        ("safety", "left"),
         ("", "left"),
     ):
         table.add_column(name, justify=justify)
@@ -281,6 +292,7 @@ def print_summary(fit: dict, path: Path) -> None:
             f"{c['cv_r2']:.4f}",
             f"{c['rmse']:.4g}",
             "n/a" if c.get("decision_excess") is None else f"{c['decision_excess']:.3f}",
+            safety.short(c["safety"]) if "safety" in c else "not checked",
             _picks(c, by),
         )
     console.print(table)
@@ -292,6 +304,7 @@ def print_summary(fit: dict, path: Path) -> None:
         + f", x range {sel['x_range'][0]:.4g}..{sel['x_range'][1]:.4g}",
         highlight=False,
     )
+    console.print(_safety_line(fit), highlight=False)
     comp = fit.get("comparison")
     if comp:
         console.print(
@@ -302,9 +315,29 @@ def print_summary(fit: dict, path: Path) -> None:
         )
         if comp.get("numeric_change"):
             console.print(f"compare {comp['source']}: {comp['numeric_change']}", highlight=False)
+        if "safety" in comp:
+            where = safety.describe_intervals(comp["unsafe_intervals"])
+            console.print(
+                f"compare {comp['source']}: {safety.describe(comp['safety'])} on {comp['safety']['grid']}"
+                + (f": {where}" if where else ""),
+                highlight=False,
+            )
     for line in report_lines(fit):
         console.print(line, highlight=False)
     console.print(f"wrote {path}", highlight=False, soft_wrap=True)
+
+
+def _safety_line(fit: dict) -> str:
+    """Which candidates could be selected, and what the cv R^2 pick among all of them would have been."""
+    rule = fit["selection"].get("safety") or {}
+    line = (
+        f"safety: {rule.get('n_safe', '?')} of {rule.get('n_candidates', '?')} candidates safe; selected from "
+        f"{rule.get('rule', 'all candidates')}"
+    )
+    free = fit["selection"].get("unconstrained")
+    if free and free["label"] != fit["selection"]["selected_by"].get("cv_r2", fit["selected"]["label"]):
+        line += f" (among all, cv R^2 would select {free['label']}, cv R^2 {free['cv_r2']:.4f}, unsafe)"
+    return line
 
 
 def _why_selected(fit: dict) -> str:

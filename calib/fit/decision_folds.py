@@ -23,7 +23,7 @@ import pandas as pd
 from calib.fit.candidates import CandidateSpec
 from calib.fit.decision import CRITERION, decision_scores, decision_summary, plot_decision_curves
 from calib.fit.errors import FitError
-from calib.fit.selection import group_folds
+from calib.fit.selection import group_folds, is_safe
 from teacache.gate import GateConfig
 from teacache.rescale import RescaleFunction
 
@@ -75,7 +75,8 @@ def score_fit(
         cand["decision_excess_worst"] = scored["decision_excess_worst"]
     summary = decision_summary(result)
     summary["scored"] = f"all {len(specs)} candidates" + (" and --compare" if comparison is not None else "")
-    summary["selected"] = best_by_decision(fit["candidates"])  # among the fitted candidates, not --compare
+    allow_unsafe = bool(fit.get("options", {}).get("allow_unsafe"))
+    summary["selected"] = best_by_decision(fit["candidates"], allow_unsafe)  # fitted candidates, not --compare
     fit["decision"] = summary
     fit["selection"]["selected_by"] = {"cv_r2": fit["selected"]["label"], CRITERION: summary["selected"]}
     fit["selection"]["default"] = DEFAULT_SELECTION
@@ -89,13 +90,18 @@ def comparison_scores(result: dict) -> dict:
     return {} if entry is None else {k: entry[k] for k in ("decision_excess", "decision_excess_worst")}
 
 
-def select_by(fit: dict, criterion: str) -> None:
-    """Make ``criterion``'s pick the selected candidate (``cv_r2``: already is; ``decision_excess``: the least)."""
+def select_by(fit: dict, criterion: str, allow_unsafe: bool = False) -> None:
+    """Make ``criterion``'s pick the selected candidate (``cv_r2``: already is; ``decision_excess``: the least,
+    among the safe candidates unless ``allow_unsafe``)."""
     if criterion == DEFAULT_SELECTION:
         return
     label = fit["selection"]["selected_by"].get(CRITERION)
     if label is None:
-        raise FitError("--select decision_excess: no candidate has a decision score (see fit.json 'decision')")
+        raise FitError(
+            "--select decision_excess: no "
+            + ("" if allow_unsafe else "safe ")
+            + "candidate has a decision score (see fit.json 'decision')"
+        )
     for cand in fit["candidates"]:
         cand["selected"] = cand["label"] == label
     fit["selected"] = dict(next(c for c in fit["candidates"] if c["selected"]))
@@ -104,9 +110,14 @@ def select_by(fit: dict, criterion: str) -> None:
     fit["selection"]["default_why"] = "chosen by --select"
 
 
-def best_by_decision(candidates: Sequence[dict]) -> str | None:
-    """Label of the candidate of least decision excess (first in list order on ties); None when none is scored."""
-    scored = [(c["decision_excess"], i) for i, c in enumerate(candidates) if c.get("decision_excess") is not None]
+def best_by_decision(candidates: Sequence[dict], allow_unsafe: bool = False) -> str | None:
+    """Label of the candidate of least decision excess (first in list order on ties), among the safe ones
+    unless ``allow_unsafe``; None when none is scored."""
+    scored = [
+        (c["decision_excess"], i)
+        for i, c in enumerate(candidates)
+        if c.get("decision_excess") is not None and (allow_unsafe or is_safe(c))
+    ]
     return candidates[min(scored)[1]]["label"] if scored else None
 
 

@@ -1,6 +1,7 @@
 """fit.json: what ``teacache-calib fit`` writes, read back as data or as the selected rescale function.
 
-Files written before the time-aware interaction terms existed load unchanged (no interaction fields).
+Files written before the time-aware interaction terms existed load unchanged (no interaction fields), and
+so do files from before regions: their time-aware functions hold their one x range at every time input.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from calib.fit.candidates import CandidateSpec
 from calib.fit.errors import FitError
 from calib.traces.reader import Traces, run_key_columns
 from teacache.io import FORMAT_VERSION
-from teacache.rescale import RescaleFunction
+from teacache.rescale import Region, RescaleFunction
 
 FIT_KIND = "teacache-calib fit"
 
@@ -68,6 +69,7 @@ def rescale_from_fit(fit: dict | str | os.PathLike) -> RescaleFunction:
         form=sel["form"],
         time_coefficients=tuple(sel.get("time_coefficients") or ()),
         interaction_coefficients=tuple(sel.get("interaction_coefficients") or ()),
+        region=Region.from_dict(sel["region"]) if sel.get("region") else None,
         provenance=provenance,
     )
 

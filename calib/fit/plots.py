@@ -10,6 +10,7 @@ import io
 import numpy as np
 import pandas as pd
 
+from calib.fit import safety
 from calib.fit.decision import PLOT_FILE as DECISION_PLOT_FILE
 from calib.fit.file import rescale_from_fit
 from calib.fit.selection import time_input
@@ -110,26 +111,33 @@ def cv_figure(fit: dict):
     fig = Figure(figsize=(7.5, 1.4 + 0.28 * len(cands)), dpi=100, layout="constrained")
     ax = fig.subplots()
     pos = np.arange(len(cands))
-    ax.barh(pos, errors, color=["tab:orange" if c["selected"] else "tab:blue" for c in cands])
+    safe = [bool((c.get("safety") or {}).get("safe")) for c in cands]
+    colors = [
+        "tab:orange" if c["selected"] else ("tab:blue" if ok else "lightgrey")
+        for c, ok in zip(cands, safe, strict=True)
+    ]
+    ax.barh(pos, errors, color=colors, hatch=[None if ok else "//" for ok in safe])
     for p, c in zip(pos, cands, strict=True):
         ax.text(
             c["rmse"],
             p,
-            f" cv R^2 {c['cv_r2']:.4f}" + ("  selected" if c["selected"] else ""),
+            f" cv R^2 {c['cv_r2']:.4f}  {safety.short(c['safety']) if 'safety' in c else 'safety not checked'}"
+            + ("  selected" if c["selected"] else ""),
             va="center",
             fontsize=7,
         )
     ax.set_yticks(pos, [c["label"] for c in cands], fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlim(0, errors.max() * 1.35)
+    ax.set_xlim(0, errors.max() * 1.6)
     shown = f"{len(cands)} best of {len(every)}" if len(cands) < len(every) else f"{len(every)}"
-    ax.set_xlabel("cross-validated RMSE (prompts held out; lower is better)")
+    ax.set_xlabel("cross-validated RMSE (prompts held out; lower is better); hatched: unsafe")
     ax.set_title(f"candidates ({shown}), selected {sel['label']} (cv R^2 {sel['cv_r2']:.4f})", fontsize=9)
     return fig
 
 
 def _title(sel: dict) -> str:
-    return f"{sel['label']}  R^2 {sel['r2']:.4f}  cv R^2 {sel['cv_r2']:.4f}  ({sel['n_prompts']} prompts)"
+    checked = f"  {safety.short(sel['safety'])}" if "safety" in sel else ""
+    return f"{sel['label']}  R^2 {sel['r2']:.4f}  cv R^2 {sel['cv_r2']:.4f}  ({sel['n_prompts']} prompts){checked}"
 
 
 def _curve_times(form: str, u) -> list[tuple[float, str]]:

@@ -2,9 +2,11 @@
 scoring existing coefficients against a refit.
 
 Prompts are held out together (a fit that memorises the calibration prompts scores well in-sample and
-badly on the next prompt). Among all candidates, the one with the fewest parameters whose cross-validated
-error is within one standard error of the best (and never less than a 1% band) is selected, so an extra
-column has to earn its place by more than the noise of the CV estimate.
+badly on the next prompt). Among the safe candidates (:mod:`calib.fit.safety`: positive and non-decreasing in
+x on their region), the one with the fewest parameters whose cross-validated error is within one standard
+error of the best safe one (and never less than a 1% band) is selected, so an extra column has to earn its
+place by more than the noise of the CV estimate. Unsafe candidates are scored and reported, never selected
+unless the caller allows it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from calib.fit import safety
 from calib.fit.candidates import TIME_COLUMN, CandidateSpec, FittedModel, design_matrix, fit_params
 from calib.fit.errors import FitError
 from calib.traces.reader import step_fraction
@@ -118,6 +121,8 @@ def _evaluate(spec: CandidateSpec, x, y, u, folds: np.ndarray, n_prompts: int) -
         "rmse": rmse(y, oof),
         "rmse_in_sample": rmse(y, pred),
         "x_range": list(model.x_range),
+        **({"region": model.region.to_dict()} if model.region is not None else {}),
+        "safety": safety.check(model.to_rescale()),
         "n_prompts": n_prompts,
         "n_pairs": len(y),
         "selected": False,
@@ -141,20 +146,36 @@ def cv_standard_error(y: np.ndarray, oof: np.ndarray, folds: np.ndarray) -> floa
     return float(np.sqrt(var) / np.mean((y - np.mean(y)) ** 2))
 
 
-def select(candidates: list[dict], tie_tolerance: float = TIE_TOLERANCE) -> int:
+def is_safe(candidate: dict) -> bool:
+    """Whether a scored candidate is safe (entries without a safety check count as unsafe)."""
+    return bool((candidate.get("safety") or {}).get("safe"))
+
+
+def select(candidates: list[dict], tie_tolerance: float = TIE_TOLERANCE, allow_unsafe: bool = True) -> int:
     """Index of the selected candidate: the fewest parameters among those whose cv MSE (1 - cv R^2) is within
     one standard error of the best, or within ``tie_tolerance`` relative of it when that is wider; then the
-    best cv R^2, then list order."""
-    best_i = max(range(len(candidates)), key=lambda i: (candidates[i]["cv_r2"], -i))
+    best cv R^2, then list order. Without ``allow_unsafe`` only safe candidates take part (FitError if none)."""
+    pool = [i for i, c in enumerate(candidates) if allow_unsafe or is_safe(c)]
+    if not pool:
+        raise FitError(
+            f"none of the {len(candidates)} candidate(s) is safe (positive and non-decreasing in x on its region; "
+            "see 'safety' per candidate): widen --mode to include monotone, or pass --allow-unsafe"
+        )
+    best_i = max(pool, key=lambda i: (candidates[i]["cv_r2"], -i))
     best = candidates[best_i]["cv_r2"]
     se = float(candidates[best_i].get("cv_r2_se") or 0.0)
     limit = max((1.0 - best) * (1.0 + tie_tolerance), (1.0 - best) + se) + 1e-12
-    within = [i for i, c in enumerate(candidates) if 1.0 - c["cv_r2"] <= limit]
+    within = [i for i in pool if 1.0 - candidates[i]["cv_r2"] <= limit]
     return min(within, key=lambda i: (candidates[i]["n_params"], -candidates[i]["cv_r2"], i))
 
 
-def fit_frame(frame: pd.DataFrame, specs: list[CandidateSpec], n_folds: int | None = None) -> dict:
-    """Evaluate every candidate on a validated frame; return the selection part of fit.json."""
+def fit_frame(
+    frame: pd.DataFrame, specs: list[CandidateSpec], n_folds: int | None = None, allow_unsafe: bool = False
+) -> dict:
+    """Evaluate every candidate on a validated frame; return the selection part of fit.json.
+
+    Only safe candidates are selected unless ``allow_unsafe``; the cv R^2 pick among all candidates is
+    recorded beside it (``selection.unconstrained``), so what safety costs is in the file."""
     if not specs:
         raise FitError(
             "no candidate to fit: the --form/--degree/--mode/--time-degree/--interaction-degree combination "
@@ -179,9 +200,11 @@ def fit_frame(frame: pd.DataFrame, specs: list[CandidateSpec], n_folds: int | No
     folds = group_folds(frame["prompt_id"].to_numpy(), n_folds)
     inputs = {form: time_input(form, frame) for form in {s.form for s in specs}}
     candidates = [_evaluate(s, x, y, inputs[s.form], folds, n_prompts) for s in specs]
-    chosen = select(candidates)
+    chosen = select(candidates, allow_unsafe=allow_unsafe)
+    unconstrained = candidates[select(candidates, allow_unsafe=True)]
     candidates[chosen]["selected"] = True
-    best = max(c["cv_r2"] for c in candidates)
+    best = max(c["cv_r2"] for c in candidates if allow_unsafe or is_safe(c))
+    n_safe = sum(is_safe(c) for c in candidates)
     n_f = len(np.unique(folds))
     return {
         "selected": dict(candidates[chosen]),
@@ -196,6 +219,18 @@ def fit_frame(frame: pd.DataFrame, specs: list[CandidateSpec], n_folds: int | No
                 "fewest parameters among candidates whose cv MSE is within one standard error of the best "
                 f"(at least {TIE_TOLERANCE:.0%} of it)"
             ),
+            "safety": {
+                "rule": "all candidates (--allow-unsafe)" if allow_unsafe else "safe candidates only",
+                "n_safe": n_safe,
+                "n_candidates": len(candidates),
+                "check": "prediction > 0 (x > 0) and d/dx >= 0 on a grid over the region: the x range per part "
+                "of the schedule for time-aware forms, the x range for polynomials",
+            },
+            "unconstrained": {
+                "label": unconstrained["label"],
+                "cv_r2": unconstrained["cv_r2"],
+                "safe": is_safe(unconstrained),
+            },
         },
     }
 
@@ -228,4 +263,6 @@ def compare(rescale: RescaleFunction, source: str, frame: pd.DataFrame, selected
         "excess": finite_or_none(old_rmse / new_rmse - 1.0) if new_rmse > 0 else None,
         "margin": margin,
         "verdict": VERDICT_REFIT if refit else VERDICT_OK,
+        "safety": safety.check(rescale),
+        "unsafe_intervals": safety.unsafe_intervals(rescale),
     }

@@ -22,4 +22,10 @@ FITTED_ON = FittedOn(
     evidence="ali-vilab/TeaCache TeaCache4FLUX/teacache_flux.py runs diffusers' FluxPipeline",
 )
 
+# Safety (calib.fit.safety; tests/teacache/test_coefficients.py keeps UNSAFE_X in step with RESCALE): as
+# published, this polynomial decreases with x on 0..0.0525 (5.5% of its range; the range is unbounded, so
+# checked on x 0..1), where a larger change predicts less. It is kept as published, and the gate evaluates
+# it there as published (max(0, f)); fits made here are never selected unsafe (README: Safety).
+UNSAFE_X = {"decreasing": ((0.0, 0.0525),), "nonpositive": ()}
+
 RECIPE = {"num_steps": 28, "guidance": 3.5, "resolution": "1024x1024", "quantization": None}

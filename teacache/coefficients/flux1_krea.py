@@ -28,4 +28,10 @@ FITTED_ON = FittedOn(
     evidence="shipped by mlx-teacache 0.11.0 (2026-09-06), pinned mflux<0.20; 0.19.1 the newest 0.19 then",
 )
 
+# Safety (calib.fit.safety; tests/teacache/test_coefficients.py keeps UNSAFE_X in step with RESCALE): as
+# published, this polynomial decreases with x on 0.06266..0.08515, 0.5634..0.6624 (20.7% of its range),
+# where a larger change predicts less. It is kept as published, and the gate evaluates it there as published
+# (max(0, f)); fits made here are never selected unsafe (README: Safety).
+UNSAFE_X = {"decreasing": ((0.06266, 0.08515), (0.5634, 0.6624)), "nonpositive": ()}
+
 RECIPE = {"num_steps": 28, "guidance": 4.5, "resolution": "512x512", "quantization": 4}

@@ -28,4 +28,10 @@ FITTED_ON = FittedOn(
     evidence="calibrated 2026-05-15 (mlx-teacache config.py); mflux 0.17.5 the newest release then",
 )
 
+# Safety (calib.fit.safety; tests/teacache/test_coefficients.py keeps UNSAFE_X in step with RESCALE): as
+# published, this polynomial decreases with x on 0.2001..0.2924 (41.1% of its range), where a larger change
+# predicts less. It is kept as published, and the gate evaluates it there as published (max(0, f)); fits
+# made here are never selected unsafe (README: Safety).
+UNSAFE_X = {"decreasing": ((0.2001, 0.2924),), "nonpositive": ()}
+
 RECIPE = {"num_steps": 8, "guidance": 1.0, "resolution": "512x512", "quantization": None}

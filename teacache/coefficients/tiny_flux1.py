@@ -4,4 +4,4 @@ Provisional: the upstream FLUX.1-dev tuple, so the plumbing has a rescale functi
 ``teacache-calib record --model tiny-flux1`` / ``fit`` / ``emit`` to replace it.
 """
 
-from teacache.coefficients.flux1 import FITTED_ON, RECIPE, RESCALE  # noqa: F401
+from teacache.coefficients.flux1 import FITTED_ON, RECIPE, RESCALE, UNSAFE_X  # noqa: F401

@@ -5,9 +5,13 @@ from __future__ import annotations
 import importlib
 import inspect
 
+import numpy as np
 import pytest
 
+from calib.fit import safety
 from teacache.coefficients import PACKAGED_MODULES, load_packaged, load_recipe
+from teacache.gate import REASON_ABOVE_RANGE, GateConfig, replay
+from teacache.gate_batch import replay_skip_masks
 from teacache.rescale import RescaleFunction
 
 
@@ -24,3 +28,43 @@ def test_packaged_module_loads_with_its_source_and_recipe(variant):
 def test_unknown_variant_names_the_known_ones():
     with pytest.raises(ValueError, match="known: .*flux1-dev"):
         load_packaged("flux3-ultra")
+
+
+@pytest.mark.parametrize("module", sorted(set(PACKAGED_MODULES.values())))
+def test_unsafe_packaged_modules_say_where(module):
+    """A module whose RESCALE is <= 0 or decreases somewhere on its range says where in UNSAFE_X (to 4
+    significant digits, as calib.fit.safety finds it); a safe one defines no UNSAFE_X."""
+    mod = importlib.import_module(f"teacache.coefficients.{module}")
+    expected = safety.flagged_intervals(mod.RESCALE)
+    assert getattr(mod, "UNSAFE_X", None) == expected
+
+
+def test_published_tuples_that_decrease_are_flagged():
+    """The published polynomials the safety check finds decreasing (README: Safety)."""
+    flagged = {
+        m
+        for m in set(PACKAGED_MODULES.values())
+        if getattr(importlib.import_module(f"teacache.coefficients.{m}"), "UNSAFE_X", None)
+    }
+    assert {"flux1", "flux1_krea", "flux2_klein_4b", "flux2_klein_9b", "flux2_klein_base_4b", "qwen_image"} <= flagged
+    assert "qwen_image_2512" not in flagged
+
+
+def test_gate_evaluates_a_decreasing_published_polynomial_as_published():
+    """FLUX.2 Klein 9B's tuple decreases on 0.1316..0.2763: there a larger change adds less, and the gate
+    uses the polynomial as published (max(0, f)), neither clamped nor forced to compute. Above the range
+    it computes."""
+    rescale = load_packaged("flux2-klein-9b")
+    lo, hi = rescale.x_range
+    small, large = 0.15, 0.26
+    assert lo < small < large < 0.2763 and rescale(large) < rescale(small)
+    threshold = (rescale(large) + rescale(small)) / 2
+    config = GateConfig(threshold, rescale)
+    trace = lambda x: [None] + [x] * 6  # noqa: E731
+    at_small, at_large = replay(config, trace(small)), replay(config, trace(large))
+    assert all(d.compute for d in at_small)  # each step adds f(0.15) >= threshold
+    assert not at_large[1].compute and at_large[1].rescaled == pytest.approx(rescale(large))
+    above = replay(config, [None, hi * 1.01, hi * 1.01])
+    assert above[1].compute and above[1].reason == REASON_ABOVE_RANGE
+    masks = replay_skip_masks(np.array([[np.nan] + [large] * 6]), rescale, [threshold])
+    assert masks[0, 0].tolist() == [not d.compute for d in at_large]

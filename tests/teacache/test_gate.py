@@ -13,13 +13,15 @@ from teacache.gate import (
     REASON_ABOVE_RANGE,
     REASON_CAP,
     REASON_NON_FINITE,
+    REASON_OUTSIDE_REGION,
     Gate,
     GateConfig,
     NeverSkipsWarning,
     replay,
     warn_if_never_skips,
 )
-from teacache.rescale import RescaleFunction
+from teacache.gate_batch import replay_skip_masks
+from teacache.rescale import Region, RescaleFunction
 
 UPSTREAM = RescaleFunction((498.651651244, -283.781631, 55.8554382, -3.82021401, 0.264230861))
 LINEAR = RescaleFunction((1.0, 0.0), x_range=(0.0, 1.0))
@@ -151,3 +153,70 @@ def test_bad_rescale_functions_name_the_argument(kwargs, match):
 def test_rescale_round_trips_through_dict():
     fn = RescaleFunction((1.0, -2.0, 0.5), x_range=(0.01, 0.3), form="poly+sigma", time_coefficients=(0.2, 0.1))
     assert RescaleFunction.from_dict(fn.to_dict()) == fn
+
+
+# Early steps saw x up to 0.6, later ones only up to 0.1; nothing was recorded before step fraction 0.2.
+EARLY_WIDE = Region((0.2, 0.5, 0.9), ((0.05, 0.6), (0.05, 0.1)))
+WITH_REGION = RescaleFunction(
+    (1.0, 0.0), x_range=(0.05, 0.6), form="poly+step", time_coefficients=(0.0,), region=EARLY_WIDE
+)
+
+
+def test_time_aware_function_computes_outside_its_region():
+    gate = Gate(GateConfig(rel_l1_thresh=10.0, rescale=WITH_REGION))
+    # step fraction 0.1: before the first recorded part of the schedule
+    assert gate.decide(step=1, num_steps=11, x=0.06).reason == REASON_OUTSIDE_REGION
+    # step fraction 0.3: x 0.3 is inside the early part's range, so it accumulates and skips
+    early = gate.decide(step=3, num_steps=11, x=0.3)
+    assert not early.compute and early.rescaled == pytest.approx(0.3)
+    # step fraction 0.7: the same x is above what that part of the schedule saw, though inside x_range
+    late = gate.decide(step=7, num_steps=11, x=0.3)
+    assert late.compute and late.reason == REASON_ABOVE_RANGE and late.rescaled is None
+    # below a part's range the gate uses its low end, as below the 1-D range
+    assert gate.decide(step=8, num_steps=11, x=0.01).x_used == pytest.approx(0.05)
+    # step fraction 10/11 = 0.909 lies beyond the last edge (0.9)
+    assert gate.decide(step=10, num_steps=12, x=0.06).reason == REASON_OUTSIDE_REGION
+
+
+def test_without_a_region_the_one_x_range_holds_at_every_step():
+    fn = RescaleFunction((1.0, 0.0), x_range=(0.05, 0.6), form="poly+step", time_coefficients=(0.0,))
+    trace = [None, 0.06, 0.3, 0.3, 0.3, 0.3, 0.3, 0.3, 0.06, 0.06, 0.06]
+    log = replay(GateConfig(rel_l1_thresh=10.0, rescale=fn, max_consecutive_skips=20), trace)
+    assert all(not d.compute for d in log[1:10])  # the region's computes at 0.1 and 0.7 are gone
+
+
+def test_region_schedules_match_the_batch_replay():
+    trace = [math.nan, 0.06, 0.3, 0.3, 0.2, 0.09, 0.3, 0.08, 0.01, 0.5, 0.06]
+    for t in (0.05, 0.2, 1.0):
+        expected = [not d.compute for d in replay(GateConfig(t, WITH_REGION), trace)]
+        assert replay_skip_masks([trace], WITH_REGION, [t])[0, 0].tolist() == expected
+
+
+def test_rescale_floor_is_taken_over_the_region():
+    fn = RescaleFunction((1.0, 0.0), x_range=(0.05, 0.6), form="poly+step", time_coefficients=(0.0,),
+                         region=Region((0.0, 0.5, 1.0), ((0.2, 0.6), (0.1, 0.3))))  # fmt: skip
+    assert fn.floor([0.1, 0.2])[0] == pytest.approx(0.2)  # the first part starts at x 0.2
+    assert fn.floor([0.1, 0.7])[0] == pytest.approx(0.1)
+    assert fn.floor([1.5]) == (math.inf, 0.05)  # outside the region the gate computes: no floor
+
+
+def test_region_round_trips_and_is_checked():
+    assert RescaleFunction.from_dict(WITH_REGION.to_dict()) == WITH_REGION
+    with pytest.raises(ValueError, match="region"):
+        RescaleFunction((1.0, 0.0), x_range=(0.05, 0.2), form="poly+step", time_coefficients=(0.0,), region=EARLY_WIDE)
+    with pytest.raises(ValueError, match="region"):
+        RescaleFunction((1.0, 0.0), x_range=(0.05, 0.6), region=EARLY_WIDE)  # the plain form has its x range
+    with pytest.raises(ValueError, match="time_edges"):
+        Region((0.5, 0.2), ((0.0, 1.0),))
+
+
+def test_region_from_data_bins_the_time_input():
+    import numpy as np
+
+    u = np.repeat(np.arange(1, 10) / 9, 3)
+    x = np.where(u < 0.2, 0.5, 0.05) + np.tile([0.0, 0.01, 0.02], 9)
+    region = Region.from_data(x, u, bins=4)
+    assert region.time_edges[0] == u.min() and region.time_edges[-1] == u.max()
+    lo, hi = region.bounds(u)
+    assert np.all((lo <= x) & (x <= hi))  # every recorded pair is inside its own part's range
+    assert hi[-1] == pytest.approx(0.07) and hi[0] == pytest.approx(0.52)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from teacache.gate import GateConfig, replay
 from teacache.gate_batch import longest_streaks, replay_skip_masks, skipped_counts
-from teacache.rescale import FORM_POLY, FORM_POLY_SIGMA, FORM_POLY_STEP, RescaleFunction
+from teacache.rescale import FORM_POLY, FORM_POLY_SIGMA, FORM_POLY_STEP, Region, RescaleFunction
 
 UPSTREAM = RescaleFunction((498.651651244, -283.781631, 55.8554382, -3.82021401, 0.264230861), x_range=(0.0, 0.4))
 
@@ -38,7 +38,25 @@ def rescale_functions(draw) -> RescaleFunction:
     extra = {}
     if form != FORM_POLY and "interaction_coefficients" in RescaleFunction.__dataclass_fields__:
         extra["interaction_coefficients"] = tuple(draw(st.lists(coefficient, max_size=2)))  # x*u terms
+    if form != FORM_POLY and draw(st.booleans()):
+        extra["region"] = draw(regions(lo, hi))
     return RescaleFunction(coefficients, (lo, hi), form, time_coefficients, **extra)
+
+
+@st.composite
+def regions(draw, lo: float, hi: float) -> Region:
+    """x ranges per bin of the time input, inside (lo, hi); edges that may leave part of 0..1 outside,
+    and edges on the step fractions k/(n-1) the cases produce (so a step lands exactly on an edge)."""
+    on_grid = st.sampled_from([k / 12 for k in range(13)] + [0.0, 0.5, 1.0, 1 / 3])
+    edges = sorted(set(draw(st.lists(st.one_of(st.floats(-0.1, 1.1), on_grid), min_size=2, max_size=6))))
+    if len(edges) < 2:
+        edges = [0.0, 1.0]
+    top = hi if math.isfinite(hi) else lo + 3.0
+    ranges = []
+    for _ in edges[1:]:
+        a, b = sorted(draw(st.lists(st.floats(lo, top), min_size=2, max_size=2)))
+        ranges.append((a, b))
+    return Region(tuple(edges), tuple(ranges))
 
 
 @st.composite

@@ -276,7 +276,7 @@ def test_several_files_are_concatenated(tmp_path, capsys):
 def test_branch_choice_and_minimal_columns(tmp_path, capsys):
     frame = make_traces()
     write(frame, tmp_path / "t.parquet")
-    args = ["--form", "poly", "--degree", 1, "--mode", "free", "--no-plots"]
+    args = ["--form", "poly", "--degree", 1, "--mode", "free", "--no-plots", "--allow-unsafe"]
     assert run_fit([tmp_path / "t.parquet", "--out", tmp_path / "u", "--branch", "uncond", *args], capsys)[0] == 0
     rows = frame[(frame.branch == "uncond") & (frame.step > 0)]
     got = json.loads((tmp_path / "u" / "fit.json").read_text())["selected"]["coefficients"]
@@ -409,6 +409,9 @@ def test_compare_packaged_verdicts(tmp_path, capsys, scale, verdict):
     assert comp["margin"] == fitmod.DEFAULT_MARGIN and "flux1-dev" in comp["source"]
     if scale == 1.0:
         assert comp["r2"] > 0.99
+    # the published FLUX.1 tuple decreases near x = 0: fit.json and the summary say where
+    assert comp["safety"]["safe"] is False and comp["unsafe_intervals"]["decreasing"]
+    assert "decreases with x on 0..0.0525" in out.replace("\n", " ")
 
 
 def test_compare_other_sources_and_margin(tmp_path, capsys, full_fit):
@@ -567,9 +570,15 @@ def test_existing_fit_files_still_load():
 
     paths = sorted(ROOT.glob("results/**/fit/fit.json"))
     assert paths
-    for path in paths:
-        rescale = rescale_from_fit(path)
-        assert rescale.interaction_coefficients == () and rescale.provenance["fitted_model"]
+    for path in paths:  # the campaigns' fits and the decision comparison's older ones, written before regions
+        assert rescale_from_fit(path).provenance["fitted_model"]
+    # a file from before x*u terms and regions has neither field: its function keeps one x range at every step
+    fit = json.loads(next(p for p in paths if rescale_from_fit(p).is_time_aware).read_text())
+    for key in ("interaction_coefficients", "interaction_degree", "region"):
+        fit["selected"].pop(key, None)
+    fit["selected"]["label"] = None
+    older = rescale_from_fit(fit)
+    assert older.region is None and older.interaction_coefficients == () and older.is_time_aware
 
 
 def test_scatter_plot_draws_each_out_of_range_piece_on_its_own(full_fit):
