@@ -59,7 +59,9 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--model", default=variants.default_model(), choices=campaign_models(), help="the embedded model to campaign"
     )
-    parser.add_argument("--out", type=Path, default=None, help="default: results/<hardware>/<variant>/<mflux>/")
+    parser.add_argument(
+        "--out", type=arguments.path_argument, default=None, help="default: results/<hardware>/<variant>/<mflux>/"
+    )
     parser.add_argument("--thresholds", default=None, help="sweep thresholds (default: the model's campaign set)")
     parser.add_argument("--record-seeds", default=None, help="default: the model's campaign seeds")
     parser.add_argument("--sweep-seeds", default=None, help="default: the model's campaign seeds")

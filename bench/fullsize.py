@@ -34,6 +34,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from calib.arguments import CommandParser, check_out_dir, path_argument
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODELS = "random-flux1-dev,random-flux2-klein-base-4b,random-qwen-image,random-z-image"
 PROMPT = "a red apple on a wooden table in soft morning light"
@@ -52,7 +54,7 @@ CONFIG_KEY = ("model", "quantize", "resolution", "steps", "tag")
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="teacache-bench fullsize", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog="teacache-bench fullsize", description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=DEFAULT_MODELS, help="comma-separated random-<variant> names")
     parser.add_argument("--size", type=int, default=None, help="image side in pixels; default: each variant's")
     parser.add_argument("--steps", type=int, default=None, help="default: each variant's")
@@ -69,7 +71,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="the weights' seed")
     parser.add_argument("--budget-s", type=float, default=None, help="start no repeat that would end after this")
     parser.add_argument("--tag", default="", help="a label kept in every row (part of the merge key)")
-    parser.add_argument("--out", type=Path, default=None, help="default: results/<hardware>/fullsize")
+    parser.add_argument("--out", type=path_argument, default=None, help="default: results/<hardware>/fullsize")
     return parser
 
 
@@ -114,6 +116,8 @@ def validate(args) -> dict:
         raise ValueError(f"--blocks: expected at least 1, got {args.blocks}")
     if args.blocks is not None and args.out is None:
         raise ValueError("--out: --blocks builds models that are not full size; name a folder outside results/")
+    if args.out is not None:
+        check_out_dir(args.out)
     if args.guidance is not None and (math.isnan(args.guidance) or args.guidance < 0):
         raise ValueError(f"--guidance: expected a number >= 0, got {args.guidance}")
     if args.budget_s is not None and not args.budget_s > 0:
@@ -431,6 +435,11 @@ def main(argv: list[str] | None = None) -> int:
     use_float32_on_cpu()
     hardware = prov.hardware_slug()
     out = args.out or PROJECT_ROOT / "results" / hardware / "fullsize"
+    try:
+        check_out_dir(out)
+    except ValueError as exc:
+        print(f"teacache-bench fullsize: {exc}", file=sys.stderr)
+        return 2
     deadline = None if args.budget_s is None else time.perf_counter() + args.budget_s
     finished: list[str] = []
     failed: list[str] = []

@@ -25,6 +25,7 @@ from bench import markdown
 from bench.mutants import MUTANTS, Mutant, apply_mutant, leftovers
 from bench.sweep import image_metrics, latent_metrics
 from bench.tolerances import PROJECT_ROOT, check_run, load_module, prefix
+from calib.arguments import CommandParser, check_out_dir, path_argument
 from calib.generation import generate
 from calib.prompts import default_set, load_prompts, parse_seeds
 from teacache import apply_teacache, load_model, variants
@@ -39,13 +40,13 @@ CORRECT = "correct"
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="teacache-bench gapcheck", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog="teacache-bench gapcheck", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=variants.default_model())
     parser.add_argument("--tolerances", type=Path, default=None, help="default: tests/tolerances/<hardware>.py")
     parser.add_argument("--prompts", default=None)
     parser.add_argument("--seeds", default="0")
     parser.add_argument("--max-prompts", type=int, default=4)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=path_argument, required=True, help="folder for gapcheck.md and gapcheck.json")
     parser.add_argument(
         "--render-only",
         action="store_true",
@@ -204,6 +205,11 @@ def rerender(folder: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
+    try:
+        check_out_dir(args.out)
+    except ValueError as exc:
+        print(f"teacache-bench gapcheck: {exc}", file=sys.stderr)
+        return 2
     if args.render_only:
         try:
             text = rerender(args.out)

@@ -14,12 +14,12 @@ import dataclasses
 import json
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from bench.common import parse_thresholds
+from calib.arguments import CommandParser, check_out_file, path_argument
 from calib.coefficient_sources import parse_x_range, resolve_coefficients
 from calib.errors import FitError
 from calib.traces import REPLAY_COLUMNS, RunTrace, Traces, load_traces
@@ -35,7 +35,7 @@ _GATE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(GateConfig) if f
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="teacache-bench replay", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog="teacache-bench replay", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "traces",
         nargs="+",
@@ -54,7 +54,9 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--skip-first", type=int, default=None, help="default: the variant's, else 1")
     parser.add_argument("--skip-last", type=int, default=None, help=f"default: {_GATE_DEFAULTS['skip_last_n_steps']}")
     parser.add_argument("--max-consecutive-skips", type=int, default=_GATE_DEFAULTS["max_consecutive_skips"])
-    parser.add_argument("--out", type=Path, default=None, help="write the schedules as CSV (and provenance beside)")
+    parser.add_argument(
+        "--out", type=path_argument, default=None, help="write the schedules as CSV (and provenance beside)"
+    )
     return parser
 
 
@@ -174,8 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         thresholds = parse_thresholds(args.thresholds)
         x_range = parse_x_range(args.x_range)
-        if args.out is not None and args.out.is_dir():
-            raise ValueError(f"--out: {args.out} is a folder; expected a CSV file path")
+        if args.out is not None:
+            check_out_file(args.out, what="CSV file")
         traces = read_replay_traces(args.traces, args.num_steps, args.variant, args.branch)
         variant = args.variant or (traces.variants[0] if len(traces.variants) == 1 else None)
         rescale, source = resolve_coefficients(args.coefficients, variant, x_range)

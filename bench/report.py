@@ -104,14 +104,22 @@ def print_summary(summary: dict, console=None) -> None:
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from calib.arguments import CommandParser, path_argument
+
+    parser = CommandParser(
         prog="teacache-bench report",
         description="Distribution tables, speed/quality plots and report.md from a sweep folder.",
     )
     parser.add_argument(
         "runs", metavar="RUNS", help="sweep folder with runs.parquet, decisions.parquet, provenance.json"
     )
-    parser.add_argument("--out", required=True, metavar="DIR", help="folder for report.md, distribution.csv and plots")
+    parser.add_argument(
+        "--out",
+        required=True,
+        type=path_argument,
+        metavar="DIR",
+        help="folder for report.md, distribution.csv and plots",
+    )
     parser.add_argument(
         "--ssim-floor",
         "--floor",
@@ -130,10 +138,13 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from calib.arguments import check_out_dir
+
     args = setup_arg_parser().parse_args(argv)
     try:
+        check_out_dir(args.out)
         summary = build_report(args.runs, args.out, ssim_floor=args.floor, metric=args.metric)
-    except ReportInputError as exc:
+    except (ReportInputError, ValueError) as exc:
         print(f"teacache-bench report: {exc}", file=sys.stderr)
         return 2
     print_summary(summary)

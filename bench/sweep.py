@@ -76,7 +76,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
         "--isolate", action="store_true", help="time every generation in a fresh process (quality stays in-process)"
     )
     parser.add_argument("--save-images", action="store_true", help="keep every decoded image under DIR/images")
-    parser.add_argument("--out", required=True, type=Path, help="the sweep folder")
+    parser.add_argument("--out", required=True, type=arguments.path_argument, help="the sweep folder")
     parser.add_argument(
         "--force-new", action="store_true", help="discard what DIR holds from an earlier sweep and start afresh"
     )
@@ -634,6 +634,7 @@ def run_sweep(settings: SweepSettings, world: shard.World | None = None) -> Path
     with contextlib.ExitStack() as stack:
         check = _check_folder(settings, fingerprint_settings(settings, fixed_rescale))
         shard.claim(stack, world, settings.out, run.folder, PROG, check)
+        stack.enter_context(fingerprint.withdrawn_on_failure(run.folder, RESULTS))
         measured, error = None, None
         try:
             run.start()

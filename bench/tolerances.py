@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from bench.tolerance_module import PROJECT_ROOT, TOLERANCES_DIR, complete, module_path, prefix, render_module
+from calib.arguments import CommandParser, check_out_file, path_argument
 from teacache.io import FORMAT_VERSION, write_text
 
 __all__ = ["PROJECT_ROOT", "check_run", "derive", "load_module", "main", "prefix", "render_module"]
@@ -183,9 +184,9 @@ def measured_cases(runs: pd.DataFrame) -> tuple[tuple[str, str, int], ...]:
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="teacache-bench tolerances", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog="teacache-bench tolerances", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, metavar="RUNS", help="sweep folders (one per variant)")
-    parser.add_argument("--out", type=Path, default=None, help="default: tests/tolerances/<hardware>.py")
+    parser.add_argument("--out", type=path_argument, default=None, help="default: tests/tolerances/<hardware>.py")
     parser.add_argument("--threshold", type=float, default=None, help="default: each sweep's default threshold")
     parser.add_argument(
         "--provisional",
@@ -234,6 +235,8 @@ def load_module(path: Path):
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
     try:
+        if args.out is not None:
+            check_out_file(args.out, what=".py module")
         derived = [derive(path, args.threshold, args.provisional) for path in args.runs]
         hardware = {d["hardware"] for d in derived}
         if len(hardware) > 1:
@@ -241,9 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         variants = [d["variant"] for d in derived]
         if len(set(variants)) != len(variants):
             raise ValueError(f"RUNS: two sweeps of the same variant ({', '.join(variants)})")
-        out = args.out or module_path(derived[0]["hardware"])
-        if out.is_dir():
-            raise ValueError(f"--out: {out} is a folder; expected the path of the .py module to write")
+        out = check_out_file(args.out or module_path(derived[0]["hardware"]), what=".py module")
         kept, provisional_from = complete(derived, out, TOLERANCES_DIR)
         text = render_module(derived, kept, provisional_from)
         compile(text, "<tolerances>", "exec")

@@ -77,15 +77,23 @@ def _nearest_existing(path: Path) -> Path:
     return Path.cwd()
 
 
-def check_out_dir(path: str | os.PathLike, arg: str = "--out") -> Path:
-    """A folder this command may write into: a folder or nothing yet, under a folder we can write to.
+def path_argument(text: str) -> Path:
+    """argparse ``type`` of every path argument: an empty string is refused, since ``Path("")`` is the
+    current folder and a command would write its files there."""
+    if not str(text).strip():
+        raise argparse.ArgumentTypeError("expected a path, got an empty string")
+    return Path(text)
 
-    Probes with a temporary file (removed at once), because a permission check alone says yes to root
-    on a read-only or immutable folder. Creates nothing that stays.
-    """
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"{arg}: {path} is a file; expected a folder (a new one, or one this command wrote)")
+
+def _checked_path(path: str | os.PathLike, arg: str) -> Path:
+    if isinstance(path, str) and not path.strip():
+        raise ValueError(f"{arg}: expected a path, got an empty string")
+    return Path(path)
+
+
+def _check_writable_under(path: Path, arg: str) -> None:
+    """The nearest existing folder above ``path`` takes a new file (probed: a permission check alone says yes
+    to root on a read-only or immutable folder). Creates nothing that stays."""
     existing = _nearest_existing(path)
     if not existing.is_dir():
         raise ValueError(f"{arg}: cannot create {path}: {existing} is a file, not a folder")
@@ -95,6 +103,29 @@ def check_out_dir(path: str | os.PathLike, arg: str = "--out") -> Path:
     except OSError as exc:
         reason = exc.strerror or exc
         raise ValueError(f"{arg}: cannot write in {existing} ({reason}); choose a writable folder") from None
+
+
+def check_out_dir(path: str | os.PathLike, arg: str = "--out") -> Path:
+    """A folder this command may write into: a folder or nothing yet, under a folder we can write to.
+
+    Every command that writes a folder checks it here, before it reads or computes anything else.
+    """
+    path = _checked_path(path, arg)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{arg}: {path} is a file; expected a folder (a new one, or one this command wrote)")
+    _check_writable_under(path, arg)
+    return path
+
+
+def check_out_file(path: str | os.PathLike, arg: str = "--out", what: str = "file") -> Path:
+    """A file this command may write (``what`` names it in the message): not a folder, in a folder we can
+    create or write to. Every command that writes one file checks it here, before any work."""
+    path = _checked_path(path, arg)
+    if path.is_dir():
+        raise ValueError(f"{arg}: {path} is a folder; expected the path of the {what} to write")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ValueError(f"{arg}: cannot overwrite {path} (not writable); choose another path")
+    _check_writable_under(path.parent, arg)
     return path
 
 
@@ -182,11 +213,15 @@ def generation_settings(
 ) -> tuple[int, int, int, float]:  # fmt: skip
     """(steps, width, height, guidance): what was given, else the model's own defaults, checked."""
     from calib.prompts import parse_size
-    from teacache.loading import model_defaults
+    from teacache.loading import model_defaults, resolve_spec
 
     check_model(model, base_model)
     defaults = model_defaults(model, base_model)
     width, height = parse_size(size) if size else (defaults["width"], defaults["height"])
+    if resolve_spec(model, base_model).only_its_size and (width, height) != (defaults["width"], defaults["height"]):
+        raise ValueError(
+            f"--size: {model} only makes {defaults['width']}x{defaults['height']} images, got {width}x{height}"
+        )
     steps = steps if steps is not None else defaults["steps"]
     check_at_least(steps, min_steps, "--steps", why)
     guidance = guidance if guidance is not None else defaults["guidance"]

@@ -18,7 +18,6 @@ Each row gives the median difference over prompts with a bootstrap CI (``bench.s
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import math
@@ -223,15 +222,18 @@ def fronts_png(points: pd.DataFrame, scores: pd.DataFrame) -> bytes:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="python -m calib.decision_check", description=__doc__.split("\n\n")[0])
+    from calib.arguments import CommandParser, check_out_dir, path_argument
+
+    parser = CommandParser(prog="python -m calib.decision_check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--candidate", action="append", required=True, metavar="LABEL=SWEEP_DIR=FIT_JSON")
     parser.add_argument(
         "--scores", type=Path, required=True, help="the fit.json of the full fit: each criterion's scores"
     )
     parser.add_argument("--levels", default="6,8,10,13,17", help="computed steps to compare at")
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=path_argument, required=True)
     args = parser.parse_args(argv)
     try:
+        check_out_dir(args.out)
         candidates = [parse_candidate(v) for v in args.candidate]
         levels = [int(v) for v in args.levels.split(",")]
     except ValueError as exc:

@@ -261,13 +261,17 @@ def max_curve_difference(old: RescaleFunction, new: RescaleFunction, fit: dict) 
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from calib.arguments import CommandParser, path_argument
+
+    parser = CommandParser(
         prog="teacache-calib emit",
         description="Write the packaged coefficient module of a variant from a fit.json.",
     )
     parser.add_argument("fit", metavar="FIT", help="fit.json written by teacache-calib fit (or its folder)")
     parser.add_argument("--variant", required=True, help=f"one of: {', '.join(sorted(PACKAGED_MODULES))}")
-    parser.add_argument("--out", metavar="PATH", help="write here instead of teacache/coefficients/<module>.py")
+    parser.add_argument(
+        "--out", type=path_argument, metavar="PATH", help="write here instead of teacache/coefficients/<module>.py"
+    )
     return parser
 
 
@@ -277,14 +281,18 @@ def main(argv: list[str] | None = None) -> int:
         args = setup_arg_parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
+    from calib.arguments import check_out_file
+
     try:
+        if args.out is not None:
+            check_out_file(args.out, what="coefficient module")
         fit = read_fit(args.fit)
         text = emit_module(fit, args.variant)
     except (FitError, ValueError, KeyError) as exc:
         msg = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
         print(f"teacache-calib emit: error: {msg}", file=sys.stderr)
         return 2
-    path = Path(args.out) if args.out else target_path(args.variant)
+    path = args.out if args.out is not None else target_path(args.variant)
     if path.exists() and path.read_text(encoding="utf-8") == text:
         print(f"unchanged: {path} already holds this fit")
         return 0

@@ -9,12 +9,14 @@ stops with one line naming what differs.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import importlib
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -279,6 +281,20 @@ def save(folder: str | os.PathLike, command: str, settings: dict, state: FolderS
     if state.status != "resume" or read(folder) is None:
         write_json(folder / FILE, data)
     return data
+
+
+@contextlib.contextmanager
+def withdrawn_on_failure(folder: str | os.PathLike, outputs: tuple[str, ...]) -> Iterator[None]:
+    """A fingerprint this run wrote goes again when the run stops before any result is saved: a refused run
+    leaves the folder as it was, and the corrected command is not refused as "other settings"."""
+    path = Path(folder) / FILE
+    existed = path.exists()
+    try:
+        yield
+    except BaseException:
+        if not existed and not _has_results(Path(folder), outputs):
+            path.unlink(missing_ok=True)
+        raise
 
 
 def digest(data: dict) -> str:

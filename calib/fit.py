@@ -91,7 +91,9 @@ def load_comparison(
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from calib.arguments import CommandParser, path_argument
+
+    parser = CommandParser(
         prog="teacache-calib fit",
         description="Fit rescale functions to trace tables; choose one by leave-prompts-out CV.",
     )
@@ -101,7 +103,9 @@ def setup_arg_parser() -> argparse.ArgumentParser:
         metavar="TRACES",
         help="trace tables: .parquet, .csv, .json, .jsonl, or mlx-teacache _calibration_<variant>.json[#SIGNAL]",
     )
-    parser.add_argument("--out", required=True, metavar="DIR", help="folder for fit.json and the plots")
+    parser.add_argument(
+        "--out", required=True, type=path_argument, metavar="DIR", help="folder for fit.json and the plots"
+    )
     parser.add_argument("--form", choices=FORMS, help="fit only this form")
     parser.add_argument("--degree", type=int, choices=DEGREES, help="fit only this degree in x")
     parser.add_argument("--mode", choices=MODES, help="fit only this mode (time-aware forms: free or monotone)")
@@ -322,9 +326,12 @@ def main(argv: list[str] | None = None) -> int:
         args = setup_arg_parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
+    from calib.arguments import check_out_dir
+
     try:
+        check_out_dir(args.out)
         fit, plots = run(args, argv)
-    except (TraceError, FitError) as exc:
+    except (TraceError, FitError, ValueError) as exc:
         print(f"teacache-calib fit: error: {exc}", file=sys.stderr)
         return 2
     for message in fit["data"]["notes"]:

@@ -43,7 +43,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--size", default=None, help="WIDTHxHEIGHT (default: the model's own)")
     parser.add_argument("--guidance", type=float, default=None, help="default: the model's own")
     parser.add_argument("--quantize", type=int, default=None, choices=(3, 4, 5, 6, 8))
-    parser.add_argument("--out", required=True, type=Path, help="the traces folder")
+    parser.add_argument("--out", required=True, type=arguments.path_argument, help="the traces folder")
     parser.add_argument("--dry-run", action="store_true", help="check the arguments, print the plan and exit")
     parser.add_argument("--overhead-pairs", type=int, default=3, help="paired vanilla/recorded runs timed (0: skip)")
     parser.add_argument(
@@ -223,6 +223,7 @@ def run_record(settings: RecordSettings, world: shard.World | None = None) -> Pa
                 check_parts_agree(settings, folder)
 
         shard.claim(stack, world, settings.out, run.folder, PROG, check)
+        stack.enter_context(fingerprint.withdrawn_on_failure(run.folder, RESULTS))
         measured, error = None, None
         try:
             run.start()

@@ -73,6 +73,7 @@ SPECS = (
         builder="teacache.models.shapes:load_tiny_shapes",
         scores_adherence=True,
         is_default_model=True,
+        only_its_size=True,
     ),
     VariantSpec(
         name="tiny-flux2",
