@@ -129,9 +129,16 @@ def plan_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swe
     return Campaign(model, out, record, sweep, floor)
 
 
-def fit_stage(traces: Path, out: Path, min_step: int) -> Path:
-    """teacache-calib fit on the recorded traces, compared with the packaged coefficients."""
+def fit_stage(traces: Path, out: Path, min_step: int, sweep: Path | None = None, force_new: bool = False) -> Path:
+    """teacache-calib fit on the recorded traces, compared with the packaged coefficients.
+
+    A refit that selects the same function as OUT/fit.json (within the refit tolerance) keeps that file and its
+    plots as they are, so the sweep made with it resumes. Another function is refused, before anything is
+    written, while ``sweep`` holds pairs measured with the old one (unless ``force_new``: the sweep starts afresh).
+    """
+    from calib import fingerprint
     from calib import fit as fit_cmd
+    from calib.fit_file import read_fit, same_selection
     from teacache.io import atomic_path, write_json
 
     command = [str(traces), "--out", str(out), "--compare", "packaged", "--min-step", str(min_step)]
@@ -140,10 +147,31 @@ def fit_stage(traces: Path, out: Path, min_step: int) -> Path:
     fit, plots = fit_cmd.run(args, command)
     for message in fit["data"]["warnings"]:
         print(f"fit: warning: {message}", file=sys.stderr)
+    path = out / "fit.json"
+    previous = None
+    if path.is_file():
+        try:
+            previous = read_fit(path)
+        except ValueError:
+            previous = None  # unreadable: replaced below
+    if previous is not None and same_selection(previous, fit):
+        print(f"kept {path}: the refit selects the same function ({fit['selected']['label']}, numbers within "
+              f"{fingerprint.FIT_RTOL:g} relative)")  # fmt: skip
+        return path
+    if (
+        previous is not None
+        and sweep is not None
+        and not force_new
+        and fingerprint.has_results(sweep, sweep_stage.RESULTS)
+    ):
+        raise ValueError(
+            f"the traces now give another fit ({fit['selected']['label']}) than {path} "
+            f"({previous['selected'].get('label')}), which the sweep in {sweep} was measured with; pass --force-new "
+            "to refit and sweep afresh, or choose a new --out"
+        )
     for name, png in plots.items():
         with atomic_path(out / fit_cmd.PLOT_FILES[name]) as tmp:
             tmp.write_bytes(png)
-    path = out / "fit.json"
     write_json(path, fit)
     fit_cmd.print_summary(fit, path)
     return path
@@ -196,7 +224,7 @@ def run_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swee
         error = None
         try:
             if lead:
-                fit_stage(traces, out / "fit", campaign.min_step)
+                fit_stage(traces, out / "fit", campaign.min_step, campaign.sweep.out, campaign.sweep.force_new)
         except (ValueError, FolderLocked) as exc:
             error = exc
         share_inputs(world, [out / "fit" / "fit.json", campaign.record.out / "traces.parquet"], error)

@@ -610,7 +610,7 @@ def _check_folder(settings: SweepSettings, partial: dict):
     """The settings check of one folder whose pairs this sweep may resume or merge."""
 
     def check(folder: Path) -> None:
-        state = fingerprint.check(folder, partial, RESULTS, settings.extendable)
+        state = fingerprint.check(folder, partial, RESULTS, settings.extendable, command=PROG)
         if state.status == "adopt":
             check_parts_agree(settings, folder)
 
@@ -668,7 +668,7 @@ def _finish(settings: SweepSettings, run: shard.ShardedRun, measured, error, tra
         outcome = run.finish(error)
         try:
             if world.rank == 0 and outcome.complete and measured is not None:
-                path = _write_tables(settings, run, measured, outcome.locations, traces)
+                path = _write_tables(settings, run, measured, outcome.locations, traces, added=len(run.todo))
         finally:
             run.close()
     except RuntimeError as exc:  # a rank died inside a collective ("[ring] connection to a peer was lost")
@@ -728,7 +728,7 @@ def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale, traces
     rescales = resolve_rescales(settings, rescale, variant) if settings.arms_mode else None
     if rescales is not None and len(rescales) > 1:
         fp["compare_rescales"] = {k: _rescale_settings(v) for k, v in list(rescales.items())[1:]}
-    state = fingerprint.check(folder, fp, RESULTS, settings.extendable)
+    state = fingerprint.check(folder, fp, RESULTS, settings.extendable, command=PROG)
     if state.message(folder):
         print(state.message(folder))
     recorded = fingerprint.save(folder, PROG, fp, state)
@@ -786,18 +786,28 @@ def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale, traces
     return Measured(variant, default_threshold, skip_first, rescale, configs, fp, recorded, arms_record)
 
 
-def _write_tables(settings: SweepSettings, run: shard.ShardedRun, measured: Measured, locations, traces) -> Path:
-    """The folder's tables from every pair wherever it was saved, and provenance.json (on rank 0)."""
+def _write_tables(
+    settings: SweepSettings, run: shard.ShardedRun, measured: Measured, locations, traces, added: int
+) -> Path:
+    """The folder's tables from every pair wherever it was saved, and provenance.json (on rank 0). A resume
+    that measured nothing (``added`` 0) keeps them as they are: they describe the runs that made them."""
     from bench import records
     from bench.replay import predict_schedules
     from teacache.io import write_json
-    from teacache.provenance import collect
+    from teacache.provenance import authorship, collect, read_previous
 
     out, thresholds, configs = settings.out, settings.thresholds, measured.configs
+    previous = read_previous(out / "provenance.json")
+    if added == 0 and previous is not None and (out / records.RUNS.file).is_file():
+        print(f"nothing to measure: {out / records.RUNS.file} holds every pair; kept its tables and provenance.json")
+        return out / records.RUNS.file
     recorded = measured.recorded
     if run.folder != out:  # the merged folder gets the settings its tables were made with
         recorded = fingerprint.save(
-            out, PROG, measured.fingerprint, fingerprint.check(out, measured.fingerprint, RESULTS, settings.extendable)
+            out,
+            PROG,
+            measured.fingerprint,
+            fingerprint.check(out, measured.fingerprint, RESULTS, settings.extendable, command=PROG),
         )
     runs, decisions, noop = _assemble(settings, locations)
     runs["predicted_skipped"] = float("nan")
@@ -836,6 +846,7 @@ def _write_tables(settings: SweepSettings, run: shard.ShardedRun, measured: Meas
         **sharding,
         **({"arms": measured.arms} if measured.arms is not None else {}),
     )
+    provenance.update(authorship(previous, provenance, added, len(settings.pairs)))
     records.write_table(out / records.DECISIONS.file, records.DECISIONS, decisions)
     records.write_table(out / records.NOOP.file, records.NOOP, noop)
     records.write_table(out / records.RUNS.file, records.RUNS, runs)

@@ -72,6 +72,18 @@ def rescale_from_fit(fit: dict | str | os.PathLike) -> RescaleFunction:
     )
 
 
+SELECTION_KEYS = ("label", "form", "coefficients", "time_coefficients", "interaction_coefficients", "x_range")
+
+
+def same_selection(a: dict, b: dict) -> bool:
+    """Two fits select the same function: the same candidate, its numbers within the refit tolerance
+    (``calib.fingerprint.FIT_RTOL``: a refit of the same traces elsewhere is not bit-identical)."""
+    from calib.fingerprint import close
+
+    first, second = a["selected"], b["selected"]
+    return all(close(first.get(k), second.get(k)) for k in SELECTION_KEYS)
+
+
 def describe_data(traces: Traces) -> dict:
     """The "data" section of fit.json: what the fit saw, including where num_steps came from."""
     frame = traces.frame

@@ -219,7 +219,7 @@ def run_record(settings: RecordSettings, world: shard.World | None = None) -> Pa
         partial = fingerprint_settings(settings)
 
         def check(folder: Path) -> None:
-            if fingerprint.check(folder, partial, RESULTS, EXTENDABLE).status == "adopt":
+            if fingerprint.check(folder, partial, RESULTS, EXTENDABLE, command=PROG).status == "adopt":
                 check_parts_agree(settings, folder)
 
         shard.claim(stack, world, settings.out, run.folder, PROG, check)
@@ -247,7 +247,7 @@ def run_record(settings: RecordSettings, world: shard.World | None = None) -> Pa
             outcome = run.finish(error)
             try:
                 if world.rank == 0 and outcome.complete and measured is not None:
-                    path = _write_traces(settings, run, measured, outcome.locations)
+                    path = _write_traces(settings, run, measured, outcome.locations, added=len(run.todo))
             finally:
                 run.close()
         except RuntimeError as exc:  # a rank died inside a collective
@@ -282,7 +282,7 @@ def _record(settings: RecordSettings, run: shard.ShardedRun) -> dict:
     model = arguments.load_model(settings.model, settings.base_model, settings.quantize)
     variant = variants.variant_of(model)
     fp = fingerprint_settings(settings, variant)
-    state = fingerprint.check(folder, fp, RESULTS, EXTENDABLE)
+    state = fingerprint.check(folder, fp, RESULTS, EXTENDABLE, command=PROG)
     if state.message(folder):
         print(state.message(folder))
     recorded = fingerprint.save(folder, PROG, fp, state)
@@ -306,16 +306,21 @@ def _record(settings: RecordSettings, run: shard.ShardedRun) -> dict:
     return {"variant": variant, "fingerprint": fp, "recorded": recorded, "overhead": overhead, "model": model}
 
 
-def _write_traces(settings: RecordSettings, run: shard.ShardedRun, measured: dict, locations) -> Path:
-    """traces.parquet from every run wherever it was saved, and provenance.json (on rank 0)."""
+def _write_traces(settings: RecordSettings, run: shard.ShardedRun, measured: dict, locations, added: int) -> Path:
+    """traces.parquet from every run wherever it was saved, and provenance.json (on rank 0). A resume that
+    recorded nothing (``added`` 0) keeps both files as they are: they describe the runs that made them."""
     import pandas as pd
 
     from teacache.io import FORMAT_VERSION, write_json, write_parquet
-    from teacache.provenance import collect
+    from teacache.provenance import authorship, collect, read_previous
 
     out, recorded = settings.out, measured["recorded"]
+    previous = read_previous(out / "provenance.json")
+    if added == 0 and previous is not None and (out / "traces.parquet").is_file():
+        print(f"nothing to record: {out / 'traces.parquet'} holds every run; kept it and its provenance.json")
+        return out / "traces.parquet"
     if run.folder != out:  # the merged folder gets the settings its table was made with
-        state = fingerprint.check(out, measured["fingerprint"], RESULTS, EXTENDABLE)
+        state = fingerprint.check(out, measured["fingerprint"], RESULTS, EXTENDABLE, command=PROG)
         recorded = fingerprint.save(out, PROG, measured["fingerprint"], state)
     ids = [run_id(pid, seed) for pid, _t, seed in settings.runs]
     traces = pd.concat([pd.read_parquet(locations[i] / "runs" / f"{i}.parquet") for i in ids], ignore_index=True)
@@ -339,6 +344,7 @@ def _write_traces(settings: RecordSettings, run: shard.ShardedRun, measured: dic
         history=recorded["history"],
         **sharding,
     )
+    provenance.update(authorship(previous, provenance, added, len(ids)))
     write_parquet(out / "traces.parquet", traces)
     write_json(out / "provenance.json", provenance)
     print(f"wrote {out / 'traces.parquet'} ({len(traces)} rows, format_version {FORMAT_VERSION})")
@@ -378,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
             run_record(settings)
             return
         if not settings.force_new:
-            fingerprint.check(settings.out, fingerprint_settings(settings), RESULTS, EXTENDABLE)
+            fingerprint.check(settings.out, fingerprint_settings(settings), RESULTS, EXTENDABLE, command=PROG)
         todo = _todo(settings)
         print(describe_plan(settings, todo))
         for pid, _text, seed in todo:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -631,14 +632,23 @@ def test_fit_json_with_interaction_terms_round_trips(tmp_path, capsys):
     assert rescale_from_fit(tmp_path / "o").interaction_coefficients == tuple(sel["interaction_coefficients"])
 
 
-def test_existing_fit_files_still_load():
-    from pathlib import Path
+def loads_as_selected(path) -> None:
+    """A fit.json loads as the function it selected: the same label and terms (x*u terms included, when the
+    selection chose them) and finite values over its calibrated x range, early and late in the run."""
+    sel = json.loads(Path(path).read_text())["selected"]
+    rescale = rescale_from_fit(path)
+    assert rescale.provenance["fitted_model"] == sel["label"], path
+    assert rescale.coefficients == tuple(sel["coefficients"]), path
+    assert rescale.interaction_coefficients == tuple(sel.get("interaction_coefficients") or ()), path
+    xs = np.linspace(*sel["x_range"], 9)
+    assert all(np.isfinite(rescale(x, u)) for x in xs for u in (0.0, 0.5, 1.0)), path
 
+
+def test_existing_fit_files_still_load():
     paths = sorted(Path(fitmod.__file__).resolve().parents[1].glob("results/**/fit/fit.json"))
     assert paths
     for path in paths:
-        rescale = rescale_from_fit(path)
-        assert rescale.interaction_coefficients == () and rescale.provenance["fitted_model"]
+        loads_as_selected(path)
 
 
 def test_scatter_plot_draws_each_out_of_range_piece_on_its_own(full_fit):

@@ -1,0 +1,156 @@
+"""What a new user meets when re-running the README's journeys: a campaign re-run resumes, provenance says
+who recorded and who resumed, a folder of one command is refused by another, a campaign's fit passes the
+rule the committed fits are held to.
+
+The commands share the session's tiny-flux1 (tests/test_run_folders.py's fixtures): seconds per command.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from calib import fingerprint
+from tests.test_calib_fit import _interaction_truth, loads_as_selected, make_traces, run_fit, write
+from tests.test_run_folders import one_line, prompts, record, shared_model, sweep  # noqa: F401  (fixtures)
+
+# ------------------------------------------------------------------ computed settings, compared as numbers
+
+
+def _nudged(values: list[float], relative: float) -> list[float]:
+    return [v * (1 + relative) for v in values]
+
+
+def test_refitted_coefficients_within_the_measured_tolerance_are_the_same_setting():
+    stored = {"coefficients": {"coefficients": [-22.678674201592905, 16.086119049542994], "x_range": [0.01, 0.35]}}
+    refit = {"coefficients": {"coefficients": _nudged([-22.678674201592905, 16.086119049542994], 3e-15),
+                              "x_range": [0.01, 0.35]}}  # fmt: skip
+    assert fingerprint.compare(stored, refit) == ([], {})
+    other = {"coefficients": {"coefficients": _nudged([-22.678674201592905, 16.086119049542994], 1e-6),
+                              "x_range": [0.01, 0.35]}}  # fmt: skip
+    differences, _ = fingerprint.compare(stored, other)
+    assert len(differences) == 1
+
+
+def test_a_difference_is_shown_at_the_precision_at_which_the_values_differ():
+    differences, _ = fingerprint.compare({"guidance": 3.5, "thresholds": [0.1, 0.2]},
+                                         {"guidance": 3.5000001, "thresholds": [0.1, 0.2000000004]})  # fmt: skip
+    text = "; ".join(differences)
+    assert "guidance 3.5 (this run: 3.5000001)" in text
+    assert "thresholds 0.1,0.2 (this run: 0.1,0.2000000004)" in text
+
+
+def test_a_sweep_made_with_a_refit_of_the_same_traces_resumes(tmp_path, prompts, shared_model, capsys):  # noqa: F811
+    """The campaign's sweep after a refit in another process: coefficients a few ulp apart resume, untouched."""
+    out = tmp_path / "sweep"
+    assert sweep(out, prompts) == 0
+    data = json.loads((out / "fingerprint.json").read_text())
+    stored = data["settings"]["coefficients"]
+    stored["coefficients"] = _nudged(stored["coefficients"], 3e-15)
+    assert any(a != b for a, b in zip(stored["coefficients"], _nudged(stored["coefficients"], -3e-15), strict=True))
+    (out / "fingerprint.json").write_text(json.dumps(data))
+    kept = {name: (out / name).read_bytes() for name in ("runs.parquet", "provenance.json", "fingerprint.json")}
+    capsys.readouterr()
+    assert sweep(out, prompts) == 0, capsys.readouterr().err
+    assert "nothing to measure" in capsys.readouterr().out
+    assert {name: (out / name).read_bytes() for name in kept} == kept
+
+
+# ------------------------------------------------------------------------------ the campaign's fit stage
+
+
+@pytest.fixture(scope="module")
+def small_traces(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("traces")
+    return write(make_traces(n_prompts=4, n_steps=10, seeds=(0,)), folder / "traces.parquet")
+
+
+def _files(folder):
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_the_campaign_keeps_a_fit_the_refit_reproduces(tmp_path, small_traces, capsys):
+    from bench.campaign import fit_stage
+
+    out = tmp_path / "fit"
+    fit_stage(small_traces, out, 1)
+    fit = json.loads((out / "fit.json").read_text())
+    fit["selected"]["coefficients"] = _nudged(fit["selected"]["coefficients"], 3e-15)  # another machine's refit
+    (out / "fit.json").write_text(json.dumps(fit))
+    before = _files(out)
+    fit_stage(small_traces, out, 1, sweep=tmp_path / "sweep")
+    assert "kept" in capsys.readouterr().out
+    assert _files(out) == before
+
+
+def test_the_campaign_refuses_another_fit_before_writing_it_while_the_sweep_holds_the_old(tmp_path, small_traces):
+    from bench.campaign import fit_stage
+
+    out, swept = tmp_path / "fit", tmp_path / "sweep"
+    fit_stage(small_traces, out, 1)
+    fit = json.loads((out / "fit.json").read_text())
+    fit["selected"]["coefficients"] = _nudged(fit["selected"]["coefficients"], 1e-3)
+    (out / "fit.json").write_text(json.dumps(fit))
+    (swept / "pairs").mkdir(parents=True)
+    (swept / "pairs" / "p-s0.runs.parquet").write_bytes(b"measured with the old fit")
+    before = _files(out)
+    with pytest.raises(ValueError, match="another fit.*--force-new"):
+        fit_stage(small_traces, out, 1, sweep=swept)
+    assert _files(out) == before
+    fit_stage(small_traces, out, 1, sweep=swept, force_new=True)  # the sweep starts afresh: the fit is rewritten
+    assert _files(out) != before
+
+
+# --------------------------------------------------------------------- who recorded, who resumed (item 3)
+
+
+def test_provenance_says_who_recorded_the_runs_and_who_resumed_them(tmp_path, prompts, shared_model, capsys):  # noqa: F811
+    out = tmp_path / "traces"
+    assert record(out, prompts) == 0
+    prov = json.loads((out / "provenance.json").read_text())
+    assert prov["recorded_by"]["units"] == 2 and prov["resumed_by"] == []
+    earlier = {"command": "teacache-calib record (an earlier one)", "date_utc": "2026-01-01T00:00:00Z",
+               "git": {"commit": "0" * 40, "dirty": True}}  # fmt: skip
+    prov["recorded_by"].update(earlier)
+    (out / "provenance.json").write_text(json.dumps(prov))
+    kept = {name: (out / name).read_bytes() for name in ("traces.parquet", "provenance.json")}
+    assert record(out, prompts) == 0  # nothing to do: the files describe the runs that made them
+    assert {name: (out / name).read_bytes() for name in kept} == kept
+    assert record(out, prompts, "--seeds", "0,1") == 0  # extends: the new runs are this command's
+    prov = json.loads((out / "provenance.json").read_text())
+    assert {k: prov["recorded_by"][k] for k in earlier} == earlier
+    assert [r["units"] for r in prov["resumed_by"]] == [2] and prov["resumed_by"][0]["command"] == prov["command"]
+
+
+def test_a_folder_written_by_one_command_is_refused_by_another(tmp_path, prompts, shared_model, capsys):  # noqa: F811
+    out = tmp_path / "sweep"
+    assert sweep(out, prompts) == 0
+    kept = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    capsys.readouterr()
+    assert record(out, prompts) == 2
+    line = one_line(capsys.readouterr().err)
+    assert "teacache-bench sweep" in line and "--out" in line
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == kept
+    traces = tmp_path / "traces"
+    assert record(traces, prompts) == 0
+    capsys.readouterr()
+    assert sweep(traces, prompts) == 2
+    assert "teacache-calib record" in one_line(capsys.readouterr().err)
+
+
+# ----------------------------------------------------------------------- the tolerance journey (item 1)
+
+
+def test_a_campaign_fit_with_interaction_terms_passes_the_rule_committed_fits_are_held_to(tmp_path, capsys):
+    """The campaign's fit may select x*u terms (tiny-flux1's does); make test holds every results/**/fit.json to
+    loading as the function it selected, which such a fit does."""
+    frame = make_traces(truth=_interaction_truth, noise=0.002, branches=("cond",)).drop(columns="sigma")
+    args = [write(frame, tmp_path / "t.parquet"), "--out", tmp_path / "results/x/fit", "--form", "poly+step",
+            "--degree", 1, "--time-degree", 3, "--interaction-degree", 1, "--mode", "free", "--no-plots"]  # fmt: skip
+    assert run_fit(args, capsys)[0] == 0
+    path = tmp_path / "results/x/fit/fit.json"
+    assert json.loads(path.read_text())["selected"]["interaction_coefficients"]
+    loads_as_selected(path)
+    assert math.isfinite(json.loads(path.read_text())["selected"]["cv_r2"])
