@@ -61,8 +61,14 @@ def derive(sweep_dir: Path, threshold: float | None = None, provisional: bool = 
             f"RUNS: {sweep_dir} is from another tool version (format_version {prov.get('format_version')}, "
             f"this tool reads {FORMAT_VERSION}); re-run the sweep"
         )
+    from bench import records
+
     runs = pd.read_parquet(sweep_dir / "runs.parquet")
     noop = pd.read_parquet(sweep_dir / "noop.parquet")
+    try:  # the report's checks of its rows: no run twice, no NaN or infinite measurement
+        records.check_rows(runs)
+    except records.RecordError as exc:
+        raise ValueError(f"RUNS: {sweep_dir}: {exc}") from None
     threshold = prov.get("default_threshold") if threshold is None else threshold
     tc = runs[runs["kind"] == "teacache"]
     available = sorted(tc["threshold"].unique())
@@ -85,7 +91,9 @@ def derive(sweep_dir: Path, threshold: float | None = None, provisional: bool = 
     margin = "margin: one median-to-worst spread beyond the worst run (see the module docstring)"
     out: dict[str, tuple] = {}
 
-    def note(what: str, s: dict | None, extra: str = "") -> list[str]:
+    def note(what: str, s: dict | None, extra: str = "", pairs: int | None = None) -> list[str]:
+        """The constant's comment; ``pairs``: the pairs its values come from, when fewer than the sweep's
+        (values left out as not finite): below CALIBRATED_MIN_PAIRS the constant is provisional."""
         lines = [what, origin]
         if s is not None:
             lines.append(
@@ -93,7 +101,10 @@ def derive(sweep_dir: Path, threshold: float | None = None, provisional: bool = 
             )
         if extra:
             lines.append(extra)
-        lines.append(status)
+        if pairs is not None and pairs < CALIBRATED_MIN_PAIRS and status == "calibrated":
+            lines.append(f"provisional: from {pairs} pairs, fewer than the {CALIBRATED_MIN_PAIRS} a calibration needs")
+        else:
+            lines.append(status)
         return lines
 
     out[f"{p}_SETTINGS"] = (
@@ -144,14 +155,17 @@ def derive(sweep_dir: Path, threshold: float | None = None, provisional: bool = 
     finite_ssim = at["ssim"].dropna()
     if not finite_ssim.empty:
         bound, s = lower_bound(finite_ssim)
+        pairs = int(at.loc[finite_ssim.index, "pair_id"].nunique())
         out[f"{p}_SSIM_FLOOR"] = (
             bound,
-            note(f"SSIM of decoded images against vanilla at threshold {threshold:g}", s, margin),
+            note(f"SSIM of decoded images against vanilla at threshold {threshold:g}", s, margin, pairs),
         )
     finite_psnr = at["psnr"].replace([np.inf], np.nan).dropna()
     if not finite_psnr.empty:
         bound, s = lower_bound(finite_psnr)
-        out[f"{p}_PSNR_FLOOR"] = (bound, note(f"PSNR (dB) against vanilla at threshold {threshold:g}", s, margin))
+        pairs = int(at.loc[finite_psnr.index, "pair_id"].nunique())
+        what = f"PSNR (dB) against vanilla at threshold {threshold:g}"
+        out[f"{p}_PSNR_FLOOR"] = (bound, note(what, s, margin, pairs))
     lo, s_lo = lower_bound(at["skipped"])
     hi, _ = upper_bound(at["skipped"])
     band = (max(0, math.floor(lo)), min(int(prov["steps"]), math.ceil(hi)))
