@@ -94,6 +94,18 @@ class Campaign:
         return variants.get(self.model).skip_first_n_steps
 
 
+@contextlib.contextmanager
+def _named(stage_arg: str, campaign_arg: str):
+    """A stage's refusal names the campaign's own argument (--sweep-seeds, not the sweep's --seeds)."""
+    try:
+        yield
+    except ValueError as exc:
+        message = str(exc)
+        if message.startswith(f"{stage_arg}:"):
+            raise ValueError(campaign_arg + message[len(stage_arg) :]) from None
+        raise
+
+
 def plan_campaign(model: str, out: Path, thresholds=None, record_seeds=None, sweep_seeds=None, repeats=None,
                   ssim_floor: float = 0.95, sweep_prompts=None, force_new: bool = False) -> Campaign:  # fmt: skip
     """Check the arguments of every stage at once; raise ValueError naming the first bad one."""
@@ -104,21 +116,23 @@ def plan_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swe
     cfg = variants.get(model).campaign
     out = arguments.check_out_dir(out)
     traces = out / "traces"
-    record = record_stage.plan(
-        model, traces, prompts=cfg.record_prompts, seeds=record_seeds or cfg.record_seeds, force_new=force_new
-    )
-    sweep = sweep_stage.plan(
-        model,
-        thresholds or cfg.thresholds,
-        out / "sweep",
-        prompts=sweep_prompts or cfg.sweep_prompts,
-        seeds=sweep_seeds or cfg.sweep_seeds,
-        repeats=cfg.repeats if repeats is None else repeats,
-        coefficients=str(out / "fit" / "fit.json"),
-        traces=traces / "traces.parquet",
-        save_images=True,
-        force_new=force_new,
-    )
+    with _named("--seeds", "--record-seeds"):
+        record = record_stage.plan(
+            model, traces, prompts=cfg.record_prompts, seeds=record_seeds or cfg.record_seeds, force_new=force_new
+        )
+    with _named("--seeds", "--sweep-seeds"), _named("--prompts", "--sweep-prompts"):
+        sweep = sweep_stage.plan(
+            model,
+            thresholds or cfg.thresholds,
+            out / "sweep",
+            prompts=sweep_prompts or cfg.sweep_prompts,
+            seeds=sweep_seeds or cfg.sweep_seeds,
+            repeats=cfg.repeats if repeats is None else repeats,
+            coefficients=str(out / "fit" / "fit.json"),
+            traces=traces / "traces.parquet",
+            save_images=True,
+            force_new=force_new,
+        )
     default = variants.get(model).default_threshold
     if default not in sweep.thresholds:  # teacache-bench tolerances derives its constants there
         raise ValueError(

@@ -11,8 +11,10 @@ from teacache.gate import check_threshold
 def parse_thresholds(text: str) -> list[float]:
     """'0,0.1,0.2': finite, >= 0, no duplicates; returned sorted."""
     values = []
-    for part in str(text).split(","):
-        part = part.strip()
+    parts = [part.strip() for part in str(text).split(",")]
+    if any(not part for part in parts) and any(parts):
+        raise ValueError(f"--thresholds: an empty item in {text!r}; expected numbers separated by commas, like 0,0.1")
+    for part in parts:
         if not part:
             continue
         try:

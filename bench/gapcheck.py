@@ -25,10 +25,11 @@ from bench import markdown
 from bench.mutants import MUTANTS, Mutant, apply_mutant, leftovers
 from bench.sweep import image_metrics, latent_metrics
 from bench.tolerances import PROJECT_ROOT, check_run, load_module, prefix
+from calib import arguments
 from calib.arguments import CommandParser, check_out_dir, path_argument
 from calib.generation import generate
-from calib.prompts import default_set, load_prompts, parse_seeds
-from teacache import apply_teacache, load_model, variants
+from calib.prompts import parse_seeds
+from teacache import apply_teacache
 from teacache.gate import GateConfig
 from teacache.io import write_json, write_text
 from teacache.provenance import collect, hardware_slug, tolerance_module_name
@@ -41,11 +42,10 @@ CORRECT = "correct"
 
 def setup_arg_parser() -> argparse.ArgumentParser:
     parser = CommandParser(prog="teacache-bench gapcheck", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=variants.default_model())
+    arguments.add_model_arguments(parser)
     parser.add_argument("--tolerances", type=Path, default=None, help="default: tests/tolerances/<hardware>.py")
-    parser.add_argument("--prompts", default=None)
     parser.add_argument("--seeds", default="0")
-    parser.add_argument("--max-prompts", type=int, default=4)
+    parser.add_argument("--max-prompts", type=int, default=4, help="the first N prompts of the set")
     parser.add_argument("--out", type=path_argument, required=True, help="folder for gapcheck.md and gapcheck.json")
     parser.add_argument(
         "--render-only",
@@ -104,18 +104,28 @@ def measure(model, mutant: Mutant | None, settings: dict, args: tuple, vanilla) 
     return row
 
 
-def run_gapcheck(args) -> dict:
+def check_args(args) -> tuple[Path, dict[str, str], list[int]]:
+    """Every argument before the model loads: (tolerance module, prompts, seeds); ValueError names the argument."""
+    arguments.check_model(args.model, args.base_model)
+    arguments.check_at_least(args.max_prompts, 1, "--max-prompts")
+    seeds = parse_seeds(args.seeds)
+    prompts = arguments.read_prompts(args.prompts, args.model, args.base_model)
     tol_path = args.tolerances or PROJECT_ROOT / "tests" / "tolerances" / f"{tolerance_module_name(hardware_slug())}.py"
+    arguments.check_input_file(tol_path, "--tolerances")
+    return tol_path, prompts, seeds
+
+
+def run_gapcheck(args) -> dict:
+    tol_path, prompts, seeds = check_args(args)
     tol = load_module(tol_path)
-    model = load_model(args.model)
+    model = arguments.load_model(args.model, args.base_model, None)
     variant = variant_of(model)
     p = prefix(variant)
     if not hasattr(tol, f"{p}_SETTINGS"):
         raise ValueError(f"--tolerances: {tol_path} has no constants for {variant} (variants: {tol.VARIANTS})")
     settings = getattr(tol, f"{p}_SETTINGS")
     width, height = (int(v) for v in settings["resolution"].split("x"))
-    prompts = load_prompts(args.prompts or default_set(args.model))
-    pairs = [(pid, text, s) for pid, text in list(prompts.items())[: args.max_prompts] for s in parse_seeds(args.seeds)]
+    pairs = [(pid, text, s) for pid, text in list(prompts.items())[: args.max_prompts] for s in seeds]
     rows = []
     with Progress() as progress:
         task = progress.add_task("gapcheck", total=len(pairs) * (len(MUTANTS) + 1))
@@ -199,7 +209,9 @@ def rerender(folder: Path) -> str:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         return render_markdown(data["summary"], data["provenance"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except KeyError as exc:
+        raise ValueError(f"--out: cannot rebuild from {path}: it lacks the field {exc}") from None
+    except (OSError, ValueError, TypeError) as exc:
         raise ValueError(f"--out: cannot rebuild from {path}: {exc}") from None
 
 

@@ -291,6 +291,16 @@ def read_traces(path: Path, steps: int):
 def check_inputs(settings: SweepSettings):
     """The input files, read and checked before the model loads: (traces frame or None, fixed rescale or None)."""
     traces = read_traces(settings.traces, settings.steps) if settings.traces is not None else None
+    if traces is not None:
+        from teacache.loading import resolve_spec
+
+        variant = resolve_spec(settings.model, settings.base_model).name
+        others = [v for v in traces.variants if v != variant]
+        if others:
+            raise ValueError(
+                f"--traces: {settings.traces} holds traces of {', '.join(others)}, not of {variant}: its replay "
+                f"would predict nothing about this sweep; record {variant}'s traces (teacache-calib record)"
+            )
     rescale = None
     if settings.coefficients != "packaged" or settings.x_range is not None:
         from calib.coefficient_sources import resolve_coefficients
@@ -483,9 +493,15 @@ PART_FILL = {"predicted_skipped": float("nan")}
 
 
 def read_part(path: Path, table):
+    """One saved part of a pair; a damaged one is named with the way out (its pair is measured anew)."""
     from bench import records
 
-    return records.read_table(path, table, fill=PART_FILL if table is records.RUNS else None)
+    try:
+        return records.read_table(path, table, fill=PART_FILL if table is records.RUNS else None)
+    except records.RecordError as exc:
+        raise records.RecordError(
+            f"{exc} ({path}); delete that file and run the same command again: its pair is measured anew"
+        ) from None
 
 
 def done_thresholds(parts: Path, pairs: list[tuple[str, str, int]]) -> dict[str, set[float]]:

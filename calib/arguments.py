@@ -151,6 +151,8 @@ def check_model(name: str, base_model: str | None = None) -> None:
     """
     from teacache.loading import resolve_spec
 
+    if not str(name).strip():
+        raise ValueError("--model: expected a model name or a local folder, got an empty string")
     path = Path(name).expanduser()
     if path.is_file():
         raise ValueError(f"--model: {name} is a file; a local model is a folder of mflux-format weights")
@@ -173,13 +175,33 @@ def read_prompts(spec: str | None, model: str, base_model: str | None = None) ->
 
     spec = spec or default_set(base_model or model)
     try:
-        return load_prompts(spec)
+        prompts = load_prompts(spec)
     except ValueError as exc:
         if str(exc).startswith("--prompts"):
             raise
         raise ValueError(f"--prompts: {spec} is not a usable prompt file ({exc})") from None
     except (OSError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"--prompts: cannot read {spec} ({type(exc).__name__}: {exc})") from None
+    check_prompts(prompts, model, base_model)
+    return prompts
+
+
+def check_prompts(prompts: dict[str, str], model: str, base_model: str | None = None) -> None:
+    """Prompts the model cannot draw (the tiny-shapes vocabulary), refused before it loads."""
+    import importlib
+
+    from teacache.loading import resolve_spec
+
+    check = resolve_spec(model, base_model).prompt_check
+    if check is None:
+        return
+    module, function = check.split(":")
+    parse = getattr(importlib.import_module(module), function)
+    for prompt_id, text in prompts.items():
+        try:
+            parse(text)
+        except ValueError as exc:
+            raise ValueError(f"--prompts: {prompt_id}: {str(exc).removeprefix('prompt: ')}") from None
 
 
 def load_model(name: str, base_model: str | None, quantize: int | None):

@@ -176,6 +176,9 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, dict[str, byte
         raise FitError("--x-range: only with --compare (the range of the coefficients to score)")
     traces = load_traces(args.traces, branch=args.branch, variant=args.variant, num_steps=args.num_steps)
     if args.min_step > 1:  # steps the gate always computes say nothing about when it may skip
+        last = int(traces.frame["step"].max())
+        if args.min_step > last:
+            raise FitError(f"--min-step: {args.min_step} is past the traces' last step ({last}); expected 1..{last}")
         traces = dataclasses.replace(traces, frame=traces.frame[traces.frame["step"] >= args.min_step])
     frame = traces.frame
     if args.form in TIME_COLUMN and TIME_COLUMN[args.form] not in frame.columns:

@@ -89,7 +89,13 @@ def plan(
 ) -> RecordSettings:
     """Check every argument (nothing loads); raise ValueError with one line naming the argument."""
     steps, width, height, guidance = arguments.generation_settings(
-        model, base_model, steps, size, guidance, 2, " steps (a trace needs consecutive steps)"
+        model,
+        base_model,
+        steps,
+        size,
+        guidance,
+        3,
+        " steps (the first and last are always computed: fewer leave no step the gate could skip)",
     )
     arguments.check_at_least(overhead_pairs, 0, "--overhead-pairs")
     return RecordSettings(

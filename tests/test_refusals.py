@@ -45,7 +45,7 @@ def _tripwire(monkeypatch) -> None:
     import calib.arguments
 
     monkeypatch.setattr(calib.arguments, "load_model", boom)
-    monkeypatch.setattr(bench.gapcheck, "load_model", boom)
+    monkeypatch.setattr(bench.gapcheck, "load_model", boom, raising=False)
     monkeypatch.setattr(bench.fullsize, "measure_model", boom)
 
 
@@ -137,7 +137,7 @@ def test_a_run_refused_after_the_model_loaded_leaves_no_fingerprint(command, tmp
         raise ValueError("height/width: this model cannot make that")
 
     prompts = tmp_path / "prompts.txt"
-    prompts.write_text("a red circle\n")
+    prompts.write_text("a red circle on a blue background at the left\n")
     prog = " ".join(command.split()[:2])
     argv = [*command.split()[2:], "--model", "tiny-shapes", "--seeds", "0", "--prompts", str(prompts)]
     out = tmp_path / "out"

@@ -74,6 +74,7 @@ SPECS = (
         scores_adherence=True,
         is_default_model=True,
         only_its_size=True,
+        prompt_check="teacache.models.shapes_data:parse_prompt",
     ),
     VariantSpec(
         name="tiny-flux2",
