@@ -18,7 +18,6 @@ from pathlib import Path
 import mlx.core as mx
 import pandas as pd
 from rich.console import Console
-from rich.progress import Progress
 from rich.table import Table
 
 from bench import markdown
@@ -28,6 +27,7 @@ from bench.tolerances import PROJECT_ROOT, check_run, load_module, prefix
 from calib import arguments
 from calib.arguments import CommandParser, check_out_dir, path_argument
 from calib.generation import generate
+from calib.progress import track
 from calib.prompts import parse_seeds
 from teacache import apply_teacache
 from teacache.gate import GateConfig
@@ -127,8 +127,7 @@ def run_gapcheck(args) -> dict:
     width, height = (int(v) for v in settings["resolution"].split("x"))
     pairs = [(pid, text, s) for pid, text in list(prompts.items())[: args.max_prompts] for s in seeds]
     rows = []
-    with Progress() as progress:
-        task = progress.add_task("gapcheck", total=len(pairs) * (len(MUTANTS) + 1))
+    with track("gapcheck", len(pairs) * (len(MUTANTS) + 1), "wrapper runs") as progress:
         for pid, text, seed in pairs:
             gen_args = (text, seed, settings["steps"], width, height, settings["guidance"])
             generate(model, *gen_args)  # warm-up: the first run after an eager one can differ (see README)
@@ -138,7 +137,7 @@ def run_gapcheck(args) -> dict:
                 row.update(wrapper=mutant.name if mutant else CORRECT, pair=f"{pid}-s{seed}")
                 row.update({f"ok_{k}": v for k, v in check_run(tol, variant, row).items()})
                 rows.append(row)
-                progress.advance(task)
+                progress.advance()
     frame = pd.DataFrame(rows)
     return {"variant": variant, "tolerances": str(tol_path), "frame": frame, "tol": tol, "settings": settings}
 

@@ -714,9 +714,8 @@ class Measured:
 
 def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale, traces=None) -> Measured:
     """This rank's share of the pairs, each saved into the rank's folder as soon as it is measured."""
-    from rich.progress import Progress
-
     from calib.generation import generate
+    from calib.progress import track
     from teacache import apply_teacache, variants
     from teacache.gate import GateConfig
 
@@ -785,8 +784,7 @@ def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale, traces
             "primary_rescale": settings.coefficients,
             "step_cache_native": sorted(STEP_CACHE_NATIVE),
         }
-    with Progress() as progress:
-        task = progress.add_task("sweep" if world.size == 1 else f"sweep rank {world.rank}", total=len(todo))
+    with track("sweep" if world.size == 1 else f"sweep rank {world.rank}", len(todo), "pairs") as progress:
         for pair, missing in todo:
             if settings.arms_mode:
                 rows, decisions, noop = sweep_arms.run_pair_arms(
@@ -798,7 +796,7 @@ def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale, traces
                 )
             rows, noop = [{**row, **fields} for row in rows], {**noop, **fields}
             save_pair(parts, pair_id(pair[0], pair[2]), rows, decisions, noop)
-            progress.advance(task)
+            progress.advance()
     return Measured(variant, default_threshold, skip_first, rescale, configs, fp, recorded, arms_record)
 
 

@@ -269,8 +269,7 @@ def run_record(settings: RecordSettings, world: shard.World | None = None) -> Pa
 
 def _record(settings: RecordSettings, run: shard.ShardedRun) -> dict:
     """This rank's share of the runs, each saved into the rank's folder as soon as it is recorded."""
-    from rich.progress import Progress
-
+    from calib.progress import track
     from teacache import apply_teacache, variants
     from teacache.io import write_parquet
 
@@ -303,12 +302,12 @@ def _record(settings: RecordSettings, run: shard.ShardedRun) -> dict:
             overhead = {**overhead, "contended": True}  # other ranks ran on the same cores meanwhile
         print(describe_overhead(overhead))
     fields = world.row_fields()
-    with apply_teacache(model, calibrate=True) as handle, Progress() as progress:
-        task = progress.add_task("recording" if world.size == 1 else f"recording rank {world.rank}", total=len(todo))
+    label = "recording" if world.size == 1 else f"recording rank {world.rank}"
+    with apply_teacache(model, calibrate=True) as handle, track(label, len(todo), "runs") as progress:
         for pid, text, seed in todo:
             frame, _ = record_run(model, handle, gen_settings, pid, text, seed, variant)
             write_parquet(parts / f"{run_id(pid, seed)}.parquet", frame.assign(**fields))
-            progress.advance(task)
+            progress.advance()
     return {"variant": variant, "fingerprint": fp, "recorded": recorded, "overhead": overhead, "model": model}
 
 
