@@ -32,9 +32,23 @@ def target_path(variant: str) -> Path:
     return COEFFICIENTS_DIR / f"{module_name(variant)}.py"
 
 
+def check_variant(variant: str) -> str:
+    """The coefficient module ``variant``'s spec names; a known variant without one is told how to name it."""
+    from teacache import variants
+
+    spec = variants.find(variant)
+    if spec is not None and spec.supported and spec.coefficients is None:
+        suggested = spec.name.replace("-", "_")
+        raise ValueError(
+            f"--variant: {spec.name} has no coefficient module yet; name one in its VariantSpec "
+            f'(coefficients="{suggested}" in teacache/variants/{spec.family}.py), then emit writes it'
+        )
+    return module_name(variant)
+
+
 def emit_module(fit: dict, variant: str) -> str:
     """The text of the coefficient module for ``variant`` (raises ValueError for an unknown variant)."""
-    module = module_name(variant)
+    module = check_variant(variant)
     fit_variants = (fit.get("input") or {}).get("variants") or []
     if fit_variants and variant not in fit_variants:
         raise ValueError(f"--variant {variant!r} disagrees with the fit, which was made on {', '.join(fit_variants)}")
@@ -268,7 +282,12 @@ def setup_arg_parser() -> argparse.ArgumentParser:
         description="Write the packaged coefficient module of a variant from a fit.json.",
     )
     parser.add_argument("fit", metavar="FIT", help="fit.json written by teacache-calib fit (or its folder)")
-    parser.add_argument("--variant", required=True, help=f"one of: {', '.join(sorted(PACKAGED_MODULES))}")
+    parser.add_argument(
+        "--variant",
+        required=True,
+        help=f"a variant whose VariantSpec names a coefficient module: {', '.join(sorted(PACKAGED_MODULES))} (a new "
+        'one: set coefficients="<module>" in its spec first)',
+    )
     parser.add_argument(
         "--out", type=path_argument, metavar="PATH", help="write here instead of teacache/coefficients/<module>.py"
     )

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import shlex
+from pathlib import Path
 
 import pytest
 
@@ -154,3 +157,108 @@ def test_a_campaign_fit_with_interaction_terms_passes_the_rule_committed_fits_ar
     assert json.loads(path.read_text())["selected"]["interaction_coefficients"]
     loads_as_selected(path)
     assert math.isfinite(json.loads(path.read_text())["selected"]["cv_r2"])
+
+
+# ------------------------------------------------------------------------------------ the README (item 14)
+
+ROOT = Path(__file__).resolve().parents[1]
+CAMPAIGN = ROOT / "results/cpu-amd-epyc-2c/tiny-shapes/0.24.0"
+FIT_JSON, TINY_SHAPES_TRACES = CAMPAIGN / "fit" / "fit.json", CAMPAIGN / "traces" / "traces.parquet"
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+INPUT_SUFFIXES = (".json", ".parquet", ".csv", ".jsonl", ".py")
+
+
+def _shell_blocks(text: str) -> list[tuple[str, list[str]]]:
+    """(the heading above it, its command lines with continuations joined) for every ```sh block."""
+    blocks, heading = [], ""
+    position = 0
+    for match in re.finditer(r"^```sh\n(.*?)^```", text, flags=re.S | re.M):
+        headings = re.findall(r"^#+ (.+)$", text[position : match.start()], flags=re.M)
+        heading = headings[-1] if headings else heading
+        position = match.end()
+        joined = match.group(1).replace("\\\n", " ")
+        lines = [line.split("#", 1)[0].strip() for line in joined.splitlines()]
+        blocks.append((heading, [line for line in lines if line]))
+    return blocks
+
+
+def test_the_readme_activates_the_environment_before_its_first_command():
+    lines = [line for _, block in _shell_blocks(README) for line in block]
+    first = next(i for i, line in enumerate(lines) if re.match(r"(teacache-calib|teacache-bench) ", line))
+    assert any(". .venv/bin/activate" in line for line in lines[:first]), lines[: first + 1]
+
+
+def test_readme_journeys_read_only_files_that_ship_or_an_earlier_step_writes():
+    """Every input path a journey names exists in the repository or is under an --out of an earlier step."""
+    missing = []
+    for heading, lines in _shell_blocks(README):
+        written: list[str] = []
+        for line in lines:
+            words = shlex.split(line)
+            outs = [words[i + 1] for i, w in enumerate(words[:-1]) if w in ("--out", ">")]  # --out, a redirection
+            for word in words:
+                path = word.split("#", 1)[0]
+                if "$" in path or not path.endswith(INPUT_SUFFIXES) or path in outs or word.startswith("-"):
+                    continue
+                earlier = any(path == o or path.startswith(o.rstrip("/") + "/") for o in written)
+                if not (ROOT / path).exists() and not earlier:
+                    missing.append(f"{heading}: {path}")
+            written += outs
+    assert not missing, missing
+
+
+def test_runs_is_ignored_and_the_lock_names_this_distribution():
+    import subprocess
+
+    ignored = subprocess.run(["git", "check-ignore", "-q", "runs/sweep/runs.parquet"], cwd=ROOT)
+    assert ignored.returncode == 0
+    for name in ("cpu.txt", "cuda.txt"):
+        assert "mflux-teacache" not in (ROOT / "requirements" / name).read_text()
+
+
+def test_emit_for_a_variant_without_a_module_says_how_to_name_one(tmp_path, capsys):
+    from calib import emit
+
+    assert emit.main([str(FIT_JSON), "--variant", "flux2-klein-base-9b", "--out", str(tmp_path / "m.py")]) == 2
+    err = capsys.readouterr().err
+    assert 'coefficients="flux2_klein_base_9b"' in err and "teacache/variants/flux2.py" in err
+    assert not (tmp_path / "m.py").exists()
+
+
+def test_emit_writes_the_module_a_new_variants_spec_names(tmp_path, capsys, monkeypatch):
+    """The README's new-variant journey: a spec that names its module, then emit."""
+    import dataclasses
+
+    from calib import emit
+    from teacache import variants
+
+    real_find = variants.find
+
+    def find(name):
+        spec = real_find(name)
+        if spec is not None and spec.name == "flux2-klein-base-9b":
+            return dataclasses.replace(spec, coefficients="flux2_klein_base_9b")
+        return spec
+
+    monkeypatch.setattr(variants, "find", find)
+    frame = make_traces(variant="flux2-klein-base-9b", branches=("cond",))
+    assert run_fit([write(frame, tmp_path / "t.parquet"), "--out", tmp_path / "fit", "--no-plots"], capsys)[0] == 0
+    out = tmp_path / "flux2_klein_base_9b.py"
+    assert emit.main([str(tmp_path / "fit"), "--variant", "flux2-klein-base-9b", "--out", str(out)]) == 0
+    assert "RESCALE = RescaleFunction(" in out.read_text()
+
+
+def test_the_sample_calibration_is_this_projects_own_and_reads_as_traces_and_coefficients(tmp_path):
+    from calib.coefficient_sources import resolve_coefficients
+    from calib.sample_calibration import main as write_sample
+    from calib.traces import load_traces
+
+    sample = ROOT / "samples" / "_calibration_tiny_shapes.json"
+    assert write_sample([str(TINY_SHAPES_TRACES), "--out", str(tmp_path / "s.json"), "--table",
+                         str(tmp_path / "t.csv")]) == 0  # fmt: skip
+    assert (tmp_path / "s.json").read_bytes() == sample.read_bytes()
+    assert (tmp_path / "t.csv").read_bytes() == (ROOT / "samples" / "traces.csv").read_bytes()
+    traces = load_traces([str(sample)])
+    assert traces.variants == ["tiny-shapes"] and len(traces.frame) == 8 * 27
+    rescale = resolve_coefficients(str(sample), None, None)[0]
+    assert len(rescale.coefficients) == 5
