@@ -105,6 +105,24 @@ class Analysis:
         return stats.stat(self.dist, self.metric, "p5").get(self.default_threshold, math.nan)
 
 
+def measured_by(runs: pd.DataFrame) -> str | None:
+    """Which ranks measured the rows and how many were contended (ranks sharing cores or a GPU time each
+    other), or None for a run in one process."""
+    if "rank" not in runs.columns or runs["rank"].isna().all():
+        return None
+    ranks = sorted(int(r) for r in runs["rank"].dropna().unique())
+    contended = int(runs["contended"].fillna(False).astype(bool).sum()) if "contended" in runs.columns else 0
+    if ranks == [0] and not contended:
+        return None
+    text = f"ranks {', '.join(map(str, ranks))}"
+    if contended:
+        text += (
+            f"; {contended} of {len(runs)} rows contended: their ranks shared cores or a GPU, so their times and "
+            "speedups are not what one process measures alone"
+        )
+    return text
+
+
 def analyse(sweep: Sweep, floor: float = DEFAULT_FLOOR, metric: str = DEFAULT_METRIC) -> Analysis:
     """The statistics of one sweep; raises ReportInputError when the metric has no values to put a floor on."""
     floor = validate_floor(floor, metric)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from bench import markdown, plots, report_baselines, stats
-from bench.report_compute import Analysis, summary
+from bench.report_compute import Analysis, measured_by, summary
 
 # Every file a report can write; a rebuild removes those it no longer produces and never touches others.
 OUTPUTS = frozenset(
@@ -76,6 +76,7 @@ def report_markdown(analysis: Analysis, captions: dict[str, str], omitted: list[
         captions=captions,
         omitted=omitted,
         baselines=baselines,
+        measured_by=measured_by(runs),
     )
 
 

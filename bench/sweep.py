@@ -833,7 +833,7 @@ def _write_tables(
         runs["predicted_skipped"] = [float(lookup.get(k, float("nan"))) for k in keys]
         if "rescale" in runs.columns:  # the replay predicts --coefficients' schedules only
             runs.loc[runs["rescale"].notna() & (runs["rescale"] != settings.coefficients), "predicted_skipped"] = np.nan
-    sharding = {"distributed": run.world.provenance()} if run.world.size > 1 else {}
+    sharding = shard.sharding_provenance(run.world, runs)
     provenance = collect(
         model=settings.model,
         variant=measured.variant,

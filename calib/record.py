@@ -329,7 +329,7 @@ def _write_traces(settings: RecordSettings, run: shard.ShardedRun, measured: dic
         recorded = fingerprint.save(out, PROG, measured["fingerprint"], state)
     ids = [run_id(pid, seed) for pid, _t, seed in settings.runs]
     traces = pd.concat([pd.read_parquet(locations[i] / "runs" / f"{i}.parquet") for i in ids], ignore_index=True)
-    sharding = {"distributed": run.world.provenance()} if run.world.size > 1 else {}
+    sharding = shard.sharding_provenance(run.world, traces)
     provenance = collect(
         model=settings.model,
         variant=measured["variant"],

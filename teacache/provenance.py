@@ -100,6 +100,22 @@ def tolerance_module_name(slug: str) -> str:
     return slug.replace("-", "_").replace(".", "_")
 
 
+SCRIPTS = {"bench": "teacache-bench", "calib": "teacache-calib"}
+
+
+def _console_argv(argv: list[str]) -> list[str]:
+    """The command as a user types it: ``python -m bench.cli`` (mlx.launch runs that) and the console script's
+    full path both read ``teacache-bench``."""
+    if not argv:
+        return list(argv)
+    first = Path(argv[0])
+    if first.name == "cli.py" and first.parent.name in SCRIPTS:
+        return [SCRIPTS[first.parent.name], *argv[1:]]
+    if first.name in (*SCRIPTS.values(), "teacache-demo"):
+        return [first.name, *argv[1:]]
+    return list(argv)
+
+
 def collect(argv: list[str] | None = None, **fields) -> dict:
     """The provenance block of DESIGN.md, plus whatever the caller adds (model, steps, prompts...)."""
     import mlx.core as mx
@@ -107,7 +123,7 @@ def collect(argv: list[str] | None = None, **fields) -> dict:
     return {
         "format_version": FORMAT_VERSION,
         "date_utc": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "command": shlex.join(sys.argv if argv is None else argv),
+        "command": shlex.join(_console_argv(sys.argv if argv is None else argv)),
         "git": git_commit(),
         "versions": {
             "mlx": mx.__version__,

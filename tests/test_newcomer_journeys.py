@@ -262,3 +262,56 @@ def test_the_sample_calibration_is_this_projects_own_and_reads_as_traces_and_coe
     assert traces.variants == ["tiny-shapes"] and len(traces.frame) == 8 * 27
     rescale = resolve_coefficients(str(sample), None, None)[0]
     assert len(rescale.coefficients) == 5
+
+
+# ---------------------------------------------------------------------- ranks in the report (item 12)
+
+
+def test_the_report_says_which_ranks_measured_and_that_rows_were_contended(tmp_path):
+    import shutil
+
+    import pandas as pd
+
+    from bench.report import build_report
+
+    sweep_dir = tmp_path / "sweep"
+    sweep_dir.mkdir()
+    for name in ("runs.parquet", "decisions.parquet", "noop.parquet", "provenance.json"):
+        shutil.copy(CAMPAIGN / "sweep" / name, sweep_dir / name)
+    runs = pd.read_parquet(sweep_dir / "runs.parquet")
+    runs["rank"] = [i % 2 for i in range(len(runs))]
+    runs["contended"] = True
+    runs["hardware"] = "cpu-amd-epyc-2c"
+    runs.to_parquet(sweep_dir / "runs.parquet", index=False)
+    build_report(sweep_dir, tmp_path / "report")
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "Measured by: ranks 0, 1" in text
+    assert f"{len(runs)} of {len(runs)} rows contended" in text and "**Contended timing**" in text
+
+
+def test_a_resume_in_one_process_keeps_the_ranks_its_rows_name():
+    import pandas as pd
+
+    from calib import shard
+
+    one = shard.connect()
+    rows = pd.DataFrame({"rank": [0, 1, 1], "contended": [True, True, False]})
+    found = shard.sharding_provenance(one, rows)["distributed"]
+    assert found["ranks_in_rows"] == [0, 1] and found["contended_rows"] and found["resumed_in_one_process"]
+    assert shard.sharding_provenance(one, pd.DataFrame({"rank": [0, 0]})) == {}
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["/somewhere/bench/cli.py", "sweep", "--out", "x"], "teacache-bench sweep --out x"),
+        (["/somewhere/.venv/bin/teacache-calib", "record"], "teacache-calib record"),
+    ],
+)
+def test_provenance_names_the_command_as_a_user_types_it(argv, command, monkeypatch):
+    import sys
+
+    from teacache.provenance import collect
+
+    monkeypatch.setattr(sys, "argv", argv)
+    assert collect()["command"] == command
