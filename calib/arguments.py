@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import numbers
 import os
 import sys
 import tempfile
@@ -217,9 +218,11 @@ def load_model(name: str, base_model: str | None, quantize: int | None):
 
 
 def check_fraction(value: float, arg: str) -> float:
-    """A number in (0, 1], like a quality floor."""
-    if not isinstance(value, int | float) or not math.isfinite(value) or not 0 < value <= 1:
+    """A number in (0, 1], like a quality floor (numpy's scalars too)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"{arg}: expected a number in (0, 1], got {value!r}")
+    if not math.isfinite(value) or not 0 < value <= 1:
+        raise ValueError(f"{arg}: expected a number in (0, 1], got {float(value):g}")
     return float(value)
 
 

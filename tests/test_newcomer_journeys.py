@@ -315,3 +315,24 @@ def test_provenance_names_the_command_as_a_user_types_it(argv, command, monkeypa
 
     monkeypatch.setattr(sys, "argv", argv)
     assert collect()["command"] == command
+
+
+def test_the_report_names_who_recorded_the_rows_and_who_resumed_them(tmp_path):
+    import shutil
+
+    from bench.report import build_report
+
+    sweep_dir = tmp_path / "sweep"
+    sweep_dir.mkdir()
+    for name in ("runs.parquet", "decisions.parquet", "noop.parquet", "provenance.json"):
+        shutil.copy(CAMPAIGN / "sweep" / name, sweep_dir / name)
+    prov = json.loads((sweep_dir / "provenance.json").read_text())
+    prov["recorded_by"] = {"command": "teacache-bench sweep (first)", "date_utc": "2026-01-01T00:00:00Z",
+                           "git": {"commit": "a" * 40, "dirty": True}, "units": 5, "of": 8}  # fmt: skip
+    prov["resumed_by"] = [{"command": "teacache-bench sweep (later)", "date_utc": "2026-01-02T00:00:00Z",
+                           "git": {"commit": "b" * 40, "dirty": False}, "units": 3, "of": 8}]  # fmt: skip
+    (sweep_dir / "provenance.json").write_text(json.dumps(prov))
+    build_report(sweep_dir, tmp_path / "report")
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "Rows recorded by: `teacache-bench sweep (first)` (2026-01-01T00:00:00Z, commit " + "a" * 40 in text
+    assert "resumed by `teacache-bench sweep (later)`" in text and "3 pairs" in text

@@ -63,3 +63,19 @@ def test_a_readme_journey_as_written_leaves_the_tests_green(heading, clone):
     assert lint.returncode == 0, lint.stdout[-3000:]
     tests = _run(f"{ACTIVATE}\npytest -q -x -p no:cacheprovider", clone, timeout=3600)
     assert tests.returncode == 0, f"after {heading!r}:\n{tests.stdout[-5000:]}"
+
+
+@pytest.mark.slow
+def test_a_campaign_rerun_on_committed_results_resumes_and_rewrites_none_of_them(clone):
+    """The README's `teacache-bench campaign --model tiny-shapes`, once, its results committed, then again: the
+    second run resumes (exit 0) and leaves the committed traces, fit and sweep as they are."""
+    command = f"{ACTIVATE}\nteacache-bench campaign --model tiny-shapes"
+    first = _run(command, clone, timeout=3600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    commit = "git add -A results && git -c user.name=t -c user.email=t@t commit -q -m results"
+    assert _run(commit, clone, timeout=120).returncode == 0
+    again = _run(command, clone, timeout=3600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    changed = _run("git status --porcelain results", clone, timeout=120).stdout.splitlines()
+    stages = ("/traces/", "/fit/", "/sweep/")
+    assert not [line for line in changed if any(stage in line for stage in stages)], changed
