@@ -111,6 +111,11 @@ def check_args(args) -> tuple[Path, dict[str, str], list[int]]:
     seeds = parse_seeds(args.seeds)
     prompts = arguments.read_prompts(args.prompts, args.model, args.base_model)
     tol_path = args.tolerances or PROJECT_ROOT / "tests" / "tolerances" / f"{tolerance_module_name(hardware_slug())}.py"
+    if args.tolerances is None and not tol_path.is_file():
+        raise ValueError(
+            f"--tolerances: no tolerance module for this hardware ({tol_path.name}); derive one first "
+            "(teacache-bench tolerances, README: Re-derive tolerances on new hardware) or name one"
+        )
     arguments.check_input_file(tol_path, "--tolerances")
     return tol_path, prompts, seeds
 

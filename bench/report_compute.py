@@ -6,6 +6,7 @@ Pure functions of the sweep's tables (``bench.stats`` does the statistics); noth
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import pandas as pd
@@ -25,9 +26,11 @@ def validate_floor(floor: float, metric: str = DEFAULT_METRIC, option: str = "--
     if metric not in stats.QUALITY_METRICS:
         raise ReportInputError(f"--metric {metric!r}: expected one of {', '.join(stats.QUALITY_METRICS)}")
     low, high = FLOOR_RANGES[metric]
-    if not isinstance(floor, int | float) or not math.isfinite(floor) or not low <= floor <= high:
+    number = isinstance(floor, numbers.Real) and not isinstance(floor, bool)
+    if not number or not math.isfinite(floor) or not low <= floor <= high:
         expected = f"a number from {low:g} to {high:g}" if math.isfinite(high) else f"a finite number >= {low:g}"
-        raise ReportInputError(f"{option} {floor!r}: expected {expected} (a floor on p5 {metric})")
+        shown = repr(float(floor)) if number else repr(floor)
+        raise ReportInputError(f"{option} {shown}: expected {expected} (a floor on p5 {metric})")
     return float(floor)
 
 

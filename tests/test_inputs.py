@@ -203,3 +203,18 @@ def test_never_skips_names_the_coefficients_it_was_given():
             pass
     messages = [str(w.message) for w in caught if issubclass(w.category, teacache.NeverSkipsWarning)]
     assert messages and "with the given coefficients" in messages[0] and "tiny-shapes" not in messages[0]
+
+
+def test_messages_show_numpy_values_as_numbers(tmp_path, capsys):
+    """Values that come out of numpy arrays read as numbers in a message, not as np.float64(0.05)."""
+    from bench.report_compute import validate_floor
+    from calib import fit as fit_cmd
+    from tests.test_calib_fit import make_traces, write
+
+    frame = make_traces(branches=("cond",)).assign(x_rel_l1=0.05)
+    assert fit_cmd.main([str(write(frame, tmp_path / "t.parquet")), "--out", str(tmp_path / "fit"), "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert "every row holds 0.05;" in err and "np.float64" not in err
+    with pytest.raises(Exception, match=r"--ssim-floor 1\.5: expected") as caught:
+        validate_floor(np.float64(1.5))
+    assert "np.float64" not in str(caught.value)
