@@ -20,7 +20,7 @@ from pathlib import Path
 
 from bench.sweep import command as sweep_stage
 from calib import record as record_stage
-from calib.run import arguments, shard
+from calib.run import arguments, fingerprint, shard
 from calib.run.command import run_guarded
 from calib.run.folder_lock import FolderLocked, folder_lock
 from calib.run.interrupts import interruptions
@@ -56,7 +56,9 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--model", default=variants.default_model(), choices=campaign_models(), help="the embedded model to campaign"
     )
-    parser.add_argument("--out", type=Path, default=None, help="default: results/<hardware>/<variant>/<mflux>/")
+    parser.add_argument(
+        "--out", type=arguments.path_argument, default=None, help="default: results/<hardware>/<variant>/<mflux>/"
+    )
     parser.add_argument("--thresholds", default=None, help="sweep thresholds (default: the model's campaign set)")
     parser.add_argument("--record-seeds", default=None, help="default: the model's campaign seeds")
     parser.add_argument("--sweep-seeds", default=None, help="default: the model's campaign seeds")
@@ -87,6 +89,18 @@ class Campaign:
         return variants.get(self.model).skip_first_n_steps
 
 
+@contextlib.contextmanager
+def _named(stage_arg: str, campaign_arg: str):
+    """A stage's refusal names the campaign's own argument (--sweep-seeds, not the sweep's --seeds)."""
+    try:
+        yield
+    except ValueError as exc:
+        message = str(exc)
+        if message.startswith(f"{stage_arg}:"):
+            raise ValueError(campaign_arg + message[len(stage_arg) :]) from None
+        raise
+
+
 def plan_campaign(model: str, out: Path, thresholds=None, record_seeds=None, sweep_seeds=None, repeats=None,
                   ssim_floor: float = 0.95, sweep_prompts=None, force_new: bool = False) -> Campaign:  # fmt: skip
     """Check the arguments of every stage at once; raise ValueError naming the first bad one."""
@@ -95,21 +109,23 @@ def plan_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swe
     cfg = variants.get(model).campaign
     out = arguments.check_out_dir(out)
     traces = out / "traces"
-    record = record_stage.plan(
-        model, traces, prompts=cfg.record_prompts, seeds=record_seeds or cfg.record_seeds, force_new=force_new
-    )
-    sweep = sweep_stage.plan(
-        model,
-        thresholds or cfg.thresholds,
-        out / "sweep",
-        prompts=sweep_prompts or cfg.sweep_prompts,
-        seeds=sweep_seeds or cfg.sweep_seeds,
-        repeats=cfg.repeats if repeats is None else repeats,
-        coefficients=str(out / "fit" / "fit.json"),
-        traces=traces / "traces.parquet",
-        save_images=True,
-        force_new=force_new,
-    )
+    with _named("--seeds", "--record-seeds"):
+        record = record_stage.plan(
+            model, traces, prompts=cfg.record_prompts, seeds=record_seeds or cfg.record_seeds, force_new=force_new
+        )
+    with _named("--seeds", "--sweep-seeds"), _named("--prompts", "--sweep-prompts"):
+        sweep = sweep_stage.plan(
+            model,
+            thresholds or cfg.thresholds,
+            out / "sweep",
+            prompts=sweep_prompts or cfg.sweep_prompts,
+            seeds=sweep_seeds or cfg.sweep_seeds,
+            repeats=cfg.repeats if repeats is None else repeats,
+            coefficients=str(out / "fit" / "fit.json"),
+            traces=traces / "traces.parquet",
+            save_images=True,
+            force_new=force_new,
+        )
     default = variants.get(model).default_threshold
     if default not in sweep.thresholds:  # teacache-bench tolerances derives its constants there
         raise ValueError(
@@ -120,10 +136,16 @@ def plan_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swe
     return Campaign(model, out, record, sweep, floor)
 
 
-def fit_stage(traces: Path, out: Path, min_step: int) -> Path:
-    """teacache-calib fit on the recorded traces, compared with the packaged coefficients."""
+def fit_stage(traces: Path, out: Path, min_step: int, sweep: Path | None = None, force_new: bool = False) -> Path:
+    """teacache-calib fit on the recorded traces, compared with the packaged coefficients.
+
+    A refit that selects the same function as OUT/fit.json (within the refit tolerance) keeps that file and its
+    plots as they are, so the sweep made with it resumes. Another function is refused, before anything is
+    written, while ``sweep`` holds pairs measured with the old one (unless ``force_new``: the sweep starts afresh).
+    """
     # heavy (pandas): loaded after the arguments are checked
     from calib.fit import command as fit_cmd
+    from calib.fit.file import read_fit, same_selection
 
     command = [str(traces), "--out", str(out), "--compare", "packaged", "--min-step", str(min_step)]
     args = fit_cmd.setup_arg_parser().parse_args([str(traces), "--out", str(out)])  # the fit's own defaults
@@ -131,10 +153,31 @@ def fit_stage(traces: Path, out: Path, min_step: int) -> Path:
     fit, plots = fit_cmd.run(args, command)
     for message in fit["data"]["warnings"]:
         print(f"fit: warning: {message}", file=sys.stderr)
+    path = out / "fit.json"
+    previous = None
+    if path.is_file():
+        try:
+            previous = read_fit(path)
+        except ValueError:
+            previous = None  # unreadable: replaced below
+    if previous is not None and same_selection(previous, fit):
+        print(f"kept {path}: the refit selects the same function ({fit['selected']['label']}, numbers within "
+              f"{fingerprint.FIT_RTOL:g} relative)")  # fmt: skip
+        return path
+    if (
+        previous is not None
+        and sweep is not None
+        and not force_new
+        and fingerprint.has_results(sweep, sweep_stage.RESULTS)
+    ):
+        raise ValueError(
+            f"the traces now give another fit ({fit['selected']['label']}) than {path} "
+            f"({previous['selected'].get('label')}), which the sweep in {sweep} was measured with; pass --force-new "
+            "to refit and sweep afresh, or choose a new --out"
+        )
     for name, png in plots.items():
         with atomic_path(out / fit_cmd.PLOT_FILES[name]) as tmp:
             tmp.write_bytes(png)
-    path = out / "fit.json"
     write_json(path, fit)
     fit_cmd.print_summary(fit, path)
     return path
@@ -185,7 +228,7 @@ def run_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swee
         error = None
         try:
             if lead:
-                fit_stage(traces, out / "fit", campaign.min_step)
+                fit_stage(traces, out / "fit", campaign.min_step, campaign.sweep.out, campaign.sweep.force_new)
         except (ValueError, FolderLocked) as exc:
             error = exc
         share_inputs(world, [out / "fit" / "fit.json", campaign.record.out / "traces.parquet"], error)

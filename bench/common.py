@@ -9,11 +9,13 @@ from teacache.gate import check_threshold
 
 
 def parse_numbers(text: str, option: str, what: str, example: str) -> list[tuple[str, float]]:
-    """'a,b,c' -> [(item, number), ...], empty items skipped; a ValueError naming ``option`` for an item that is
-    not a number or for no item at all (``what``: the item's name, ``example``: a valid value)."""
+    """'a,b,c' -> [(item, number), ...]; a ValueError naming ``option`` for an empty item among others, an item
+    that is not a number or no item at all (``what``: the item's name, ``example``: a valid value)."""
     items = []
-    for part in str(text).split(","):
-        part = part.strip()
+    parts = [part.strip() for part in str(text).split(",")]
+    if any(not part for part in parts) and any(parts):
+        raise ValueError(f"{option}: an empty item in {text!r}; expected numbers separated by commas, like {example}")
+    for part in parts:
         if not part:
             continue
         try:

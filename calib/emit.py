@@ -18,6 +18,8 @@ import numpy as np
 
 from calib.fit import safety
 from calib.fit.command import FitError, import_module_from_path, read_fit, rescale_from_fit
+from calib.run.arguments import CommandParser, check_out_file, path_argument
+from teacache import variants
 from teacache.coefficients import PACKAGED_MODULES, module_name
 from teacache.io import write_text
 from teacache.rescale import FORM_POLY_SIGMA, FORM_POLY_STEP, RescaleFunction
@@ -34,9 +36,21 @@ def target_path(variant: str) -> Path:
     return COEFFICIENTS_DIR / f"{module_name(variant)}.py"
 
 
+def check_variant(variant: str) -> str:
+    """The coefficient module ``variant``'s spec names; a known variant without one is told how to name it."""
+    spec = variants.find(variant)
+    if spec is not None and spec.supported and spec.coefficients is None:
+        suggested = spec.name.replace("-", "_")
+        raise ValueError(
+            f"--variant: {spec.name} has no coefficient module yet; name one in its VariantSpec "
+            f'(coefficients="{suggested}" in teacache/variants/{spec.family}.py), then emit writes it'
+        )
+    return module_name(variant)
+
+
 def emit_module(fit: dict, variant: str) -> str:
     """The text of the coefficient module for ``variant`` (raises ValueError for an unknown variant)."""
-    module = module_name(variant)
+    module = check_variant(variant)
     fit_variants = (fit.get("input") or {}).get("variants") or []
     if fit_variants and variant not in fit_variants:
         raise ValueError(f"--variant {variant!r} disagrees with the fit, which was made on {', '.join(fit_variants)}")
@@ -334,7 +348,7 @@ def max_curve_difference(old: RescaleFunction, new: RescaleFunction, fit: dict) 
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="teacache-calib emit",
         description="Write the packaged coefficient module of a variant from a fit.json, or an mlx-teacache "
         "calibration file (--format mlx-teacache).",
@@ -342,7 +356,9 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("fit", metavar="FIT", help="fit.json written by teacache-calib fit (or its folder)")
     parser.add_argument(
         "--variant",
-        help=f"module: required, one of {', '.join(sorted(PACKAGED_MODULES))}; mlx-teacache: default the fit's",
+        help="module: required, a variant whose VariantSpec names a coefficient module: "
+        f'{", ".join(sorted(PACKAGED_MODULES))} (a new one: set coefficients="<module>" in its spec first); '
+        "mlx-teacache: default the fit's",
     )
     parser.add_argument(
         "--format",
@@ -357,6 +373,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--out",
+        type=path_argument,
         metavar="PATH",
         help="write here instead of teacache/coefficients/<module>.py (mlx-teacache: FIT's folder/_calibration_*.json)",
     )
@@ -376,13 +393,15 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--variant: required with --format module")
         if args.traces:
             raise ValueError("--traces: only --format mlx-teacache writes the raw pairs")
+        if args.out is not None:
+            check_out_file(args.out, what="coefficient module")
         fit = read_fit(args.fit)
         text = emit_module(fit, args.variant)
     except (FitError, ValueError, KeyError) as exc:
         msg = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
         print(f"teacache-calib emit: error: {msg}", file=sys.stderr)
         return 2
-    path = Path(args.out) if args.out else target_path(args.variant)
+    path = args.out if args.out is not None else target_path(args.variant)
     if path.exists() and path.read_text(encoding="utf-8") == text:
         print(f"unchanged: {path} already holds this fit")
         return 0
@@ -418,8 +437,8 @@ def emit_calibration(args: argparse.Namespace) -> int:
     from teacache.io import write_json
 
     try:
-        if args.out is not None and Path(args.out).is_dir():
-            raise ValueError(f"--out: {args.out} is a folder; expected a .json file path")
+        if args.out is not None:
+            check_out_file(args.out, what=".json file")
         fit = read_fit(args.fit)
         data, note = fmt.calibration_object(fit, args.traces, args.variant)
     except (FitError, ValueError, KeyError) as exc:
@@ -427,7 +446,7 @@ def emit_calibration(args: argparse.Namespace) -> int:
         print(f"teacache-calib emit: error: {msg}", file=sys.stderr)
         return 2
     fit_dir = Path(args.fit) if Path(args.fit).is_dir() else Path(args.fit).parent
-    path = Path(args.out) if args.out else fit_dir / fmt.default_name(data["variant"])
+    path = args.out if args.out is not None else fit_dir / fmt.default_name(data["variant"])
     if note:
         print(f"note: {note}")
     write_json(path, data)

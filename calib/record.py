@@ -17,17 +17,16 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from rich.progress import Progress
-
 from calib.run import arguments, fingerprint, shard
 from calib.run.command import run_guarded
 from calib.run.generation import generate, implausible, paired_overhead, settings_fingerprint
 from calib.run.interleave import Turn, interleave
 from calib.run.interrupts import Interrupted, interruptions
+from calib.run.progress import track
 from calib.run.prompts import pair_id, parse_seeds
 from teacache import apply_teacache, variants
 from teacache.io import FORMAT_VERSION, write_json, write_parquet
-from teacache.provenance import collect
+from teacache.provenance import authorship, collect, read_previous
 
 PROG = "teacache-calib record"
 BRANCHES = {0: "cond", 1: "uncond"}
@@ -50,7 +49,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--size", default=None, help="WIDTHxHEIGHT (default: the model's own)")
     parser.add_argument("--guidance", type=float, default=None, help="default: the model's own")
     parser.add_argument("--quantize", type=int, default=None, choices=(3, 4, 5, 6, 8))
-    parser.add_argument("--out", required=True, type=Path, help="the traces folder")
+    parser.add_argument("--out", required=True, type=arguments.path_argument, help="the traces folder")
     parser.add_argument("--dry-run", action="store_true", help="check the arguments, print the plan and exit")
     parser.add_argument("--overhead-pairs", type=int, default=3, help="paired vanilla/recorded runs timed (0: skip)")
     parser.add_argument(
@@ -96,7 +95,13 @@ def plan(
 ) -> RecordSettings:
     """Check every argument (nothing loads); raise ValueError with one line naming the argument."""
     steps, width, height, guidance = arguments.generation_settings(
-        model, base_model, steps, size, guidance, 2, " steps (a trace needs consecutive steps)"
+        model,
+        base_model,
+        steps,
+        size,
+        guidance,
+        3,
+        " steps (the first and last are always computed: fewer leave no step the gate could skip)",
     )
     arguments.check_at_least(overhead_pairs, 0, "--overhead-pairs")
     return RecordSettings(
@@ -212,10 +217,11 @@ def run_record(settings: RecordSettings, world: shard.World | None = None) -> Pa
         partial = fingerprint_settings(settings)
 
         def check(folder: Path) -> None:
-            if fingerprint.check(folder, partial, RESULTS, EXTENDABLE).status == "adopt":
+            if fingerprint.check(folder, partial, RESULTS, EXTENDABLE, command=PROG).status == "adopt":
                 check_parts_agree(settings, folder)
 
         shard.claim(stack, world, settings.out, run.folder, PROG, check)
+        stack.enter_context(fingerprint.withdrawn_on_failure(run.folder, RESULTS))
         measured, error = None, None
         try:
             run.start()
@@ -239,7 +245,7 @@ def run_record(settings: RecordSettings, world: shard.World | None = None) -> Pa
             outcome = run.finish(error)
             try:
                 if world.rank == 0 and outcome.complete and measured is not None:
-                    path = _write_traces(settings, run, measured, outcome.locations)
+                    path = _write_traces(settings, run, measured, outcome.locations, added=len(run.todo))
             finally:
                 run.close()
         except RuntimeError as exc:  # a rank died inside a collective
@@ -269,7 +275,7 @@ def _record(settings: RecordSettings, run: shard.ShardedRun) -> dict:
     model = arguments.load_model(settings.model, settings.base_model, settings.quantize)
     variant = variants.variant_of(model)
     fp = fingerprint_settings(settings, variant)
-    state = fingerprint.check(folder, fp, RESULTS, EXTENDABLE)
+    state = fingerprint.check(folder, fp, RESULTS, EXTENDABLE, command=PROG)
     if state.message(folder):
         print(state.message(folder))
     recorded = fingerprint.save(folder, PROG, fp, state)
@@ -284,27 +290,32 @@ def _record(settings: RecordSettings, run: shard.ShardedRun) -> dict:
             overhead = {**overhead, "contended": True}  # other ranks ran on the same cores meanwhile
         print(describe_overhead(overhead))
     fields = world.row_fields()
-    with apply_teacache(model, calibrate=True) as handle, Progress() as progress:
-        task = progress.add_task("recording" if world.size == 1 else f"recording rank {world.rank}", total=len(todo))
+    label = "recording" if world.size == 1 else f"recording rank {world.rank}"
+    with apply_teacache(model, calibrate=True) as handle, track(label, len(todo), "runs") as progress:
         for pid, text, seed in todo:
             frame, _ = record_run(model, handle, gen_settings, pid, text, seed, variant)
             write_parquet(parts / f"{run_id(pid, seed)}.parquet", frame.assign(**fields))
-            progress.advance(task)
+            progress.advance()
     return {"variant": variant, "fingerprint": fp, "recorded": recorded, "overhead": overhead, "model": model}
 
 
-def _write_traces(settings: RecordSettings, run: shard.ShardedRun, measured: dict, locations) -> Path:
-    """traces.parquet from every run wherever it was saved, and provenance.json (on rank 0)."""
+def _write_traces(settings: RecordSettings, run: shard.ShardedRun, measured: dict, locations, added: int) -> Path:
+    """traces.parquet from every run wherever it was saved, and provenance.json (on rank 0). A resume that
+    recorded nothing (``added`` 0) keeps both files as they are: they describe the runs that made them."""
     # heavy (pandas): loaded after the arguments are checked
     import pandas as pd
 
     out, recorded = settings.out, measured["recorded"]
+    previous = read_previous(out / "provenance.json")
+    if added == 0 and previous is not None and (out / "traces.parquet").is_file():
+        print(f"nothing to record: {out / 'traces.parquet'} holds every run; kept it and its provenance.json")
+        return out / "traces.parquet"
     if run.folder != out:  # the merged folder gets the settings its table was made with
-        state = fingerprint.check(out, measured["fingerprint"], RESULTS, EXTENDABLE)
+        state = fingerprint.check(out, measured["fingerprint"], RESULTS, EXTENDABLE, command=PROG)
         recorded = fingerprint.save(out, PROG, measured["fingerprint"], state)
     ids = [run_id(pid, seed) for pid, _t, seed in settings.runs]
     traces = pd.concat([pd.read_parquet(locations[i] / "runs" / f"{i}.parquet") for i in ids], ignore_index=True)
-    sharding = {"distributed": run.world.provenance()} if run.world.size > 1 else {}
+    sharding = shard.sharding_provenance(run.world, traces)
     provenance = collect(
         model=settings.model,
         variant=measured["variant"],
@@ -324,6 +335,7 @@ def _write_traces(settings: RecordSettings, run: shard.ShardedRun, measured: dic
         history=recorded["history"],
         **sharding,
     )
+    provenance.update(authorship(previous, provenance, added, len(ids)))
     write_parquet(out / "traces.parquet", traces)
     write_json(out / "provenance.json", provenance)
     print(f"wrote {out / 'traces.parquet'} ({len(traces)} rows, format_version {FORMAT_VERSION})")
@@ -361,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
             run_record(settings)
             return
         if not settings.force_new:
-            fingerprint.check(settings.out, fingerprint_settings(settings), RESULTS, EXTENDABLE)
+            fingerprint.check(settings.out, fingerprint_settings(settings), RESULTS, EXTENDABLE, command=PROG)
         todo = _todo(settings)
         print(describe_plan(settings, todo))
         for pid, _text, seed in todo:

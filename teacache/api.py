@@ -73,7 +73,8 @@ def apply_teacache(
         )
     controller = StepController(gate_config, calibrate=calibrate, recipe=recipe)
     static_floor = gate_config.enabled and not calibrate and not gate_config.rescale.is_time_aware
-    if static_floor and not warn_if_never_skips(gate_config, where=f" with the {spec.name} rescale function"):
+    where = f" with the packaged {spec.name} rescale function" if from_packaged else " with the given coefficients"
+    if static_floor and not warn_if_never_skips(gate_config, where=where):
         controller.mark_warned("floor")  # said once here; not again at every generation
     restore = adapter.install(model, controller)
     return TeaCacheHandle(model, adapter, controller, spec.name, restore)

@@ -7,6 +7,7 @@ from recorded traces and a schedule taken inside a generation come from the same
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from dataclasses import asdict, dataclass
 
@@ -28,10 +29,22 @@ REASON_SKIP = "skip"
 
 
 def check_threshold(value, name: str = "rel_l1_thresh") -> float:
-    """A threshold is a finite number >= 0 (0 disables skipping); the one rule every entry point uses."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name}: expected a finite number >= 0 (0 disables skipping), got {value!r}")
+    """A threshold is a finite number >= 0 (0 disables skipping); the one rule every entry point uses.
+    Any real number is one (numpy's scalars too); anything else is a TypeError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name}: expected a finite number >= 0 (0 disables skipping), got {float(value)!r}")
     return float(value)
+
+
+def check_count(value, name: str, minimum: int) -> int:
+    """A whole number of steps (numpy's integers too) >= ``minimum``; anything else is a TypeError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name}: expected an integer, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name}: expected an integer >= {minimum}, got {int(value)}")
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -45,14 +58,12 @@ class GateConfig:
     max_consecutive_skips: int = 8
 
     def __post_init__(self) -> None:
-        check_threshold(self.rel_l1_thresh)
+        object.__setattr__(self, "rel_l1_thresh", check_threshold(self.rel_l1_thresh))
         for name in ("skip_first_n_steps", "skip_last_n_steps"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"{name}: expected an integer >= 0, got {v!r}")
-        v = self.max_consecutive_skips
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"max_consecutive_skips: expected an integer >= 1, got {v!r}")
+            object.__setattr__(self, name, check_count(getattr(self, name), name, 0))
+        object.__setattr__(
+            self, "max_consecutive_skips", check_count(self.max_consecutive_skips, "max_consecutive_skips", 1)
+        )
         if not isinstance(self.rescale, RescaleFunction):
             raise TypeError(f"rescale: expected a RescaleFunction, got {type(self.rescale).__name__}")
 

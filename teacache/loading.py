@@ -7,6 +7,7 @@ from the variant registry (``teacache.variants``); this module only resolves and
 from __future__ import annotations
 
 import inspect
+import os
 from pathlib import Path
 
 from mlx import nn
@@ -90,6 +91,11 @@ def load_model(name_or_path: str, *, base_model: str | None = None, quantize: in
     weights drawn from ``seed`` (nothing downloaded; for time and memory, its images mean nothing). The
     pipeline carries ``teacache_variant``.
     """
+    if not isinstance(name_or_path, str | os.PathLike):
+        raise TypeError(
+            f"model: expected a name or a folder path (str or os.PathLike), got {type(name_or_path).__name__}"
+        )
+    name_or_path = os.fspath(name_or_path)
     check_mflux_version()
     spec = resolve_spec(name_or_path, base_model)
     if name_or_path.startswith(RANDOM_PREFIX) and base_model is None:

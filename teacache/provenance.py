@@ -100,12 +100,28 @@ def tolerance_module_name(slug: str) -> str:
     return slug.replace("-", "_").replace(".", "_")
 
 
+SCRIPTS = {"bench": "teacache-bench", "calib": "teacache-calib"}
+
+
+def _console_argv(argv: list[str]) -> list[str]:
+    """The command as a user types it: ``python -m bench.cli`` (mlx.launch runs that) and the console script's
+    full path both read ``teacache-bench``."""
+    if not argv:
+        return list(argv)
+    first = Path(argv[0])
+    if first.name == "cli.py" and first.parent.name in SCRIPTS:
+        return [SCRIPTS[first.parent.name], *argv[1:]]
+    if first.name in (*SCRIPTS.values(), "teacache-demo"):
+        return [first.name, *argv[1:]]
+    return list(argv)
+
+
 def collect(argv: list[str] | None = None, **fields) -> dict:
     """The provenance block of DESIGN.md, plus whatever the caller adds (model, steps, prompts...)."""
     return {
         "format_version": FORMAT_VERSION,
         "date_utc": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "command": shlex.join(sys.argv if argv is None else argv),
+        "command": shlex.join(_console_argv(sys.argv if argv is None else argv)),
         "git": git_commit(),
         "versions": {
             "mlx": mx.__version__,
@@ -118,3 +134,38 @@ def collect(argv: list[str] | None = None, **fields) -> dict:
         "os": f"{platform.system()} {platform.release()} {platform.machine()}",
         **fields,
     }
+
+
+AUTHOR_FIELDS = ("command", "date_utc", "git", "versions")
+
+
+def _author(provenance: dict) -> dict:
+    return {key: provenance.get(key) for key in AUTHOR_FIELDS}
+
+
+def authorship(previous: dict | None, current: dict, added: int, total: int) -> dict:
+    """``recorded_by`` (the run that recorded the first rows) and ``resumed_by`` (every later run that added
+    rows, in order), separately: a resumed folder's provenance names today's command at its top, but its rows
+    were recorded by others, maybe at another commit. ``previous`` is the folder's provenance.json before this
+    run (None for a new folder); ``added`` of ``total`` units (runs, pairs) are this run's."""
+    if previous is None:
+        first = {**_author(current), "units": added, "of": total}
+        if added < total:  # an earlier, interrupted run recorded the others and wrote no provenance
+            first["note"] = f"{total - added} units were recorded by an earlier run that did not finish"
+        return {"recorded_by": first, "resumed_by": []}
+    first = previous.get("recorded_by") or {**_author(previous), "units": None, "note": "as its provenance said"}
+    later = list(previous.get("resumed_by") or [])
+    if added:
+        later.append({**_author(current), "units": added, "of": total})
+    return {"recorded_by": first, "resumed_by": later}
+
+
+def read_previous(path: Path) -> dict | None:
+    """A folder's provenance.json before this run rewrites it (None when missing or unreadable)."""
+    import json
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

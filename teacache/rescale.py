@@ -7,6 +7,7 @@ Coefficients are stored highest power first, like ``np.polyfit`` and every publi
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -123,6 +124,8 @@ class RescaleFunction:
     region: Region | None = None
 
     def __post_init__(self) -> None:
+        for name in ("coefficients", "time_coefficients", "interaction_coefficients"):
+            _check_numbers(getattr(self, name), name)
         coeffs = tuple(float(c) for c in self.coefficients)
         if not coeffs or not all(math.isfinite(c) for c in coeffs):
             raise ValueError(
@@ -158,6 +161,18 @@ class RescaleFunction:
         object.__setattr__(self, "coefficients", coeffs)
         object.__setattr__(self, "time_coefficients", tcoeffs)
         object.__setattr__(self, "x_range", (lo, hi))
+        self._check_values()
+
+    def _check_values(self) -> None:
+        """Finite values where the gate evaluates it: finite coefficients can still overflow float64."""
+        hi = self.x_range[1] if math.isfinite(self.x_range[1]) else max(2.0, self.x_range[0])  # rel-L1 is below 2
+        with np.errstate(over="ignore", invalid="ignore"):
+            values = [self(x, u) for x in np.linspace(self.x_range[0], hi, 5) for u in (0.0, 1.0)]
+        if not all(math.isfinite(v) for v in values):
+            raise ValueError(
+                f"coefficients: the rescale function overflows float64 on x {self.x_range[0]:g}..{hi:g}; expected "
+                f"coefficients of a rescale function, got {self.coefficients!r}"
+            )
 
     @property
     def is_time_aware(self) -> bool:
@@ -238,6 +253,14 @@ class RescaleFunction:
             )
         except KeyError as exc:
             raise ValueError(f"rescale function: missing field {exc.args[0]!r}") from None
+
+
+def _check_numbers(values, name: str) -> None:
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
+        raise TypeError(f"{name}: expected a sequence of numbers, got {type(values).__name__}")
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{name}: expected numbers, got {value!r} ({type(value).__name__})")
 
 
 def as_rescale(coefficients: RescaleFunction | Sequence[float] | None, default: RescaleFunction) -> RescaleFunction:

@@ -25,6 +25,7 @@ from bench.compare.input import PROJECT_ROOT, CompareError
 from bench.compare.render import render_markdown, render_plot
 from bench.report.compute import validate_floor
 from bench.report.input import ReportInputError
+from calib.run.arguments import CommandParser, check_out_dir, path_argument
 from teacache.io import atomic_path, write_json, write_text
 from teacache.provenance import collect
 
@@ -42,10 +43,10 @@ def default_out(result: dict) -> Path:
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=KIND, description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog=KIND, description=__doc__.split("\n\n")[0])
     parser.add_argument("a", type=Path, metavar="A", help="hardware folder (results/<hardware>) or campaign folder")
     parser.add_argument("b", type=Path, metavar="B", help="the other hardware or campaign folder")
-    parser.add_argument("--out", type=Path, default=None, help="default: results/comparisons/<A>-vs-<B>/")
+    parser.add_argument("--out", type=path_argument, default=None, help="default: results/comparisons/<A>-vs-<B>/")
     parser.add_argument("--ssim-floor", type=float, default=0.95, help="floor for the recommended threshold")
     parser.add_argument("--no-plot", action="store_true")
     return parser
@@ -54,14 +55,13 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
     try:
+        if args.out is not None:
+            check_out_dir(args.out)
         validate_floor(args.ssim_floor)
         result = build(args.a, args.b, args.ssim_floor)
-    except (CompareError, ReportInputError) as exc:
+        out = check_out_dir(args.out or default_out(result))
+    except (CompareError, ReportInputError, ValueError) as exc:
         print(f"{KIND}: {exc}", file=sys.stderr)
-        return 2
-    out = args.out or default_out(result)
-    if out.exists() and not out.is_dir():
-        print(f"{KIND}: --out {out} exists and is not a folder", file=sys.stderr)
         return 2
     text = render_markdown(result)
     png = None if args.no_plot else render_plot(result)

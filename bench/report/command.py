@@ -22,6 +22,7 @@ from bench.report.compute import DEFAULT_FLOOR, DEFAULT_METRIC, analyse, validat
 from bench.report.input import DECISION_COLUMNS, RUN_COLUMNS, ReportInputError, Sweep, load_sweep, validate_runs
 from bench.report.markdown import num, ratio
 from bench.report.render import OUTPUTS, render_files
+from calib.run.arguments import CommandParser, check_out_dir, path_argument
 from teacache.io import atomic_path, write_text
 
 __all__ = [
@@ -103,14 +104,20 @@ def print_summary(summary: dict, console=None) -> None:
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="teacache-bench report",
         description="Distribution tables, speed/quality plots and report.md from a sweep folder.",
     )
     parser.add_argument(
         "runs", metavar="RUNS", help="sweep folder with runs.parquet, decisions.parquet, provenance.json"
     )
-    parser.add_argument("--out", required=True, metavar="DIR", help="folder for report.md, distribution.csv and plots")
+    parser.add_argument(
+        "--out",
+        required=True,
+        type=path_argument,
+        metavar="DIR",
+        help="folder for report.md, distribution.csv and plots",
+    )
     parser.add_argument(
         "--ssim-floor",
         "--floor",
@@ -131,8 +138,9 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
     try:
+        check_out_dir(args.out)
         summary = build_report(args.runs, args.out, ssim_floor=args.floor, metric=args.metric)
-    except ReportInputError as exc:
+    except (ReportInputError, ValueError) as exc:
         print(f"teacache-bench report: {exc}", file=sys.stderr)
         return 2
     print_summary(summary)

@@ -6,6 +6,7 @@ Pure functions of the sweep's tables (``bench.report.stats`` does the statistics
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import pandas as pd
@@ -26,9 +27,11 @@ def validate_floor(floor: float, metric: str = DEFAULT_METRIC, option: str = "--
     if metric not in stats.QUALITY_METRICS:
         raise ReportInputError(f"--metric {metric!r}: expected one of {', '.join(stats.QUALITY_METRICS)}")
     low, high = FLOOR_RANGES[metric]
-    if not isinstance(floor, int | float) or not math.isfinite(floor) or not low <= floor <= high:
+    number = isinstance(floor, numbers.Real) and not isinstance(floor, bool)
+    if not number or not math.isfinite(floor) or not low <= floor <= high:
         expected = f"a number from {low:g} to {high:g}" if math.isfinite(high) else f"a finite number >= {low:g}"
-        raise ReportInputError(f"{option} {floor!r}: expected {expected} (a floor on p5 {metric})")
+        shown = repr(float(floor)) if number else repr(floor)
+        raise ReportInputError(f"{option} {shown}: expected {expected} (a floor on p5 {metric})")
     return float(floor)
 
 
@@ -102,6 +105,24 @@ class Analysis:
     def default_p5(self) -> float:
         """p5 of the metric at the variant's default threshold (NaN when it was not swept)."""
         return stats.stat(self.dist, self.metric, "p5").get(self.default_threshold, math.nan)
+
+
+def measured_by(runs: pd.DataFrame) -> str | None:
+    """Which ranks measured the rows and how many were contended (ranks sharing cores or a GPU time each
+    other), or None for a run in one process."""
+    if "rank" not in runs.columns or runs["rank"].isna().all():
+        return None
+    ranks = sorted(int(r) for r in runs["rank"].dropna().unique())
+    contended = int(runs["contended"].fillna(False).astype(bool).sum()) if "contended" in runs.columns else 0
+    if ranks == [0] and not contended:
+        return None
+    text = f"ranks {', '.join(map(str, ranks))}"
+    if contended:
+        text += (
+            f"; {contended} of {len(runs)} rows contended: their ranks shared cores or a GPU, so their times and "
+            "speedups are not what one process measures alone"
+        )
+    return text
 
 
 def analyse(sweep: Sweep, floor: float = DEFAULT_FLOOR, metric: str = DEFAULT_METRIC) -> Analysis:

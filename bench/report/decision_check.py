@@ -32,6 +32,7 @@ import pandas as pd
 
 from bench.report import front, stats
 from bench.sweep.baselines import TEACACHE
+from calib.run.arguments import CommandParser, check_out_dir, path_argument
 from teacache.io import atomic_path, write_json, write_text
 from teacache.provenance import collect
 
@@ -224,13 +225,13 @@ def fronts_png(points: pd.DataFrame, scores: pd.DataFrame) -> bytes:
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--candidate", action="append", required=True, metavar="LABEL=SWEEP_DIR=FIT_JSON")
     parser.add_argument(
         "--scores", type=Path, required=True, help="the fit.json of the full fit: each criterion's scores"
     )
     parser.add_argument("--levels", default="6,8,10,13,17", help="computed steps to compare at")
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=path_argument, required=True)
     return parser
 
 
@@ -238,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = setup_arg_parser().parse_args(argv)
     try:
+        check_out_dir(args.out)
         candidates = [parse_candidate(v) for v in args.candidate]
         levels = [int(v) for v in args.levels.split(",")]
     except ValueError as exc:

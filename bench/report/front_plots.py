@@ -13,6 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from bench.report import front
+from bench.report.plots import label_groups
 from bench.sweep.baselines import TEACACHE
 
 ARM_STYLE = {  # colour, marker
@@ -53,9 +54,8 @@ def _draw(ax, points: pd.DataFrame, quality: str, label_settings: bool, speed: s
     for label, at, (colour, marker) in _series(finite):
         ax.scatter(at[speed], at[quality], color=colour, marker=marker, s=30, label=label, zorder=3)
         if label_settings:
-            for _, p in at.iterrows():
-                ax.annotate(str(p["arm_setting"]), (p[speed], p[quality]), textcoords="offset points",
-                            xytext=(4, 3), fontsize=6, color=colour)  # fmt: skip
+            for x, y, text in label_groups(at[speed], at[quality], at["arm_setting"]):
+                ax.annotate(text, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=6, color=colour)
     on = front.mark_front(finite, quality=quality, speed=speed).to_numpy() if len(finite) else np.array([], bool)
     if on.any():
         best = finite[on].sort_values(speed)
@@ -89,12 +89,13 @@ def front_panels(points: pd.DataFrame, title: str = "", speed: str = "speedup_me
     axes = fig.subplots(2, 2)
     for ax, (quality, name) in zip(axes.flat, PANELS, strict=True):
         if quality in points.columns:
-            _draw(ax, points, quality, label_settings=False, speed=speed)
+            _draw(ax, points, quality, label_settings=True, speed=speed)
         ax.set_ylabel(name)
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 6), fontsize=8)
-    fig.suptitle(title or "Speed/quality fronts of every arm", y=1.0)
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.suptitle(title or "Speed/quality fronts of every arm (labels: settings)", y=0.995)
+    # the legend in its own row under the title, above the panels: it covers neither
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.96), ncol=min(len(labels), 6), fontsize=8)
+    fig.tight_layout(rect=(0, 0, 1, 0.92))
     return fig
 
 

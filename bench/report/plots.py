@@ -33,6 +33,30 @@ def _asym(median: pd.Series, low: pd.Series, high: pd.Series) -> np.ndarray:
     return np.vstack([(median - low).clip(lower=0).to_numpy(), (high - median).clip(lower=0).to_numpy()])
 
 
+COINCIDE = 0.02  # points closer than this fraction of both axes' spans share one label
+
+
+def label_groups(xs, ys, labels, coincide: float = COINCIDE) -> list[tuple[float, float, str]]:
+    """(x, y, text) per group of points that would print their labels over each other: one label each,
+    the group's labels joined ("0, 0.005, 0.01"), at the group's first point. NaN points get none."""
+    points = [(float(x), float(y), str(t)) for x, y, t in zip(xs, ys, labels, strict=True)]
+    points = [p for p in points if math.isfinite(p[0]) and math.isfinite(p[1])]
+    if not points:
+        return []
+    span_x = (max(p[0] for p in points) - min(p[0] for p in points)) or 1.0
+    span_y = (max(p[1] for p in points) - min(p[1] for p in points)) or 1.0
+    groups: list[list[tuple[float, float, str]]] = []
+    for p in points:
+        for group in groups:
+            x0, y0, _ = group[0]
+            if abs(p[0] - x0) <= coincide * span_x and abs(p[1] - y0) <= coincide * span_y:
+                group.append(p)
+                break
+        else:
+            groups.append([p])
+    return [(g[0][0], g[0][1], ", ".join(t for _, _, t in g)) for g in groups]
+
+
 def speedup_quality(dist: pd.DataFrame, quality: str = "ssim") -> Figure:
     """Median speedup against median quality, one point per threshold, p5-p95 bars both ways.
 
@@ -64,8 +88,8 @@ def speedup_quality(dist: pd.DataFrame, quality: str = "ssim") -> Figure:
     for t in speed.index:
         if not (math.isnan(ideal[t]) or math.isnan(qual[t])):
             ax.plot([speed[t], ideal[t]], [qual[t], qual[t]], ":", color=IDEAL, linewidth=0.8)
-        if not (math.isnan(speed[t]) or math.isnan(qual[t])):
-            ax.annotate(f"{t:g}", (speed[t], qual[t]), textcoords="offset points", xytext=(5, 5), fontsize=8)
+    for x, y, text in label_groups(speed, qual, [f"{t:g}" for t in speed.index]):
+        ax.annotate(text, (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
     front = stats.pareto_front(speed.to_numpy(), qual.to_numpy())
     if front.any():
         order = np.argsort(speed.to_numpy()[front])

@@ -9,7 +9,7 @@ import json
 
 from bench.report import baselines as report_baselines
 from bench.report import markdown, plots, stats
-from bench.report.compute import Analysis, summary
+from bench.report.compute import Analysis, measured_by, summary
 
 # Every file a report can write; a rebuild removes those it no longer produces and never touches others.
 OUTPUTS = frozenset(
@@ -77,6 +77,7 @@ def report_markdown(analysis: Analysis, captions: dict[str, str], omitted: list[
         captions=captions,
         omitted=omitted,
         baselines=baselines,
+        measured_by=measured_by(runs),
     )
 
 

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from rich.progress import Progress
 
 from bench.common import parse_coefficients, parse_thresholds
 from bench.quality.metrics import MAX_REL_EPS, SSIM_SETTINGS
@@ -36,11 +35,13 @@ from calib.run import arguments, fingerprint, shard
 from calib.run.command import run_guarded
 from calib.run.generation import generate, settings_fingerprint
 from calib.run.interrupts import Interrupted, interruptions
+from calib.run.progress import track
 from calib.run.prompts import pair_id, parse_seeds
 from teacache import apply_teacache, variants
 from teacache.gate import GateConfig
 from teacache.io import write_json
-from teacache.provenance import collect
+from teacache.loading import resolve_spec
+from teacache.provenance import authorship, collect, read_previous
 
 PROG = "teacache-bench sweep"
 # What the sweep writes into its folder: --force-new removes exactly these.
@@ -80,7 +81,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
         "--isolate", action="store_true", help="time every generation in a fresh process (quality stays in-process)"
     )
     parser.add_argument("--save-images", action="store_true", help="keep every decoded image under DIR/images")
-    parser.add_argument("--out", required=True, type=Path, help="the sweep folder")
+    parser.add_argument("--out", required=True, type=arguments.path_argument, help="the sweep folder")
     parser.add_argument(
         "--force-new", action="store_true", help="discard what DIR holds from an earlier sweep and start afresh"
     )
@@ -258,6 +259,14 @@ def read_traces(path: Path, steps: int):
 def check_inputs(settings: SweepSettings):
     """The input files, read and checked before the model loads: (traces frame or None, fixed rescale or None)."""
     traces = read_traces(settings.traces, settings.steps) if settings.traces is not None else None
+    if traces is not None:
+        variant = resolve_spec(settings.model, settings.base_model).name
+        others = [v for v in traces.variants if v != variant]
+        if others:
+            raise ValueError(
+                f"--traces: {settings.traces} holds traces of {', '.join(others)}, not of {variant}: its replay "
+                f"would predict nothing about this sweep; record {variant}'s traces (teacache-calib record)"
+            )
     rescale = None
     if settings.coefficients != "packaged" or settings.x_range is not None:
         # heavy (pandas): loaded after the arguments are checked
@@ -334,10 +343,16 @@ PART_FILL = {"predicted_skipped": float("nan")}
 
 
 def read_part(path: Path, table):
+    """One saved part of a pair; a damaged one is named with the way out (its pair is measured anew)."""
     # heavy (pandas): loaded after the arguments are checked
     from bench.sweep import records
 
-    return records.read_table(path, table, fill=PART_FILL if table is records.RUNS else None)
+    try:
+        return records.read_table(path, table, fill=PART_FILL if table is records.RUNS else None)
+    except records.RecordError as exc:
+        raise records.RecordError(
+            f"{exc} ({path}); delete that file and run the same command again: its pair is measured anew"
+        ) from None
 
 
 def done_thresholds(parts: Path, pairs: list[tuple[str, str, int]]) -> dict[str, set[float]]:
@@ -466,7 +481,7 @@ def _check_folder(settings: SweepSettings, partial: dict):
     """The settings check of one folder whose pairs this sweep may resume or merge."""
 
     def check(folder: Path) -> None:
-        state = fingerprint.check(folder, partial, RESULTS, settings.extendable)
+        state = fingerprint.check(folder, partial, RESULTS, settings.extendable, command=PROG)
         if state.status == "adopt":
             check_parts_agree(settings, folder)
 
@@ -490,6 +505,7 @@ def run_sweep(settings: SweepSettings, world: shard.World | None = None) -> Path
     with contextlib.ExitStack() as stack:
         check = _check_folder(settings, fingerprint_settings(settings, fixed_rescale))
         shard.claim(stack, world, settings.out, run.folder, PROG, check)
+        stack.enter_context(fingerprint.withdrawn_on_failure(run.folder, RESULTS))
         measured, error = None, None
         try:
             run.start()
@@ -523,7 +539,7 @@ def _finish(settings: SweepSettings, run: shard.ShardedRun, measured, error, tra
         outcome = run.finish(error)
         try:
             if world.rank == 0 and outcome.complete and measured is not None:
-                path = _write_tables(settings, run, measured, outcome.locations, traces)
+                path = _write_tables(settings, run, measured, outcome.locations, traces, added=len(run.todo))
         finally:
             run.close()
     except RuntimeError as exc:  # a rank died inside a collective ("[ring] connection to a peer was lost")
@@ -621,7 +637,7 @@ def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale, traces
     rescales = resolve_rescales(settings, rescale, variant) if settings.arms_mode else None
     if rescales is not None and len(rescales) > 1:
         fp["compare_rescales"] = {k: _rescale_settings(v) for k, v in list(rescales.items())[1:]}
-    state = fingerprint.check(folder, fp, RESULTS, settings.extendable)
+    state = fingerprint.check(folder, fp, RESULTS, settings.extendable, command=PROG)
     if state.message(folder):
         print(state.message(folder))
     recorded = fingerprint.save(folder, PROG, fp, state)
@@ -638,8 +654,7 @@ def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale, traces
     arms_record = None
     if settings.arms_mode:
         tc_arms, grid, arms_record = _plan_arms(settings, model, rescales, configs_for, traces, skip_first)
-    with Progress() as progress:
-        task = progress.add_task("sweep" if world.size == 1 else f"sweep rank {world.rank}", total=len(todo))
+    with track("sweep" if world.size == 1 else f"sweep rank {world.rank}", len(todo), "pairs") as progress:
         for pair, missing in todo:
             if settings.arms_mode:
                 rows, decisions, noop = sweep_arms.run_pair_arms(
@@ -651,21 +666,31 @@ def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale, traces
                 )
             rows, noop = [{**row, **fields} for row in rows], {**noop, **fields}
             save_pair(folder / "pairs", pair_id(pair[0], pair[2]), rows, decisions, noop)
-            progress.advance(task)
+            progress.advance()
     return Measured(variant, default_threshold, skip_first, rescale, configs, fp, recorded, arms_record)
 
 
-def _write_tables(settings: SweepSettings, run: shard.ShardedRun, measured: Measured, locations, traces) -> Path:
-    """The folder's tables from every pair wherever it was saved, and provenance.json (on rank 0)."""
+def _write_tables(
+    settings: SweepSettings, run: shard.ShardedRun, measured: Measured, locations, traces, added: int
+) -> Path:
+    """The folder's tables from every pair wherever it was saved, and provenance.json (on rank 0). A resume
+    that measured nothing (``added`` 0) keeps them as they are: they describe the runs that made them."""
     # heavy (pandas): loaded after the arguments are checked
     from bench.sweep import records
     from bench.sweep.replay import predict_schedules
 
     out, thresholds, configs = settings.out, settings.thresholds, measured.configs
+    previous = read_previous(out / "provenance.json")
+    if added == 0 and previous is not None and (out / records.RUNS.file).is_file():
+        print(f"nothing to measure: {out / records.RUNS.file} holds every pair; kept its tables and provenance.json")
+        return out / records.RUNS.file
     recorded = measured.recorded
     if run.folder != out:  # the merged folder gets the settings its tables were made with
         recorded = fingerprint.save(
-            out, PROG, measured.fingerprint, fingerprint.check(out, measured.fingerprint, RESULTS, settings.extendable)
+            out,
+            PROG,
+            measured.fingerprint,
+            fingerprint.check(out, measured.fingerprint, RESULTS, settings.extendable, command=PROG),
         )
     runs, decisions, noop = _assemble(settings, locations)
     runs["predicted_skipped"] = float("nan")
@@ -677,7 +702,7 @@ def _write_tables(settings: SweepSettings, run: shard.ShardedRun, measured: Meas
         runs["predicted_skipped"] = [float(lookup.get(k, float("nan"))) for k in keys]
         if "rescale" in runs.columns:  # the replay predicts --coefficients' schedules only
             runs.loc[runs["rescale"].notna() & (runs["rescale"] != settings.coefficients), "predicted_skipped"] = np.nan
-    sharding = {"distributed": run.world.provenance()} if run.world.size > 1 else {}
+    sharding = shard.sharding_provenance(run.world, runs)
     provenance = collect(
         model=settings.model,
         variant=measured.variant,
@@ -704,6 +729,7 @@ def _write_tables(settings: SweepSettings, run: shard.ShardedRun, measured: Meas
         **sharding,
         **({"arms": measured.arms} if measured.arms is not None else {}),
     )
+    provenance.update(authorship(previous, provenance, added, len(settings.pairs)))
     records.write_table(out / records.DECISIONS.file, records.DECISIONS, decisions)
     records.write_table(out / records.NOOP.file, records.NOOP, noop)
     records.write_table(out / records.RUNS.file, records.RUNS, runs)

@@ -14,6 +14,7 @@ import typing
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from teacache.gate import StepDecision
@@ -193,6 +194,41 @@ def validate(frame: pd.DataFrame, table: Table) -> None:
                 )
 
 
+# Every run has these as finite numbers; PSNR may also be +inf (identical images), nothing may be NaN or -inf.
+FINITE = ("wall_s_median", "speedup", "ideal_speedup", "max_abs", "mean_abs", "max_rel", "cosine", "ssim")
+
+
+RUN_KEY = ("pair_id", "run_id", "kind", "threshold", "arm", "arm_setting", "rescale")  # what makes a row one run
+
+
+def _name(runs: pd.DataFrame, position: int) -> str:
+    row = runs.iloc[position]
+    return str(row["run_id"]) if "run_id" in runs.columns else f"{row['pair_id']} {row['kind']}"
+
+
+def check_rows(runs: pd.DataFrame) -> None:
+    """Checked like the trace reader checks traces: no run twice (it would count its pair twice in every
+    percentile and tolerance), no NaN or infinite measurement (a CI of [4.49, inf] is no measurement).
+    Only the columns the frame has: the tolerances read a subset."""
+    key = [c for c in RUN_KEY if c in runs.columns]
+    repeated = runs.duplicated(subset=key, keep=False).to_numpy()
+    if repeated.any():
+        first = _name(runs, int(np.flatnonzero(repeated)[0]))
+        raise RecordError(
+            f"runs.parquet: {int(repeated.sum())} rows repeat a run (first: {first}); a run counted twice moves every "
+            "percentile: rebuild the table from the sweep's pairs (run the sweep again)"
+        )
+    for column in (c for c in (*FINITE, "psnr") if c in runs.columns):
+        values = pd.to_numeric(runs[column], errors="coerce").to_numpy(dtype=float)
+        bad = np.isnan(values) | (np.isinf(values) if column != "psnr" else np.isneginf(values))
+        if bad.any():
+            allowed = "finite or +inf (identical images)" if column == "psnr" else "finite"
+            raise RecordError(
+                f"runs.parquet: column {column!r} has {int(bad.sum())} NaN or infinite value(s) (first: run_id "
+                f"{_name(runs, int(np.flatnonzero(bad)[0]))}); expected {allowed}: re-run the sweep for those pairs"
+            )
+
+
 def validate_runs(runs: pd.DataFrame) -> None:
     """The runs table: its version, columns and kinds, and a vanilla run for every TeaCache run's pair."""
     if "format_version" in runs.columns:
@@ -209,6 +245,7 @@ def validate_runs(runs: pd.DataFrame) -> None:
     if runs.empty:
         raise RecordError("runs.parquet has no rows: the sweep recorded no run")
     validate(runs, RUNS)
+    check_rows(runs)
     bad_kind = sorted(set(runs["kind"]) - set(KINDS))
     if bad_kind:
         raise RecordError(f"runs.parquet: unknown kind {', '.join(map(repr, bad_kind))}; expected {KINDS}")

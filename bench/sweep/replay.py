@@ -14,7 +14,6 @@ import dataclasses
 import json
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -23,6 +22,7 @@ from bench.common import parse_thresholds
 from bench.peer import gate as peer_gate
 from calib.fit.coefficient_sources import parse_x_range, resolve_coefficients
 from calib.fit.errors import FitError
+from calib.run.arguments import CommandParser, check_out_file, path_argument
 from calib.traces.reader import REPLAY_COLUMNS, RunTrace, Traces, load_traces
 from teacache import variants
 from teacache.gate import GateConfig
@@ -38,7 +38,7 @@ _GATE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(GateConfig) if f
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="teacache-bench replay", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog="teacache-bench replay", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "traces",
         nargs="+",
@@ -65,7 +65,9 @@ def setup_arg_parser() -> argparse.ArgumentParser:
         "threshold and, when --skip-first/--skip-last are given, window (else its defaults 1/1); print and, with "
         "--out, write where and why the two decide differently (OUT.mlx-teacache.csv, OUT.mlx-teacache-steps.csv)",
     )
-    parser.add_argument("--out", type=Path, default=None, help="write the schedules as CSV (and provenance beside)")
+    parser.add_argument(
+        "--out", type=path_argument, default=None, help="write the schedules as CSV (and provenance beside)"
+    )
     return parser
 
 
@@ -210,8 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         thresholds = parse_thresholds(args.thresholds)
         x_range = parse_x_range(args.x_range)
-        if args.out is not None and args.out.is_dir():
-            raise ValueError(f"--out: {args.out} is a folder; expected a CSV file path")
+        if args.out is not None:
+            check_out_file(args.out, what="CSV file")
         traces = read_replay_traces(args.traces, args.num_steps, args.variant, args.branch)
         variant = args.variant or (traces.variants[0] if len(traces.variants) == 1 else None)
         rescale, source = resolve_coefficients(args.coefficients, variant, x_range)

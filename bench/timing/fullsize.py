@@ -44,6 +44,7 @@ import teacache
 from bench.common import parse_numbers, parse_thresholds
 from bench.peer import arm as peer
 from bench.peer import gate as peer_gate
+from calib.run.arguments import CommandParser, check_out_dir, path_argument
 from calib.run.generation import generate
 from calib.run.interleave import Turn, interleave
 from calib.run.interrupts import interruptions
@@ -83,7 +84,7 @@ RUN_COLUMNS = (
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="teacache-bench fullsize", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog="teacache-bench fullsize", description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=DEFAULT_MODELS, help="comma-separated random-<variant> names")
     parser.add_argument("--size", type=int, default=None, help="image side in pixels; default: each variant's")
     parser.add_argument("--steps", type=int, default=None, help="default: each variant's")
@@ -108,7 +109,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
         "(mlx-teacache-all) and at each threshold with the same coefficients; a model it cannot run gets a row "
         "saying why",
     )
-    parser.add_argument("--out", type=Path, default=None, help="default: results/<hardware>/fullsize")
+    parser.add_argument("--out", type=path_argument, default=None, help="default: results/<hardware>/fullsize")
     return parser
 
 
@@ -142,6 +143,8 @@ def validate(args) -> dict:
         raise ValueError(f"--blocks: expected at least 1, got {args.blocks}")
     if args.blocks is not None and args.out is None:
         raise ValueError("--out: --blocks builds models that are not full size; name a folder outside results/")
+    if args.out is not None:
+        check_out_dir(args.out)
     if args.guidance is not None and (math.isnan(args.guidance) or args.guidance < 0):
         raise ValueError(f"--guidance: expected a number >= 0, got {args.guidance}")
     if args.budget_s is not None and not args.budget_s > 0:
@@ -586,6 +589,11 @@ def main(argv: list[str] | None = None) -> int:
     use_float32_on_cpu()
     hardware = prov.hardware_slug()
     out = args.out or PROJECT_ROOT / "results" / hardware / "fullsize"
+    try:
+        check_out_dir(out)
+    except ValueError as exc:
+        print(f"teacache-bench fullsize: {exc}", file=sys.stderr)
+        return 2
     deadline = None if args.budget_s is None else time.perf_counter() + args.budget_s
     finished: list[str] = []
     failed: list[str] = []

@@ -28,16 +28,16 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     parser = arguments.CommandParser(prog=PROG, description=__doc__)
     arguments.add_model_arguments(parser, prompts=False)
     parser.add_argument("--steps", type=int, default=28)
-    parser.add_argument("--size", type=int, default=None, help="image side in pixels (default: the model's own)")
+    parser.add_argument("--size", default=None, help="WIDTHxHEIGHT (default: the model's own)")
     parser.add_argument("--pairs", type=int, default=10, help="interleaved vanilla/wrapped pairs per setting")
     return parser
 
 
-def _generate_fn(model, steps: int, size: int | None):
+def _generate_fn(model, steps: int, size: tuple[int, int] | None):
     prompt = next(iter(load_prompts(default_set(variants.variant_of(model))).values()))
     kwargs = {"num_inference_steps": steps}
     if size is not None:
-        kwargs.update(height=size, width=size)
+        kwargs.update(width=size[0], height=size[1])
 
     def run() -> float:
         start = time.perf_counter()
@@ -47,7 +47,7 @@ def _generate_fn(model, steps: int, size: int | None):
     return run
 
 
-def measure(model, steps: int, size: int | None, pairs: int, proxy: bool) -> dict:
+def measure(model, steps: int, size: tuple[int, int] | None, pairs: int, proxy: bool) -> dict:
     """proxy=False: threshold 0 (fast path). proxy=True: the variant's default threshold with every step
     forced to compute (skip_first_n_steps = steps), so the signal, decision and host sync run each step."""
     run = _generate_fn(model, steps, size)
@@ -81,25 +81,25 @@ def measure(model, steps: int, size: int | None, pairs: int, proxy: bool) -> dic
     }
 
 
-def check_args(args: argparse.Namespace) -> None:
-    """Every argument, before the model loads."""
-    arguments.check_model(args.model, args.base_model)
-    arguments.check_at_least(args.steps, 2, "--steps", " steps")
+def check_args(args: argparse.Namespace) -> tuple[int, int] | None:
+    """Every argument, before the model loads; the size to generate at (None: the model's own)."""
+    _steps, width, height, _guidance = arguments.generation_settings(
+        args.model, args.base_model, args.steps, args.size, None, 2, " steps"
+    )
     arguments.check_at_least(args.pairs, 1, "--pairs")
-    if args.size is not None:
-        arguments.check_at_least(args.size, 1, "--size", " pixels")
+    return (width, height) if args.size is not None else None
 
 
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
     try:
-        check_args(args)
+        size = check_args(args)
         model = arguments.load_model(args.model, args.base_model, None)
     except ValueError as exc:
         return arguments.fail(PROG, str(exc))
     print(f"{args.model}, {args.steps} steps, {args.pairs} interleaved pairs after warm-up")
     for label, proxy in (("threshold 0 (fast path)", False), ("proxy active, every step computed", True)):
-        r = measure(model, args.steps, args.size, args.pairs, proxy)
+        r = measure(model, args.steps, size, args.pairs, proxy)
         timing = f"vanilla {1000 * r['vanilla_s']:.1f} ms, wrapped {1000 * r['wrapped_s']:.1f} ms"
         if not r["reliable"]:
             print(f"  {label:45s} overhead unreliable ({r['reason']}; {timing})")

@@ -26,6 +26,7 @@ import pandas as pd
 
 from bench.sweep.records import NOOP, RecordError, read_sweep
 from bench.tolerances.module import PROJECT_ROOT, TOLERANCES_DIR, complete, module_path, prefix, render_module
+from calib.run.arguments import CommandParser, check_out_file, path_argument
 from teacache.io import write_text
 from teacache.provenance import hardware_slug
 
@@ -82,7 +83,9 @@ def derive(sweep_dir: Path, threshold: float | None = None, provisional: bool = 
     margin = "margin: one median-to-worst spread beyond the worst run (see the module docstring)"
     out: dict[str, tuple] = {}
 
-    def note(what: str, s: dict | None, extra: str = "") -> list[str]:
+    def note(what: str, s: dict | None, extra: str = "", pairs: int | None = None) -> list[str]:
+        """The constant's comment; ``pairs``: the pairs its values come from, when fewer than the sweep's
+        (values left out as not finite): below CALIBRATED_MIN_PAIRS the constant is provisional."""
         lines = [what, origin]
         if s is not None:
             lines.append(
@@ -90,7 +93,10 @@ def derive(sweep_dir: Path, threshold: float | None = None, provisional: bool = 
             )
         if extra:
             lines.append(extra)
-        lines.append(status)
+        if pairs is not None and pairs < CALIBRATED_MIN_PAIRS and status == "calibrated":
+            lines.append(f"provisional: from {pairs} pairs, fewer than the {CALIBRATED_MIN_PAIRS} a calibration needs")
+        else:
+            lines.append(status)
         return lines
 
     out[f"{p}_SETTINGS"] = (
@@ -141,14 +147,17 @@ def derive(sweep_dir: Path, threshold: float | None = None, provisional: bool = 
     finite_ssim = at["ssim"].dropna()
     if not finite_ssim.empty:
         bound, s = lower_bound(finite_ssim)
+        pairs = int(at.loc[finite_ssim.index, "pair_id"].nunique())
         out[f"{p}_SSIM_FLOOR"] = (
             bound,
-            note(f"SSIM of decoded images against vanilla at threshold {threshold:g}", s, margin),
+            note(f"SSIM of decoded images against vanilla at threshold {threshold:g}", s, margin, pairs),
         )
     finite_psnr = at["psnr"].replace([np.inf], np.nan).dropna()
     if not finite_psnr.empty:
         bound, s = lower_bound(finite_psnr)
-        out[f"{p}_PSNR_FLOOR"] = (bound, note(f"PSNR (dB) against vanilla at threshold {threshold:g}", s, margin))
+        pairs = int(at.loc[finite_psnr.index, "pair_id"].nunique())
+        what = f"PSNR (dB) against vanilla at threshold {threshold:g}"
+        out[f"{p}_PSNR_FLOOR"] = (bound, note(what, s, margin, pairs))
     lo, s_lo = lower_bound(at["skipped"])
     hi, _ = upper_bound(at["skipped"])
     band = (max(0, math.floor(lo)), min(int(prov["steps"]), math.ceil(hi)))
@@ -179,9 +188,9 @@ def measured_cases(runs: pd.DataFrame) -> tuple[tuple[str, str, int], ...]:
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="teacache-bench tolerances", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog="teacache-bench tolerances", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, metavar="RUNS", help="sweep folders (one per variant)")
-    parser.add_argument("--out", type=Path, default=None, help="default: tests/tolerances/<hardware>.py")
+    parser.add_argument("--out", type=path_argument, default=None, help="default: tests/tolerances/<hardware>.py")
     parser.add_argument("--threshold", type=float, default=None, help="default: each sweep's default threshold")
     parser.add_argument(
         "--provisional",
@@ -228,6 +237,8 @@ def load_module(path: Path):
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
     try:
+        if args.out is not None:
+            check_out_file(args.out, what=".py module")
         derived = [derive(path, args.threshold, args.provisional) for path in args.runs]
         hardware = {d["hardware"] for d in derived}
         if len(hardware) > 1:
@@ -235,9 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         variants = [d["variant"] for d in derived]
         if len(set(variants)) != len(variants):
             raise ValueError(f"RUNS: two sweeps of the same variant ({', '.join(variants)})")
-        out = args.out or module_path(derived[0]["hardware"])
-        if out.is_dir():
-            raise ValueError(f"--out: {out} is a folder; expected the path of the .py module to write")
+        out = check_out_file(args.out or module_path(derived[0]["hardware"]), what=".py module")
         kept, provisional_from = complete(derived, out, TOLERANCES_DIR)
         text = render_module(derived, kept, provisional_from)
         compile(text, "<tolerances>", "exec")

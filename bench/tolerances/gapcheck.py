@@ -18,16 +18,18 @@ from pathlib import Path
 import mlx.core as mx
 import pandas as pd
 from rich.console import Console
-from rich.progress import Progress
 from rich.table import Table
 
 from bench.quality.metrics import image_metrics, latent_metrics
 from bench.report import markdown
 from bench.tolerances.derive import PROJECT_ROOT, check_run, load_module, prefix
 from bench.tolerances.mutants import MUTANTS, Mutant, apply_mutant, leftovers
+from calib.run import arguments
+from calib.run.arguments import CommandParser, check_out_dir, path_argument
 from calib.run.generation import generate
-from calib.run.prompts import default_set, load_prompts, pair_id, parse_seeds
-from teacache import apply_teacache, load_model, variants
+from calib.run.progress import track
+from calib.run.prompts import pair_id, parse_seeds
+from teacache import apply_teacache
 from teacache.core import StepController
 from teacache.gate import GateConfig
 from teacache.io import write_json, write_text
@@ -40,13 +42,12 @@ CORRECT = "correct"
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="teacache-bench gapcheck", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=variants.default_model())
+    parser = CommandParser(prog="teacache-bench gapcheck", description=__doc__.split("\n\n")[0])
+    arguments.add_model_arguments(parser)
     parser.add_argument("--tolerances", type=Path, default=None, help="default: tests/tolerances/<hardware>.py")
-    parser.add_argument("--prompts", default=None)
     parser.add_argument("--seeds", default="0")
-    parser.add_argument("--max-prompts", type=int, default=4)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--max-prompts", type=int, default=4, help="the first N prompts of the set")
+    parser.add_argument("--out", type=path_argument, required=True, help="folder for gapcheck.md and gapcheck.json")
     parser.add_argument(
         "--render-only",
         action="store_true",
@@ -103,21 +104,35 @@ def measure(model, mutant: Mutant | None, settings: dict, args: tuple, vanilla) 
     return row
 
 
-def run_gapcheck(args) -> dict:
+def check_args(args) -> tuple[Path, dict[str, str], list[int]]:
+    """Every argument before the model loads: (tolerance module, prompts, seeds); ValueError names the argument."""
+    arguments.check_model(args.model, args.base_model)
+    arguments.check_at_least(args.max_prompts, 1, "--max-prompts")
+    seeds = parse_seeds(args.seeds)
+    prompts = arguments.read_prompts(args.prompts, args.model, args.base_model)
     tol_path = args.tolerances or PROJECT_ROOT / "tests" / "tolerances" / f"{tolerance_module_name(hardware_slug())}.py"
+    if args.tolerances is None and not tol_path.is_file():
+        raise ValueError(
+            f"--tolerances: no tolerance module for this hardware ({tol_path.name}); derive one first "
+            "(teacache-bench tolerances, README: Re-derive tolerances on new hardware) or name one"
+        )
+    arguments.check_input_file(tol_path, "--tolerances")
+    return tol_path, prompts, seeds
+
+
+def run_gapcheck(args) -> dict:
+    tol_path, prompts, seeds = check_args(args)
     tol = load_module(tol_path)
-    model = load_model(args.model)
+    model = arguments.load_model(args.model, args.base_model, None)
     variant = variant_of(model)
     p = prefix(variant)
     if not hasattr(tol, f"{p}_SETTINGS"):
         raise ValueError(f"--tolerances: {tol_path} has no constants for {variant} (variants: {tol.VARIANTS})")
     settings = getattr(tol, f"{p}_SETTINGS")
     width, height = (int(v) for v in settings["resolution"].split("x"))
-    prompts = load_prompts(args.prompts or default_set(args.model))
-    pairs = [(pid, text, s) for pid, text in list(prompts.items())[: args.max_prompts] for s in parse_seeds(args.seeds)]
+    pairs = [(pid, text, s) for pid, text in list(prompts.items())[: args.max_prompts] for s in seeds]
     rows = []
-    with Progress() as progress:
-        task = progress.add_task("gapcheck", total=len(pairs) * (len(MUTANTS) + 1))
+    with track("gapcheck", len(pairs) * (len(MUTANTS) + 1), "wrapper runs") as progress:
         for pid, text, seed in pairs:
             gen_args = (text, seed, settings["steps"], width, height, settings["guidance"])
             generate(model, *gen_args)  # warm-up: the first run after an eager one can differ (see README)
@@ -127,7 +142,7 @@ def run_gapcheck(args) -> dict:
                 row.update(wrapper=mutant.name if mutant else CORRECT, pair=pair_id(pid, seed))
                 row.update({f"ok_{k}": v for k, v in check_run(tol, variant, row).items()})
                 rows.append(row)
-                progress.advance(task)
+                progress.advance()
     frame = pd.DataFrame(rows)
     return {"variant": variant, "tolerances": str(tol_path), "frame": frame, "tol": tol, "settings": settings}
 
@@ -198,12 +213,19 @@ def rerender(folder: Path) -> str:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         return render_markdown(data["summary"], data["provenance"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except KeyError as exc:
+        raise ValueError(f"--out: cannot rebuild from {path}: it lacks the field {exc}") from None
+    except (OSError, ValueError, TypeError) as exc:
         raise ValueError(f"--out: cannot rebuild from {path}: {exc}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
+    try:
+        check_out_dir(args.out)
+    except ValueError as exc:
+        print(f"teacache-bench gapcheck: {exc}", file=sys.stderr)
+        return 2
     if args.render_only:
         try:
             text = rerender(args.out)

@@ -73,6 +73,7 @@ from calib.fit.selection import (  # noqa: F401
     select,
     time_input,
 )
+from calib.run.arguments import CommandParser, check_out_dir, path_argument
 from calib.traces.reader import TraceError, load_traces
 from teacache.io import FORMAT_VERSION, atomic_path, write_json
 from teacache.provenance import collect
@@ -104,7 +105,7 @@ def load_comparison(
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="teacache-calib fit",
         description="Fit rescale functions to trace tables; choose one by leave-prompts-out CV.",
     )
@@ -114,7 +115,9 @@ def setup_arg_parser() -> argparse.ArgumentParser:
         metavar="TRACES",
         help="trace tables: .parquet, .csv, .json, .jsonl, or mlx-teacache _calibration_<variant>.json[#SIGNAL]",
     )
-    parser.add_argument("--out", required=True, metavar="DIR", help="folder for fit.json and the plots")
+    parser.add_argument(
+        "--out", required=True, type=path_argument, metavar="DIR", help="folder for fit.json and the plots"
+    )
     parser.add_argument("--form", choices=FORMS, help="fit only this form")
     parser.add_argument("--degree", type=int, choices=DEGREES, help="fit only this degree in x")
     parser.add_argument("--mode", choices=MODES, help="fit only this mode (time-aware forms: free or monotone)")
@@ -191,6 +194,9 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, dict[str, byte
         raise FitError("--x-range: only with --compare (the range of the coefficients to score)")
     traces = load_traces(args.traces, branch=args.branch, variant=args.variant, num_steps=args.num_steps)
     if args.min_step > 1:  # steps the gate always computes say nothing about when it may skip
+        last = int(traces.frame["step"].max())
+        if args.min_step > last:
+            raise FitError(f"--min-step: {args.min_step} is past the traces' last step ({last}); expected 1..{last}")
         traces = dataclasses.replace(traces, frame=traces.frame[traces.frame["step"] >= args.min_step])
     frame = traces.frame
     if args.form in TIME_COLUMN and TIME_COLUMN[args.form] not in frame.columns:
@@ -366,8 +372,9 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     try:
+        check_out_dir(args.out)
         fit, plots = run(args, argv)
-    except (TraceError, FitError) as exc:
+    except (TraceError, FitError, ValueError) as exc:
         print(f"teacache-calib fit: error: {exc}", file=sys.stderr)
         return 2
     for message in fit["data"]["notes"]:

@@ -129,7 +129,7 @@ def decision_plot(fit: dict, result: dict) -> bytes:
     for extra in (fit["selected"]["label"], COMPARISON_LABEL):
         if extra not in labels and any(c["label"] == extra for c in result["candidates"]):
             labels.append(extra)
-    return plot_decision_curves(result, labels)
+    return plot_decision_curves(result, labels, selected=fit["selected"]["label"])
 
 
 def report_lines(fit: dict) -> list[str]:

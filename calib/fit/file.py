@@ -12,6 +12,7 @@ from pathlib import Path
 
 from calib.fit.candidates import CandidateSpec
 from calib.fit.errors import FitError
+from calib.run.fingerprint import close
 from calib.traces.reader import Traces, run_key_columns
 from teacache.io import FORMAT_VERSION
 from teacache.rescale import Region, RescaleFunction
@@ -72,6 +73,18 @@ def rescale_from_fit(fit: dict | str | os.PathLike) -> RescaleFunction:
         region=Region.from_dict(sel["region"]) if sel.get("region") else None,
         provenance=provenance,
     )
+
+
+SELECTION_KEYS = (
+    "label", "form", "coefficients", "time_coefficients", "interaction_coefficients", "x_range", "region",
+)  # fmt: skip
+
+
+def same_selection(a: dict, b: dict) -> bool:
+    """Two fits select the same function: the same candidate, its numbers within the refit tolerance
+    (``calib.run.fingerprint.FIT_RTOL``: a refit of the same traces elsewhere is not bit-identical)."""
+    first, second = a["selected"], b["selected"]
+    return all(close(first.get(k), second.get(k)) for k in SELECTION_KEYS)
 
 
 def describe_data(traces: Traces) -> dict:

@@ -191,9 +191,9 @@ def fit_frame(
     x = frame["x_rel_l1"].to_numpy(dtype=float)
     y = frame["y_rel_l1"].to_numpy(dtype=float)
     if not np.max(x) > np.min(x):
-        raise FitError(f"column 'x_rel_l1': every row holds {x[0]!r}; a fit needs a spread of x values")
+        raise FitError(f"column 'x_rel_l1': every row holds {float(x[0]):g}; a fit needs a spread of x values")
     if not np.max(y) > np.min(y):
-        raise FitError(f"column 'y_rel_l1': every row holds {y[0]!r}; R^2 is undefined without a spread of y")
+        raise FitError(f"column 'y_rel_l1': every row holds {float(y[0]):g}; R^2 is undefined without a spread of y")
     for spec in specs:
         if spec.form in TIME_COLUMN and TIME_COLUMN[spec.form] not in frame.columns:
             raise FitError(f"{spec.label}: needs column {TIME_COLUMN[spec.form]!r}")

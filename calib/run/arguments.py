@@ -7,7 +7,9 @@ parser prints argparse's own errors on one line, and ``--help`` shows every defa
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
+import numbers
 import os
 import sys
 import tempfile
@@ -78,15 +80,23 @@ def _nearest_existing(path: Path) -> Path:
     return Path.cwd()
 
 
-def check_out_dir(path: str | os.PathLike, arg: str = "--out") -> Path:
-    """A folder this command may write into: a folder or nothing yet, under a folder we can write to.
+def path_argument(text: str) -> Path:
+    """argparse ``type`` of every path argument: an empty string is refused, since ``Path("")`` is the
+    current folder and a command would write its files there."""
+    if not str(text).strip():
+        raise argparse.ArgumentTypeError("expected a path, got an empty string")
+    return Path(text)
 
-    Probes with a temporary file (removed at once), because a permission check alone says yes to root
-    on a read-only or immutable folder. Creates nothing that stays.
-    """
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"{arg}: {path} is a file; expected a folder (a new one, or one this command wrote)")
+
+def _checked_path(path: str | os.PathLike, arg: str) -> Path:
+    if isinstance(path, str) and not path.strip():
+        raise ValueError(f"{arg}: expected a path, got an empty string")
+    return Path(path)
+
+
+def _check_writable_under(path: Path, arg: str) -> None:
+    """The nearest existing folder above ``path`` takes a new file (probed: a permission check alone says yes
+    to root on a read-only or immutable folder). Creates nothing that stays."""
     existing = _nearest_existing(path)
     if not existing.is_dir():
         raise ValueError(f"{arg}: cannot create {path}: {existing} is a file, not a folder")
@@ -96,6 +106,29 @@ def check_out_dir(path: str | os.PathLike, arg: str = "--out") -> Path:
     except OSError as exc:
         reason = exc.strerror or exc
         raise ValueError(f"{arg}: cannot write in {existing} ({reason}); choose a writable folder") from None
+
+
+def check_out_dir(path: str | os.PathLike, arg: str = "--out") -> Path:
+    """A folder this command may write into: a folder or nothing yet, under a folder we can write to.
+
+    Every command that writes a folder checks it here, before it reads or computes anything else.
+    """
+    path = _checked_path(path, arg)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{arg}: {path} is a file; expected a folder (a new one, or one this command wrote)")
+    _check_writable_under(path, arg)
+    return path
+
+
+def check_out_file(path: str | os.PathLike, arg: str = "--out", what: str = "file") -> Path:
+    """A file this command may write (``what`` names it in the message): not a folder, in a folder we can
+    create or write to. Every command that writes one file checks it here, before any work."""
+    path = _checked_path(path, arg)
+    if path.is_dir():
+        raise ValueError(f"{arg}: {path} is a folder; expected the path of the {what} to write")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ValueError(f"{arg}: cannot overwrite {path} (not writable); choose another path")
+    _check_writable_under(path.parent, arg)
     return path
 
 
@@ -119,6 +152,8 @@ def check_model(name: str, base_model: str | None = None) -> None:
 
     Loads nothing (the registry imports no mflux): a bad name costs milliseconds, not a model load.
     """
+    if not str(name).strip():
+        raise ValueError("--model: expected a model name or a local folder, got an empty string")
     path = Path(name).expanduser()
     if path.is_file():
         raise ValueError(f"--model: {name} is a file; a local model is a folder of mflux-format weights")
@@ -139,13 +174,29 @@ def read_prompts(spec: str | None, model: str, base_model: str | None = None) ->
     """A prompt set or file (default: the model's own set), any failure to read it one line about --prompts."""
     spec = spec or default_set(base_model or model)
     try:
-        return load_prompts(spec)
+        prompts = load_prompts(spec)
     except ValueError as exc:
         if str(exc).startswith("--prompts"):
             raise
         raise ValueError(f"--prompts: {spec} is not a usable prompt file ({exc})") from None
     except (OSError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"--prompts: cannot read {spec} ({type(exc).__name__}: {exc})") from None
+    check_prompts(prompts, model, base_model)
+    return prompts
+
+
+def check_prompts(prompts: dict[str, str], model: str, base_model: str | None = None) -> None:
+    """Prompts the model cannot draw (the tiny-shapes vocabulary), refused before it loads."""
+    check = resolve_spec(model, base_model).prompt_check
+    if check is None:
+        return
+    module, function = check.split(":")
+    parse = getattr(importlib.import_module(module), function)
+    for prompt_id, text in prompts.items():
+        try:
+            parse(text)
+        except ValueError as exc:
+            raise ValueError(f"--prompts: {prompt_id}: {str(exc).removeprefix('prompt: ')}") from None
 
 
 def load_model(name: str, base_model: str | None, quantize: int | None):
@@ -159,9 +210,11 @@ def load_model(name: str, base_model: str | None, quantize: int | None):
 
 
 def check_fraction(value: float, arg: str) -> float:
-    """A number in (0, 1], like a quality floor."""
-    if not isinstance(value, int | float) or not math.isfinite(value) or not 0 < value <= 1:
+    """A number in (0, 1], like a quality floor (numpy's scalars too)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"{arg}: expected a number in (0, 1], got {value!r}")
+    if not math.isfinite(value) or not 0 < value <= 1:
+        raise ValueError(f"{arg}: expected a number in (0, 1], got {float(value):g}")
     return float(value)
 
 
@@ -179,6 +232,10 @@ def generation_settings(
     check_model(model, base_model)
     defaults = model_defaults(model, base_model)
     width, height = parse_size(size) if size else (defaults["width"], defaults["height"])
+    if resolve_spec(model, base_model).only_its_size and (width, height) != (defaults["width"], defaults["height"]):
+        raise ValueError(
+            f"--size: {model} only makes {defaults['width']}x{defaults['height']} images, got {width}x{height}"
+        )
     steps = steps if steps is not None else defaults["steps"]
     check_at_least(steps, min_steps, "--steps", why)
     guidance = guidance if guidance is not None else defaults["guidance"]

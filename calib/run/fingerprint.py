@@ -9,12 +9,15 @@ stops with one line naming what differs.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import importlib
 import json
+import math
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -28,6 +31,14 @@ from teacache.revisions import local_revision
 
 FILE = "fingerprint.json"
 MAX_SHOWN = 8  # values of one list shown in a message before "..."
+# Settings that come from a computation (fitted coefficients): a refit of the same traces in another process
+# or on another machine is not bit-identical, so these compare within FIT_RTOL, not by their bytes.
+COMPUTED = ("coefficients", "compare_rescales")
+# Relative. Measured: refits of the committed tiny-shapes traces (teacache-calib fit --min-step 2) on an Intel
+# Xeon differ from the committed fit made on an AMD EPYC by at most 2.9e-15 (coefficients) and 6.6e-16 (time
+# coefficients), x ranges identical; two refits on one machine are identical. A fit from other traces moves
+# them by 1e-2 or more (one seed of the two: another selected form). 1e-9 sits between, far from both.
+FIT_RTOL = 1e-9
 
 
 class SettingsMismatch(ValueError):
@@ -119,13 +130,36 @@ def _same(a, b) -> bool:
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
-def _show(value) -> str:
+def close(a, b) -> bool:
+    """Equal, numbers within FIT_RTOL of each other (for COMPUTED settings)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(close(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(close(x, y) for x, y in zip(a, b, strict=True))
+    numbers = (int, float)
+    if isinstance(a, numbers) and isinstance(b, numbers) and not isinstance(a, bool) and not isinstance(b, bool):
+        return math.isclose(a, b, rel_tol=FIT_RTOL, abs_tol=0.0)
+    return _same(a, b)
+
+
+def _show(value, digits: int = 6) -> str:
     if isinstance(value, list):
-        items = [f"{v:g}" if isinstance(v, float) else str(v) for v in value]
+        items = [f"{v:.{digits}g}" if isinstance(v, float) else str(v) for v in value]
         return ",".join(items[:MAX_SHOWN]) + (",..." if len(items) > MAX_SHOWN else "")
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
     if value is None:
         return "none"
     return str(value)
+
+
+def _show_both(stored, current) -> tuple[str, str]:
+    """Both values at the precision at which they differ (6 significant digits when that is enough)."""
+    for digits in range(6, 18):
+        shown = _show(stored, digits), _show(current, digits)
+        if shown[0] != shown[1]:
+            return shown
+    return _show(stored, 17), _show(current, 17)
 
 
 def _difference(key: str, stored, current) -> str:
@@ -137,7 +171,8 @@ def _difference(key: str, stored, current) -> str:
     if isinstance(stored, dict) and isinstance(current, dict):
         keys = [k for k in {**stored, **current} if not _same(stored.get(k), current.get(k))]
         return "; ".join(_difference(f"{key}.{k}", stored.get(k), current.get(k)) for k in keys)
-    return f"{key} {_show(stored)} (this run: {_show(current)})"
+    old, new = _show_both(stored, current)
+    return f"{key} {old} (this run: {new})"
 
 
 def compare(stored: dict, current: dict, extendable: tuple[str, ...] = ()) -> tuple[list[str], dict[str, list]]:
@@ -148,7 +183,7 @@ def compare(stored: dict, current: dict, extendable: tuple[str, ...] = ()) -> tu
             differences.append(f"{key} not recorded (this run: {_show(value)})")
             continue
         old = stored[key]
-        if _same(old, value):
+        if _same(old, value) or (key in COMPUTED and close(old, value)):
             continue
         if key in extendable and isinstance(old, list) and isinstance(value, list):
             new = [v for v in value if v not in old]
@@ -167,7 +202,8 @@ def compare(stored: dict, current: dict, extendable: tuple[str, ...] = ()) -> tu
 # ----------------------------------------------------------------------------------------- the folder
 
 
-def _has_results(folder: Path, outputs: tuple[str, ...]) -> bool:
+def has_results(folder: Path, outputs: tuple[str, ...]) -> bool:
+    """Any of ``outputs`` in ``folder``: a file, or a folder with something in it."""
     for name in outputs:
         path = folder / name
         if path.is_file() or (path.is_dir() and any(path.iterdir())):
@@ -195,19 +231,26 @@ def check(
     settings: dict,
     outputs: tuple[str, ...],
     extendable: tuple[str, ...] = (),
+    command: str | None = None,
 ) -> FolderState:
     """Compare ``settings`` with the folder's fingerprint; raise SettingsMismatch naming every difference.
 
-    ``settings`` may be partial (before the model loads, its variant is unknown): only its keys count.
+    ``settings`` may be partial (before the model loads, its variant is unknown): only its keys count. A folder
+    another ``command`` wrote is refused whatever its settings (a recording is no sweep, and back).
     """
     folder = Path(folder)
     current = _canonical(settings)
     data = read(folder)
-    adopted = data is None and _has_results(folder, outputs)
+    adopted = data is None and has_results(folder, outputs)
     if adopted:
         data = _from_provenance(folder, current)
     if data is None:
         return FolderState("new")
+    if command is not None and data.get("command") not in (None, command):
+        raise SettingsMismatch(
+            f"--out: {folder} holds the results of {data['command']}; {command} writes a folder of its own: choose "
+            "another --out"
+        )
     differences, added = compare(data["settings"], current, extendable)
     if differences:
         source = " (as its provenance.json from an earlier version says)" if adopted else ""
@@ -257,7 +300,9 @@ def _from_provenance(folder: Path, current: dict) -> dict:
     settings = {key: recorded.get(key, value) for key, value in current.items()}
     assumed = sorted(set(current) - set(recorded))
     note = f"settings read from provenance.json of an earlier version; not recorded then: {', '.join(assumed)}"
-    return {"settings": _canonical(settings), "history": [{"date_utc": prov.get("date_utc"), "adopted": note}]}
+    command = "teacache-bench sweep" if "thresholds" in prov else "teacache-calib record"
+    history = [{"date_utc": prov.get("date_utc"), "adopted": note}]
+    return {"settings": _canonical(settings), "history": history, "command": command}
 
 
 def save(folder: str | os.PathLike, command: str, settings: dict, state: FolderState) -> dict:
@@ -273,6 +318,20 @@ def save(folder: str | os.PathLike, command: str, settings: dict, state: FolderS
     if state.status != "resume" or read(folder) is None:
         write_json(folder / FILE, data)
     return data
+
+
+@contextlib.contextmanager
+def withdrawn_on_failure(folder: str | os.PathLike, outputs: tuple[str, ...]) -> Iterator[None]:
+    """A fingerprint this run wrote goes again when the run stops before any result is saved: a refused run
+    leaves the folder as it was, and the corrected command is not refused as "other settings"."""
+    path = Path(folder) / FILE
+    existed = path.exists()
+    try:
+        yield
+    except BaseException:
+        if not existed and not has_results(Path(folder), outputs):
+            path.unlink(missing_ok=True)
+        raise
 
 
 def digest(data: dict) -> str:

@@ -247,6 +247,21 @@ class World:
         return self.all_sum(mine)
 
 
+def sharding_provenance(world: World, rows) -> dict:
+    """provenance.json's ``distributed``: this run's ranks, or, when one process resumed what several ranks
+    began, the ranks its rows name (a resume in one process does not make them one process's rows)."""
+    if world.size > 1:
+        return {"distributed": world.provenance()}
+    if "rank" not in rows.columns:
+        return {}
+    ranks = sorted(int(r) for r in rows["rank"].dropna().unique())
+    if ranks in ([], [0]):
+        return {}
+    contended = bool(rows["contended"].fillna(False).astype(bool).any()) if "contended" in rows.columns else False
+    return {"distributed": {"size": None, "ranks_in_rows": ranks, "contended_rows": contended,
+                            "resumed_in_one_process": True}}  # fmt: skip
+
+
 def connect(hardware: str | None = None) -> World:
     """Join the ranks ``mlx.launch`` started (one rank of size 1 when it did not) and learn about each other.
 

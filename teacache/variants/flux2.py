@@ -82,6 +82,8 @@ SPECS = (
         builder="teacache.models.shapes:load_tiny_shapes",
         scores_adherence=True,
         is_default_model=True,
+        only_its_size=True,
+        prompt_check="teacache.models.shapes_data:parse_prompt",
     ),
     VariantSpec(
         name="tiny-flux2",

@@ -174,14 +174,14 @@ BAD_INPUT = [
     ("sweep", [*T, "--quantize", "7", "--out", "{new}"], "argument --quantize: invalid choice"),
     ("record", ["--model", "tiny-foo", "--out", "{new}"], "--model: unknown model 'tiny-foo'"),
     ("record", ["--model", "tiny-foo", "--dry-run", "--out", "{new}"], "--model: unknown model 'tiny-foo'"),
-    ("record", ["--steps", "1", "--out", "{new}"], "--steps: expected at least 2 steps"),
+    ("record", ["--steps", "1", "--out", "{new}"], "--steps: expected at least 3 steps"),
     ("overhead", ["--model", "tiny-foo"], "--model: unknown model 'tiny-foo'"),
     ("overhead", ["--pairs", "0"], "--pairs: expected at least 1"),
     ("campaign", ["--thresholds=-1", "--out", "{new}"], "--thresholds: -1 is negative"),
     ("campaign", ["--ssim-floor", "nan", "--out", "{new}"], "--ssim-floor: expected a number in (0, 1]"),
     ("campaign", ["--ssim-floor", "2", "--out", "{new}"], "--ssim-floor: expected a number in (0, 1]"),
     ("campaign", ["--ssim-floor", "0", "--out", "{new}"], "--ssim-floor: expected a number in (0, 1]"),
-    ("campaign", ["--record-seeds", "0,0", "--out", "{new}"], "--seeds: expected distinct"),
+    ("campaign", ["--record-seeds", "0,0", "--out", "{new}"], "--record-seeds: expected distinct"),
     ("campaign", ["--model", "tiny-flux1", "--thresholds", "0,0.3", "--out", "{new}"], "--thresholds: include"),
 ]
 

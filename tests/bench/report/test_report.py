@@ -247,7 +247,7 @@ def _no_metric_values(sweep_dir, runs, dst):
         ),
         (_missing_columns, "runs.parquet lacks columns: cosine, ssim"),
         (_missing_vanilla, "missing vanilla pair for run_id p1-s2-t0.1 (prompt_id p1, seed 2)"),
-        (_no_metric_values, "no ssim values in runs.parquet"),
+        (_no_metric_values, "column 'ssim' has"),
     ],
 )
 @pytest.mark.parametrize("out_exists", [False, True])

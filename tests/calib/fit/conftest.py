@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -76,3 +77,17 @@ def write(frame: pd.DataFrame, path, provenance: dict | None = None):
     if provenance is not None:
         (path.parent / "provenance.json").write_text(json.dumps(provenance))
     return path
+
+
+def loads_as_selected(path) -> None:
+    """A fit.json loads as the function it selected: the same label and terms (x*u terms included, when the
+    selection chose them) and finite values over its calibrated x range, early and late in the run."""
+    from calib.fit.command import rescale_from_fit
+
+    sel = json.loads(Path(path).read_text())["selected"]
+    rescale = rescale_from_fit(path)
+    assert rescale.provenance["fitted_model"] == sel["label"], path
+    assert rescale.coefficients == tuple(sel["coefficients"]), path
+    assert rescale.interaction_coefficients == tuple(sel.get("interaction_coefficients") or ()), path
+    xs = np.linspace(*sel["x_range"], 9)
+    assert all(np.isfinite(rescale(x, u)) for x in xs for u in (0.0, 0.5, 1.0)), path

@@ -305,7 +305,7 @@ def test_a_resume_keeps_the_measured_overhead_and_judges_an_unjudged_one(tmp_pat
     path = out / "provenance.json"
     legacy = {"pairs": 3, "median": -0.117, "min": -0.25, "max": 0.39}  # as an earlier version stored it
     path.write_text(json.dumps({**json.loads(path.read_text()), "recording_overhead": legacy}))
-    assert record(out, prompts) == 0  # nothing left to record: no new measurement
+    assert record(out, prompts, "--seeds", "0,1") == 0  # a resume (adding a seed) measures no new overhead
     kept = json.loads(path.read_text())["recording_overhead"]
     assert kept["reliable"] is False and kept["median"] is None and "-11.7%" in kept["reason"]
     assert kept["pairs"] == 3

@@ -1,0 +1,81 @@
+"""The README's journeys, run exactly as written (activation included) in a fresh clone, leave its tests green.
+
+Each test clones this repository (its committed state) into a temporary folder, runs ``make install &&
+. .venv/bin/activate`` and then the journey's shell block verbatim with bash, from the clone's root, so
+its outputs land where the README says (``runs/``, ``results/``, ``tests/tolerances/``). Then the clone's
+own fast lane must pass, as ``make test`` would run it. Minutes each on tiny models: ``make test-slow``.
+Journeys that need downloaded weights, several machines or a GPU are not run here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ACTIVATE = "make install && . .venv/bin/activate"
+# The journeys that run on one CPU machine with the embedded models, by their README heading.
+JOURNEYS = (
+    "Traces and coefficients from another tool",
+    "Speed/quality curves for documentation",
+    "Re-derive tolerances on new hardware",
+)
+
+
+def journey(heading: str, readme: str | None = None) -> str:
+    """The shell block under ``heading`` as bash will run it (continuation lines kept)."""
+    readme = readme if readme is not None else (ROOT / "README.md").read_text(encoding="utf-8")
+    start = re.search(rf"^#+ {re.escape(heading)}$", readme, flags=re.M)
+    assert start, f"no README section {heading!r}"
+    block = re.compile(r"^```sh\n(.*?)^```", flags=re.S | re.M).search(readme, start.end())
+    assert block, f"no shell block under {heading!r}"
+    return block.group(1)
+
+
+def test_every_named_journey_is_in_the_readme():
+    for heading in JOURNEYS:
+        assert re.search(r"(teacache-calib|teacache-bench) ", journey(heading))
+
+
+def _run(script: str, cwd: Path, timeout: int) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "VIRTUAL_ENV"))}
+    return subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)  # fmt: skip
+
+
+@pytest.fixture
+def clone(tmp_path) -> Path:
+    target = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", str(ROOT), str(target)], check=True)
+    return target
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("heading", JOURNEYS)
+def test_a_readme_journey_as_written_leaves_the_tests_green(heading, clone):
+    done = _run(f"{ACTIVATE}\n{journey(heading)}", clone, timeout=3 * 3600)
+    assert done.returncode == 0, f"{heading}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    lint = _run(f"{ACTIVATE}\nruff check . && ruff format --check .", clone, timeout=600)
+    assert lint.returncode == 0, lint.stdout[-3000:]
+    tests = _run(f"{ACTIVATE}\npytest -q -x -p no:cacheprovider", clone, timeout=3600)
+    assert tests.returncode == 0, f"after {heading!r}:\n{tests.stdout[-5000:]}"
+
+
+@pytest.mark.slow
+def test_a_campaign_rerun_on_committed_results_resumes_and_rewrites_none_of_them(clone):
+    """The README's `teacache-bench campaign --model tiny-shapes`, once, its results committed, then again: the
+    second run resumes (exit 0) and leaves the committed traces, fit and sweep as they are."""
+    command = f"{ACTIVATE}\nteacache-bench campaign --model tiny-shapes"
+    first = _run(command, clone, timeout=3600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    commit = "git add -A results && git -c user.name=t -c user.email=t@t commit -q -m results"
+    assert _run(commit, clone, timeout=120).returncode == 0
+    again = _run(command, clone, timeout=3600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    changed = _run("git status --porcelain results", clone, timeout=120).stdout.splitlines()
+    stages = ("/traces/", "/fit/", "/sweep/")
+    assert not [line for line in changed if any(stage in line for stage in stages)], changed
