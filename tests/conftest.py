@@ -3,8 +3,11 @@ session's tiny-flux1 in place of every model load (``shared_model``)."""
 
 from __future__ import annotations
 
+import json
+import re
 import socket
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -108,3 +111,88 @@ def pytest_report_header(config):
     if caught:
         line += f"\nPROVISIONAL: {caught[0].message}"
     return line
+
+
+# ------------------------------------------------------------- small record and sweep runs of tiny-flux1
+
+SMALL = ["--model", "tiny-flux1", "--steps", "4", "--size", "32x32"]
+
+
+@pytest.fixture
+def prompts(tmp_path) -> Path:
+    path = tmp_path / "prompts.json"
+    path.write_text(json.dumps({"fox": "a red fox in the snow", "tower": "a lighthouse at dusk"}))
+    return path
+
+
+def record(out: Path, prompts: Path, *extra: str) -> int:
+    from calib import record as record_cmd
+
+    argv = [*SMALL, "--prompts", str(prompts), "--seeds", "0", "--overhead-pairs", "0", "--out", str(out), *extra]
+    return record_cmd.main(argv)
+
+
+def sweep(out: Path, prompts: Path, *extra: str) -> int:
+    from bench.sweep import command as sweep_cmd
+
+    argv = [*SMALL, "--prompts", str(prompts), "--seeds", "0", "--thresholds", "0,0.5", "--repeats", "1"]
+    return sweep_cmd.main([*argv, "--out", str(out), *extra])
+
+
+def one_line(err: str) -> str:
+    """The one line a command wrote to stderr (mflux's tqdm bars aside)."""
+    lines = [line for line in err.strip().splitlines() if line.strip() and not re.search(r"\d+%\|", line)]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+# ---------------------------------------------------------------- refusals: one line, nothing changed
+
+
+def tree(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every path under ``folder`` with its size and mtime: equal before and after means nothing changed."""
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
+
+
+def command_main(command: str):
+    """``teacache-calib SUB`` / ``teacache-bench SUB`` as a function of its argv, through the dispatcher."""
+    from calib.run.dispatch import dispatch
+
+    prog, _, sub = command.partition(" ")
+    if prog == "teacache-calib":
+        from calib.cli import SUBCOMMANDS
+    else:
+        from bench.cli import SUBCOMMANDS
+    return lambda argv: dispatch(prog, SUBCOMMANDS, [sub, *argv])
+
+
+def _tripwire(monkeypatch) -> None:
+    """Any model load or model measurement means the command went to work before checking its arguments."""
+
+    def boom(*_args, **_kwargs):
+        raise AssertionError("work started before the arguments were checked")
+
+    import bench.timing.fullsize
+    import calib.run.arguments
+
+    monkeypatch.setattr(calib.run.arguments, "load_model", boom)
+    monkeypatch.setattr(bench.timing.fullsize, "measure_model", boom)
+
+
+def refused(command: str, argv: list[str], tmp_path: Path, monkeypatch, capsys) -> str:
+    """Run ``command argv`` from inside tmp_path before any model loads; assert exit 2, one line on stderr, no
+    traceback and no change anywhere in tmp_path; return the line."""
+    monkeypatch.chdir(tmp_path)
+    _tripwire(monkeypatch)
+    before = tree(tmp_path)
+    try:
+        code = command_main(command)(argv)
+    except SystemExit as exc:  # argparse's own refusals exit from inside the parser, as the script does
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert tree(tmp_path) == before, "a refused command changed the folder"
+    return lines[0]

@@ -2,7 +2,7 @@
 who recorded and who resumed, a folder of one command is refused by another, a campaign's fit passes the
 rule the committed fits are held to.
 
-The commands share the session's tiny-flux1 (tests/test_run_folders.py's fixtures): seconds per command.
+The commands share the session's tiny-flux1 (tests/conftest.py's shared_model): seconds per command.
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ import json
 import math
 import re
 import shlex
-from pathlib import Path
 
 import pytest
 
-from calib import fingerprint
-from tests.test_calib_fit import _interaction_truth, loads_as_selected, make_traces, run_fit, write
-from tests.test_run_folders import one_line, prompts, record, shared_model, sweep  # noqa: F401  (fixtures)
+from calib.run import fingerprint
+from tests import ROOT
+from tests.calib.fit.conftest import interaction_truth, loads_as_selected, make_traces, run_fit, write
+from tests.conftest import one_line, record, sweep
 
 # ------------------------------------------------------------------ computed settings, compared as numbers
 
@@ -45,7 +45,7 @@ def test_a_difference_is_shown_at_the_precision_at_which_the_values_differ():
     assert "thresholds 0.1,0.2 (this run: 0.1,0.2000000004)" in text
 
 
-def test_a_sweep_made_with_a_refit_of_the_same_traces_resumes(tmp_path, prompts, shared_model, capsys):  # noqa: F811
+def test_a_sweep_made_with_a_refit_of_the_same_traces_resumes(tmp_path, prompts, shared_model, capsys):
     """The campaign's sweep after a refit in another process: coefficients a few ulp apart resume, untouched."""
     out = tmp_path / "sweep"
     assert sweep(out, prompts) == 0
@@ -109,7 +109,7 @@ def test_the_campaign_refuses_another_fit_before_writing_it_while_the_sweep_hold
 # --------------------------------------------------------------------- who recorded, who resumed (item 3)
 
 
-def test_provenance_says_who_recorded_the_runs_and_who_resumed_them(tmp_path, prompts, shared_model, capsys):  # noqa: F811
+def test_provenance_says_who_recorded_the_runs_and_who_resumed_them(tmp_path, prompts, shared_model, capsys):
     out = tmp_path / "traces"
     assert record(out, prompts) == 0
     prov = json.loads((out / "provenance.json").read_text())
@@ -127,7 +127,7 @@ def test_provenance_says_who_recorded_the_runs_and_who_resumed_them(tmp_path, pr
     assert [r["units"] for r in prov["resumed_by"]] == [2] and prov["resumed_by"][0]["command"] == prov["command"]
 
 
-def test_a_folder_written_by_one_command_is_refused_by_another(tmp_path, prompts, shared_model, capsys):  # noqa: F811
+def test_a_folder_written_by_one_command_is_refused_by_another(tmp_path, prompts, shared_model, capsys):
     out = tmp_path / "sweep"
     assert sweep(out, prompts) == 0
     kept = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
@@ -149,7 +149,7 @@ def test_a_folder_written_by_one_command_is_refused_by_another(tmp_path, prompts
 def test_a_campaign_fit_with_interaction_terms_passes_the_rule_committed_fits_are_held_to(tmp_path, capsys):
     """The campaign's fit may select x*u terms (tiny-flux1's does); make test holds every results/**/fit.json to
     loading as the function it selected, which such a fit does."""
-    frame = make_traces(truth=_interaction_truth, noise=0.002, branches=("cond",)).drop(columns="sigma")
+    frame = make_traces(truth=interaction_truth, noise=0.002, branches=("cond",)).drop(columns="sigma")
     args = [write(frame, tmp_path / "t.parquet"), "--out", tmp_path / "results/x/fit", "--form", "poly+step",
             "--degree", 1, "--time-degree", 3, "--interaction-degree", 1, "--mode", "free", "--no-plots"]  # fmt: skip
     assert run_fit(args, capsys)[0] == 0
@@ -161,7 +161,6 @@ def test_a_campaign_fit_with_interaction_terms_passes_the_rule_committed_fits_ar
 
 # ------------------------------------------------------------------------------------ the README (item 14)
 
-ROOT = Path(__file__).resolve().parents[1]
 CAMPAIGN = ROOT / "results/cpu-amd-epyc-2c/tiny-shapes/0.24.0"
 FIT_JSON, TINY_SHAPES_TRACES = CAMPAIGN / "fit" / "fit.json", CAMPAIGN / "traces" / "traces.parquet"
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -249,9 +248,9 @@ def test_emit_writes_the_module_a_new_variants_spec_names(tmp_path, capsys, monk
 
 
 def test_the_sample_calibration_is_this_projects_own_and_reads_as_traces_and_coefficients(tmp_path):
-    from calib.coefficient_sources import resolve_coefficients
-    from calib.sample_calibration import main as write_sample
-    from calib.traces import load_traces
+    from calib.fit.coefficient_sources import resolve_coefficients
+    from calib.traces.reader import load_traces
+    from calib.traces.sample_calibration import main as write_sample
 
     sample = ROOT / "samples" / "_calibration_tiny_shapes.json"
     assert write_sample([str(TINY_SHAPES_TRACES), "--out", str(tmp_path / "s.json"), "--table",
@@ -272,7 +271,7 @@ def test_the_report_says_which_ranks_measured_and_that_rows_were_contended(tmp_p
 
     import pandas as pd
 
-    from bench.report import build_report
+    from bench.report.command import build_report
 
     sweep_dir = tmp_path / "sweep"
     sweep_dir.mkdir()
@@ -292,7 +291,7 @@ def test_the_report_says_which_ranks_measured_and_that_rows_were_contended(tmp_p
 def test_a_resume_in_one_process_keeps_the_ranks_its_rows_name():
     import pandas as pd
 
-    from calib import shard
+    from calib.run import shard
 
     one = shard.connect()
     rows = pd.DataFrame({"rank": [0, 1, 1], "contended": [True, True, False]})
@@ -320,7 +319,7 @@ def test_provenance_names_the_command_as_a_user_types_it(argv, command, monkeypa
 def test_the_report_names_who_recorded_the_rows_and_who_resumed_them(tmp_path):
     import shutil
 
-    from bench.report import build_report
+    from bench.report.command import build_report
 
     sweep_dir = tmp_path / "sweep"
     sweep_dir.mkdir()

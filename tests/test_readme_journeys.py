@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests import ROOT
+
 ACTIVATE = "make install && . .venv/bin/activate"
 # The journeys that run on one CPU machine with the embedded models, by their README heading.
 JOURNEYS = (

@@ -11,60 +11,15 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+import calib.run.generation
+from tests import ROOT
+from tests.conftest import command_main, patch_everywhere, refused, tree
+
 CAMPAIGN = ROOT / "results/cpu-amd-epyc-2c/tiny-shapes/0.24.0"
 SWEEP = CAMPAIGN / "sweep"
 TRACES = CAMPAIGN / "traces" / "traces.parquet"
 FIT = CAMPAIGN / "fit" / "fit.json"
 HARDWARE_A, HARDWARE_B = ROOT / "results/cpu-amd-epyc-2c", ROOT / "results/cuda-nvidia-h200"
-
-
-def _tree(folder: Path) -> dict[str, tuple[int, int]]:
-    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
-
-
-def _main(command: str):
-    from calib.dispatch import dispatch
-
-    prog, _, sub = command.partition(" ")
-    if prog == "teacache-calib":
-        from calib.cli import SUBCOMMANDS
-    else:
-        from bench.cli import SUBCOMMANDS
-    return lambda argv: dispatch(prog, SUBCOMMANDS, [sub, *argv])
-
-
-def _tripwire(monkeypatch) -> None:
-    """Any model load or model measurement means the command went to work before checking --out."""
-
-    def boom(*_args, **_kwargs):
-        raise AssertionError("work started before --out was checked")
-
-    import bench.fullsize
-    import bench.gapcheck
-    import calib.arguments
-
-    monkeypatch.setattr(calib.arguments, "load_model", boom)
-    monkeypatch.setattr(bench.gapcheck, "load_model", boom, raising=False)
-    monkeypatch.setattr(bench.fullsize, "measure_model", boom)
-
-
-def _refused(command: str, argv: list[str], tmp_path: Path, monkeypatch, capsys) -> str:
-    """Run ``command argv`` from inside tmp_path; assert exit 2, one line, no change anywhere in tmp_path."""
-    monkeypatch.chdir(tmp_path)
-    _tripwire(monkeypatch)
-    before = _tree(tmp_path)
-    try:
-        code = _main(command)(argv)
-    except SystemExit as exc:  # argparse's own refusals exit from inside the parser, as the script does
-        code = exc.code
-    err = capsys.readouterr().err
-    assert code == 2, err
-    assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1, err
-    assert _tree(tmp_path) == before, "a refused command changed the folder"
-    return lines[0]
 
 
 # Each command with arguments that are good but for --out, which the case supplies.
@@ -99,7 +54,7 @@ def _bad_outs(tmp_path: Path, expects: str) -> dict[str, str]:
 def test_a_bad_out_folder_is_one_line_before_any_work(name, case, tmp_path, monkeypatch, capsys):
     command, argv = FOLDER_COMMANDS[name]
     out = _bad_outs(tmp_path, "folder")[case]
-    line = _refused(command, [*argv, "--out", out], tmp_path, monkeypatch, capsys)
+    line = refused(command, [*argv, "--out", out], tmp_path, monkeypatch, capsys)
     assert "--out" in line
 
 
@@ -108,14 +63,14 @@ def test_a_bad_out_folder_is_one_line_before_any_work(name, case, tmp_path, monk
 def test_a_bad_out_file_is_one_line_before_any_work(name, case, tmp_path, monkeypatch, capsys):
     command, argv = FILE_COMMANDS[name]
     out = _bad_outs(tmp_path, "file")[case]
-    line = _refused(command, [*argv, "--out", out], tmp_path, monkeypatch, capsys)
+    line = refused(command, [*argv, "--out", out], tmp_path, monkeypatch, capsys)
     assert "--out" in line
 
 
 def test_gapcheck_render_only_checks_its_folder(tmp_path, monkeypatch, capsys):
     a_file = tmp_path / "a-file.txt"
     a_file.write_text("keep me\n")
-    line = _refused("teacache-bench gapcheck", ["--render-only", "--out", str(a_file)], tmp_path, monkeypatch, capsys)
+    line = refused("teacache-bench gapcheck", ["--render-only", "--out", str(a_file)], tmp_path, monkeypatch, capsys)
     assert "--out" in line
 
 
@@ -123,7 +78,7 @@ def test_gapcheck_render_only_checks_its_folder(tmp_path, monkeypatch, capsys):
 def test_a_size_the_model_cannot_make_is_refused_before_it_loads(command, tmp_path, monkeypatch, capsys):
     prog = " ".join(command.split()[:2])
     argv = [*command.split()[2:], "--model", "tiny-shapes", "--seeds", "0", "--size", "33x33"]
-    line = _refused(prog, [*argv, "--out", str(tmp_path / "out")], tmp_path, monkeypatch, capsys)
+    line = refused(prog, [*argv, "--out", str(tmp_path / "out")], tmp_path, monkeypatch, capsys)
     assert "--size" in line and "32x32" in line
 
 
@@ -131,7 +86,6 @@ def test_a_size_the_model_cannot_make_is_refused_before_it_loads(command, tmp_pa
 def test_a_run_refused_after_the_model_loaded_leaves_no_fingerprint(command, tmp_path, monkeypatch, capsys):
     """A refusal from inside the model's run (here: its first generation) leaves the folder as it was, so the
     corrected command is not refused as "other settings"."""
-    import calib.generation
 
     def refuse(*_args, **_kwargs):
         raise ValueError("height/width: this model cannot make that")
@@ -142,8 +96,8 @@ def test_a_run_refused_after_the_model_loaded_leaves_no_fingerprint(command, tmp
     argv = [*command.split()[2:], "--model", "tiny-shapes", "--seeds", "0", "--prompts", str(prompts)]
     out = tmp_path / "out"
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(calib.generation, "generate", refuse)
-    before = _tree(tmp_path)
-    assert _main(prog)([*argv, "--out", str(out)]) == 2
+    patch_everywhere(monkeypatch, calib.run.generation, "generate", refuse)
+    before = tree(tmp_path)
+    assert command_main(prog)([*argv, "--out", str(out)]) == 2
     assert "cannot make that" in capsys.readouterr().err
-    assert _tree(tmp_path) == before
+    assert tree(tmp_path) == before

@@ -83,3 +83,12 @@ def test_read_sweep_gives_every_table_of_a_folder(tmp_path):
     pd.DataFrame(runs).drop(columns=["kind"]).to_parquet(tmp_path / "runs.parquet")
     with pytest.raises(records.RecordError, match="runs.parquet lacks columns: kind"):
         records.read_sweep(tmp_path)
+
+
+def test_a_damaged_pair_file_names_the_way_out(tmp_path):
+    from bench.sweep.command import read_part
+
+    path = tmp_path / "p-s0.runs.parquet"
+    path.write_bytes(b"PAR1 truncated")
+    with pytest.raises(records.RecordError, match="delete that file and run the same command again"):
+        read_part(path, records.RUNS)

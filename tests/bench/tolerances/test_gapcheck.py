@@ -7,6 +7,7 @@ import json
 import pytest
 
 from bench.tolerances import gapcheck
+from tests import ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -21,3 +22,26 @@ def test_gapcheck_on_tiny_flux1_catches_the_mutants_its_tolerances_exist_for(tmp
     assert table["restore"]["mutants"]["leaky-restore"]["caught"]
     assert table["ssim_floor"]["mutants"]["stale-residual"]["caught"]
     assert (tmp_path / "gapcheck.md").read_text().startswith("# Gap check: tiny-flux1")
+
+
+def test_gapcheck_without_weights_is_one_line(tmp_path, monkeypatch, capsys):
+    """A model whose weights cannot be had (no network here) is one line about --model, as record and sweep say."""
+    import calib.run.arguments
+
+    def no_network(*_args, **_kwargs):
+        raise ConnectionError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr("teacache.load_model", no_network)
+    tolerances = str(ROOT / "tests/tolerances/cpu_amd_epyc_2c.py")
+    argv = ["--model", "dev", "--max-prompts", "1", "--tolerances", tolerances, "--out", str(tmp_path / "out")]
+    assert gapcheck.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--model: cannot load dev (ConnectionError" in err
+    assert calib.run.arguments.load_model  # the one loader every command shares
+    assert not (tmp_path / "out").exists()
+
+
+def test_gapcheck_render_only_names_a_missing_field(tmp_path, capsys):
+    (tmp_path / "gapcheck.json").write_text("{}")
+    assert gapcheck.main(["--render-only", "--out", str(tmp_path)]) == 2
+    assert "lacks the field 'summary'" in capsys.readouterr().err

@@ -91,3 +91,16 @@ def loads_as_selected(path) -> None:
     assert rescale.interaction_coefficients == tuple(sel.get("interaction_coefficients") or ()), path
     xs = np.linspace(*sel["x_range"], 9)
     assert all(np.isfinite(rescale(x, u)) for x in xs for u in (0.0, 0.5, 1.0)), path
+
+
+def interaction_truth(x, u, sigma):
+    return 0.05 + 0.4 * x + 1.2 * x * u + 0.3 * u**3  # the slope in x grows over the schedule
+
+
+def run_fit(args, capsys) -> tuple[int, str, str]:
+    """teacache-calib fit in-process: (exit code, stdout, stderr)."""
+    from calib.fit import command as fitmod
+
+    rc = fitmod.main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return rc, captured.out, captured.err

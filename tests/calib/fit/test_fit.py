@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -26,19 +25,13 @@ from teacache.coefficients import load_packaged
 from teacache.gate import GateConfig
 from teacache.rescale import FORM_POLY_SIGMA, FORM_POLY_STEP, RescaleFunction
 from tests import ROOT
-from tests.calib.fit.conftest import loads_as_selected, make_traces, write
+from tests.calib.fit.conftest import interaction_truth, loads_as_selected, make_traces, run_fit, write
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def cond_rows(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[(frame["branch"] == "cond") & (frame["step"] > 0)]
-
-
-def run_fit(args, capsys) -> tuple[int, str, str]:
-    rc = fitmod.main([str(a) for a in args])
-    captured = capsys.readouterr()
-    return rc, captured.out, captured.err
 
 
 @pytest.fixture(scope="module")
@@ -448,20 +441,16 @@ def test_load_traces_drops_only_first_steps(tmp_path):
 # ------------------------------------------------------------------ time-aware family and selection
 
 
-def _interaction_truth(x, u, sigma):
-    return 0.05 + 0.4 * x + 1.2 * x * u + 0.3 * u**3  # the slope in x grows over the schedule
-
-
 def test_a_known_time_dependence_is_recovered():
     for seed in range(3):
-        frame = cond_rows(make_traces(truth=_interaction_truth, noise=0.002, rng_seed=seed)).reset_index(drop=True)
+        frame = cond_rows(make_traces(truth=interaction_truth, noise=0.002, rng_seed=seed)).reset_index(drop=True)
         frame = frame.drop(columns="sigma")
         result = fit_frame(frame, candidate_specs(True, False))
         sel = result["selected"]
         assert sel["form"] == FORM_POLY_STEP and sel["interaction_degree"] >= 1, sel["label"]
         rescale = rescale_from_fit({**result, "format_version": 1})
         xs, us = np.meshgrid(np.linspace(0.02, 0.4, 21), np.linspace(0.0, 1.0, 12))
-        error = np.abs(rescale(xs.ravel(), us.ravel()) - _interaction_truth(xs.ravel(), us.ravel(), None))
+        error = np.abs(rescale(xs.ravel(), us.ravel()) - interaction_truth(xs.ravel(), us.ravel(), None))
         assert error.max() < 5 * 0.002, (sel["label"], error.max())  # within a few noise sigmas everywhere
         # the best x-only candidate is far behind: the x*u term is real
         best_plain = max(c["cv_r2"] for c in result["candidates"] if c["form"] == "poly")
@@ -518,7 +507,7 @@ def test_monotone_time_aware_candidate_never_decreases_in_x(interaction):
 def test_interaction_terms_reach_the_gate_through_the_same_function():
     from teacache.gate import Gate
 
-    frame = cond_rows(make_traces(truth=_interaction_truth, noise=0.001)).reset_index(drop=True)
+    frame = cond_rows(make_traces(truth=interaction_truth, noise=0.001)).reset_index(drop=True)
     x, y, u = frame["x_rel_l1"].to_numpy(), frame["y_rel_l1"].to_numpy(), step_fraction(frame)
     model = FittedModel.fit(CandidateSpec(FORM_POLY_STEP, 1, "free", 3, 1), x, y, u)
     rescale = model.to_rescale()
@@ -542,7 +531,7 @@ def test_emit_writes_the_interaction_terms(tmp_path, capsys):
 
     from calib import emit as emitmod
 
-    frame = make_traces(truth=_interaction_truth, noise=0.002, branches=("cond",)).drop(columns="sigma")
+    frame = make_traces(truth=interaction_truth, noise=0.002, branches=("cond",)).drop(columns="sigma")
     args = [write(frame, tmp_path / "t.parquet"), "--out", tmp_path / "o", "--form", "poly+step", "--degree", 1,
             "--time-degree", 3, "--interaction-degree", 1, "--mode", "free", "--no-plots"]  # fmt: skip
     assert run_fit(args, capsys)[0] == 0
@@ -555,7 +544,7 @@ def test_emit_writes_the_interaction_terms(tmp_path, capsys):
 
 
 def test_fit_json_with_interaction_terms_round_trips(tmp_path, capsys):
-    frame = make_traces(truth=_interaction_truth, noise=0.002, branches=("cond",)).drop(columns="sigma")
+    frame = make_traces(truth=interaction_truth, noise=0.002, branches=("cond",)).drop(columns="sigma")
     traces = write(frame, tmp_path / "t.parquet")
     args = [traces, "--out", tmp_path / "o", "--form", "poly+step", "--degree", 1, "--time-degree", 3,
             "--interaction-degree", 1, "--mode", "free", "--no-plots"]  # fmt: skip

@@ -10,11 +10,9 @@ import dataclasses
 import importlib.metadata
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -22,40 +20,13 @@ import pytest
 import calib.run.generation
 import teacache
 import teacache.core
-from bench.sweep import command as sweep_cmd
 from calib import record as record_cmd
 from tests import ROOT
-from tests.conftest import patch_everywhere
-
-SMALL = ["--model", "tiny-flux1", "--steps", "4", "--size", "32x32"]
-
-
-@pytest.fixture
-def prompts(tmp_path) -> Path:
-    path = tmp_path / "prompts.json"
-    path.write_text(json.dumps({"fox": "a red fox in the snow", "tower": "a lighthouse at dusk"}))
-    return path
+from tests.conftest import SMALL, one_line, patch_everywhere, record, sweep
 
 
 def _patch_generate(monkeypatch, fn) -> None:
     patch_everywhere(monkeypatch, calib.run.generation, "generate", fn)
-
-
-def record(out: Path, prompts: Path, *extra: str) -> int:
-    argv = [*SMALL, "--prompts", str(prompts), "--seeds", "0", "--overhead-pairs", "0", "--out", str(out), *extra]
-    return record_cmd.main(argv)
-
-
-def sweep(out: Path, prompts: Path, *extra: str) -> int:
-    argv = [*SMALL, "--prompts", str(prompts), "--seeds", "0", "--thresholds", "0,0.5", "--repeats", "1"]
-    return sweep_cmd.main([*argv, "--out", str(out), *extra])
-
-
-def one_line(err: str) -> str:
-    """The one line a command wrote to stderr (mflux's tqdm bars aside)."""
-    lines = [line for line in err.strip().splitlines() if line.strip() and not re.search(r"\d+%\|", line)]
-    assert len(lines) == 1, lines
-    return lines[0]
 
 
 # ------------------------------------------------------------------------------------ fingerprint

@@ -6,7 +6,7 @@ import io
 import subprocess
 import sys
 
-from calib.progress import ProgressLines, track
+from calib.run.progress import ProgressLines, track
 
 
 class Clock:
