@@ -47,9 +47,8 @@ def test_a_fronts_legend_covers_neither_its_title_nor_its_panels_and_every_point
 
 
 def test_coinciding_points_share_one_label():
-    from bench.records import RUNS, read_table
-
-    from bench import plots, stats
+    from bench.report import plots, stats
+    from bench.sweep.records import RUNS, read_table
 
     runs = read_table(CAMPAIGN / "sweep" / "runs.parquet", RUNS)
     fig = plots.speedup_quality(stats.distribution(runs), "ssim")
