@@ -19,14 +19,13 @@ import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 
 import mlx.core as mx
 
-from teacache.io import FORMAT_VERSION, portable, write_json
+from teacache.io import FORMAT_VERSION, file_sha256, portable, write_json
 from teacache.loading import resolve_spec
-from teacache.provenance import DISTRIBUTION, hardware_slug
+from teacache.provenance import DISTRIBUTION, hardware_slug, installed_version
 from teacache.revisions import local_revision
 
 FILE = "fingerprint.json"
@@ -65,20 +64,9 @@ class FolderState:
 # ------------------------------------------------------------------------------------- what to record
 
 
-def project_version() -> str | None:
-    """This project's installed version, as provenance.json records it (``teacache.provenance.DISTRIBUTION``)."""
-    try:
-        return metadata.version(DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def versions() -> dict:
-    try:
-        mflux = metadata.version("mflux")
-    except metadata.PackageNotFoundError:
-        mflux = None
-    return {"mlx": mx.__version__, "mflux": mflux, "project": project_version()}
+    """The versions a folder's results depend on: MLX, mflux and this project."""
+    return {"mlx": mx.__version__, "mflux": installed_version("mflux"), "project": installed_version(DISTRIBUTION)}
 
 
 def _folder_digest(folder: Path) -> str:
@@ -87,14 +75,6 @@ def _folder_digest(folder: Path) -> str:
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         stat = path.stat()
         digest.update(f"{path.relative_to(folder)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-    return digest.hexdigest()
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
     return digest.hexdigest()
 
 
@@ -108,7 +88,7 @@ def weights_identity(model: str, base_model: str | None = None) -> dict:
         module = importlib.import_module(spec.builder.split(":")[0])
         weights = getattr(module, "DEFAULT_WEIGHTS", None)
         identity = {"embedded": spec.name, "builder": spec.builder}
-        return {**identity, "weights_sha256": _file_sha256(Path(weights))} if weights else {**identity, "seed": 0}
+        return {**identity, "weights_sha256": file_sha256(weights)} if weights else {**identity, "seed": 0}
     repo = spec.mflux_names[0]
     return {"repo": repo, "revision": local_revision(repo)}
 
