@@ -3,7 +3,7 @@
 mlx-teacache (the ``peer`` extra) applies TeaCache to mflux's FLUX.1, FLUX.2 Klein, Qwen-Image and Z-Image
 pipelines. Here it gets the same coefficients (as its five numbers, c4..c0) and threshold as our arm and
 runs inside the same paired, interleaved timing loops (``bench.baselines.measure_pair`` for the sweep,
-``bench.fullsize`` for full-size models); what it reports per step (its decision and rel-L1) comes from its
+``bench.timing.fullsize`` for full-size models); what it reports per step (its decision and rel-L1) comes from its
 own stats. Its skip window is its default (first and last step forced) unless given.
 
 Where it cannot run (not installed, no variant of it matches the pipeline, an mflux release outside the
@@ -103,7 +103,7 @@ def _declared_mflux_range() -> MfluxRange | None:
 class PeerResult:
     """One generation under mlx-teacache: its handle's report of every step."""
 
-    generation: object  # calib.generation.Generation
+    generation: object  # calib.run.generation.Generation
     variant_id: str
     decisions: list[str]  # its kind per step: computed, forced, skipped, numerical-miss
     signal: list[float | None]  # its rel-L1 per step (None where it measured none)
@@ -151,13 +151,13 @@ def settings_for(gate) -> dict:
 
 @dataclass(frozen=True)
 class PeerArm:
-    """A ``bench.fullsize`` arm run by mlx-teacache: its apply_teacache arguments."""
+    """A ``bench.timing.fullsize`` arm run by mlx-teacache: its apply_teacache arguments."""
 
     settings: dict
 
 
 def run_in_session(session, arm: PeerArm, prompt: str, seed: int, steps: int | None = None) -> dict:
-    """One generation of a ``bench.fullsize.Session`` under mlx-teacache, in the dict its ``run`` returns."""
+    """One generation of a ``bench.timing.fullsize.Session`` under mlx-teacache, in the dict its ``run`` returns."""
     import math
 
     import mlx.core as mx
