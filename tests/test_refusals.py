@@ -32,6 +32,7 @@ FOLDER_COMMANDS = {
     "sweep": ("teacache-bench sweep", ["--model", "tiny-shapes", "--thresholds", "0.1", "--seeds", "0"]),
     "record": ("teacache-calib record", ["--model", "tiny-shapes", "--seeds", "0"]),
     "campaign": ("teacache-bench campaign", ["--model", "tiny-shapes"]),
+    "drift": ("teacache-calib drift", ["--code-only"]),
 }
 FILE_COMMANDS = {
     "emit": ("teacache-calib emit", [str(FIT), "--variant", "tiny-shapes"]),

@@ -29,7 +29,9 @@ VERDICT_FORMAT = 1
 def setup_arg_parser() -> argparse.ArgumentParser:
     parser = arguments.CommandParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--out", type=Path, help="folder for verdict.json and numbers.json (default: runs/drift-mflux-<version>)"
+        "--out",
+        type=arguments.path_argument,
+        help="folder for verdict.json and numbers.json (default: runs/drift-mflux-<version>)",
     )
     parser.add_argument(
         "--baseline",
@@ -38,7 +40,10 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--against", type=Path, metavar="DIR", help="compare with a folder --save wrote instead")
     parser.add_argument(
-        "--save", type=Path, metavar="DIR", help="also measure the noise floor and write it with the numbers into DIR"
+        "--save",
+        type=arguments.path_argument,
+        metavar="DIR",
+        help="also measure the noise floor and write it with the numbers into DIR",
     )
     parser.add_argument(
         "--fullsize",
