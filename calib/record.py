@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import sys
 from dataclasses import dataclass
@@ -240,23 +241,10 @@ def run_record(settings: RecordSettings, world: shard.World | None = None) -> Pa
             if world.size == 1:
                 raise
             error = exc  # said at the barrier, in rank 0's verdict
-        path = None
-        try:
-            outcome = run.finish(error)
-            try:
-                if world.rank == 0 and outcome.complete and measured is not None:
-                    path = _write_traces(settings, run, measured, outcome.locations, added=len(run.todo))
-            finally:
-                run.close()
-        except RuntimeError as exc:  # a rank died inside a collective
-            if world.size == 1 or isinstance(exc, shard.ShardError):
-                raise
-            raise shard.ShardsIncomplete(f"another rank stopped ({exc}); {run.stopped_message()}") from None
-        if not outcome.complete:
-            raise shard.ShardsIncomplete(outcome.message())
-        if error is not None and world.rank == 0:
-            raise error
-        return path
+        merge = None
+        if measured is not None:
+            merge = functools.partial(_write_traces, settings, run, measured, added=len(run.todo))
+        return run.conclude(error, merge)
 
 
 def _record(settings: RecordSettings, run: shard.ShardedRun) -> dict:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import sys
 import warnings
 from dataclasses import dataclass
@@ -518,7 +519,11 @@ def run_sweep(settings: SweepSettings, world: shard.World | None = None) -> Path
             if world.size == 1:
                 raise
             error = exc  # said at the barrier, in rank 0's verdict
-        return _finish(settings, run, measured, error, traces)
+        merge = None
+        if measured is not None:
+            added = len(run.todo)
+            merge = functools.partial(_write_tables, settings, run, measured, traces=traces, added=added)
+        return run.conclude(error, merge)
 
 
 def _interrupted_message(settings: SweepSettings, run: shard.ShardedRun) -> str:
@@ -529,28 +534,6 @@ def _interrupted_message(settings: SweepSettings, run: shard.ShardedRun) -> str:
         f"interrupted: {saved} of {len(settings.pairs)} pairs are saved in {settings.out / 'pairs'}; "
         "run the same command again to resume"
     )
-
-
-def _finish(settings: SweepSettings, run: shard.ShardedRun, measured, error, traces) -> Path | None:
-    """The barrier, rank 0's merge, and the last collective; every rank raises the one verdict."""
-    world = run.world
-    path = None
-    try:
-        outcome = run.finish(error)
-        try:
-            if world.rank == 0 and outcome.complete and measured is not None:
-                path = _write_tables(settings, run, measured, outcome.locations, traces, added=len(run.todo))
-        finally:
-            run.close()
-    except RuntimeError as exc:  # a rank died inside a collective ("[ring] connection to a peer was lost")
-        if world.size == 1 or isinstance(exc, shard.ShardError):
-            raise
-        raise shard.ShardsIncomplete(f"another rank stopped ({exc}); {run.stopped_message()}") from None
-    if not outcome.complete:
-        raise shard.ShardsIncomplete(outcome.message())
-    if error is not None and world.rank == 0:
-        raise error
-    return path
 
 
 @dataclass(frozen=True)
