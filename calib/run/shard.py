@@ -23,18 +23,22 @@ import socket
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import mlx.core as mx
 import numpy as np
 
 from calib.run import fingerprint
 from calib.run.folder_lock import FolderLocked, folder_lock
+from calib.run.interrupts import Interrupted, interruptions
 from teacache.io import atomic_path
 from teacache.provenance import hardware_slug
 
 SHARDS = "shards"  # OUT/shards/rank-<r>/: the folder rank r writes when there are several ranks
 MAX_NAMED = 8  # units named in one message before "and N more"
 MAX_ERROR = 300  # characters of a rank's error carried to rank 0
+
+Measured = TypeVar("Measured")
 
 
 class ShardError(RuntimeError):
@@ -592,6 +596,27 @@ class ShardedRun:
     def close(self) -> None:
         """The last collective: no rank exits before rank 0 has merged."""
         self.world.barrier()
+
+    def measure(
+        self, work: Callable[[], Measured], interrupted: Callable[[], str]
+    ) -> tuple[Measured | None, Exception | None]:
+        """:meth:`start`, then this rank's ``work``: what it measured, or the error it stored.
+
+        Ctrl-C or SIGTERM raise Interrupted: ``interrupted()`` says what a plain run saved, a rank of several
+        says what its host holds. A plain run raises any error at once; a rank of several stores it for
+        :meth:`conclude`, so no rank waits in a collective for one that has left.
+        """
+        try:
+            self.start()
+            return work(), None
+        except (*interruptions(), Stopped):
+            raise Interrupted(self.stopped_message() if self.world.size > 1 else interrupted()) from None
+        except ShardError:  # the ranks disagree on the plan: every rank raises it at start()
+            raise
+        except Exception as exc:
+            if self.world.size == 1:
+                raise
+            return None, exc  # said at the barrier, in rank 0's verdict
 
     def conclude(self, error: BaseException | None, merge: Callable[[dict[str, Path]], Path] | None) -> Path | None:
         """The barrier, rank 0's merge and the last collective; every rank raises the one verdict.
