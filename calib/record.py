@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import sys
 from dataclasses import dataclass
@@ -21,7 +22,6 @@ from calib.run import arguments, fingerprint, shard
 from calib.run.command import run_guarded
 from calib.run.generation import generate, implausible, paired_overhead, settings_fingerprint
 from calib.run.interleave import Turn, interleave
-from calib.run.interrupts import Interrupted, interruptions
 from calib.run.progress import track
 from calib.run.prompts import pair_id, parse_seeds
 from teacache import apply_teacache, variants
@@ -222,41 +222,22 @@ def run_record(settings: RecordSettings, world: shard.World | None = None) -> Pa
 
         shard.claim(stack, world, settings.out, run.folder, PROG, check)
         stack.enter_context(fingerprint.withdrawn_on_failure(run.folder, RESULTS))
-        measured, error = None, None
-        try:
-            run.start()
-            measured = _record(settings, run)
-        except (*interruptions(), shard.Stopped):
-            if world.size > 1:
-                raise Interrupted(run.stopped_message()) from None
-            saved = len(settings.runs) - len(_todo(settings))
-            raise Interrupted(
-                f"interrupted: {saved} of {len(settings.runs)} runs are saved in {settings.out / 'runs'}; "
-                "run the same command again to resume"
-            ) from None
-        except shard.ShardError:
-            raise
-        except Exception as exc:
-            if world.size == 1:
-                raise
-            error = exc  # said at the barrier, in rank 0's verdict
-        path = None
-        try:
-            outcome = run.finish(error)
-            try:
-                if world.rank == 0 and outcome.complete and measured is not None:
-                    path = _write_traces(settings, run, measured, outcome.locations, added=len(run.todo))
-            finally:
-                run.close()
-        except RuntimeError as exc:  # a rank died inside a collective
-            if world.size == 1 or isinstance(exc, shard.ShardError):
-                raise
-            raise shard.ShardsIncomplete(f"another rank stopped ({exc}); {run.stopped_message()}") from None
-        if not outcome.complete:
-            raise shard.ShardsIncomplete(outcome.message())
-        if error is not None and world.rank == 0:
-            raise error
-        return path
+        measured, error = run.measure(
+            functools.partial(_record, settings, run), functools.partial(_interrupted_message, settings)
+        )
+        merge = None
+        if measured is not None:
+            merge = functools.partial(_write_traces, settings, run, measured, added=len(run.todo))
+        return run.conclude(error, merge)
+
+
+def _interrupted_message(settings: RecordSettings) -> str:
+    """What a plain recording stopped by Ctrl-C has saved."""
+    saved = len(settings.runs) - len(_todo(settings))
+    return (
+        f"interrupted: {saved} of {len(settings.runs)} runs are saved in {settings.out / 'runs'}; "
+        "run the same command again to resume"
+    )
 
 
 def _record(settings: RecordSettings, run: shard.ShardedRun) -> dict:

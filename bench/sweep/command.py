@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import sys
 import warnings
 from dataclasses import dataclass
@@ -34,7 +35,6 @@ from bench.sweep.baselines import teacache as teacache_arm
 from calib.run import arguments, fingerprint, shard
 from calib.run.command import run_guarded
 from calib.run.generation import generate, settings_fingerprint
-from calib.run.interrupts import Interrupted, interruptions
 from calib.run.progress import track
 from calib.run.prompts import pair_id, parse_seeds
 from teacache import apply_teacache, variants
@@ -506,51 +506,24 @@ def run_sweep(settings: SweepSettings, world: shard.World | None = None) -> Path
         check = _check_folder(settings, fingerprint_settings(settings, fixed_rescale))
         shard.claim(stack, world, settings.out, run.folder, PROG, check)
         stack.enter_context(fingerprint.withdrawn_on_failure(run.folder, RESULTS))
-        measured, error = None, None
-        try:
-            run.start()
-            measured = _sweep(settings, run, fixed_rescale, traces)
-        except (*interruptions(), shard.Stopped):
-            raise Interrupted(_interrupted_message(settings, run)) from None
-        except shard.ShardError:  # the ranks disagree on the plan: every rank raises it at start()
-            raise
-        except Exception as exc:
-            if world.size == 1:
-                raise
-            error = exc  # said at the barrier, in rank 0's verdict
-        return _finish(settings, run, measured, error, traces)
+        measured, error = run.measure(
+            functools.partial(_sweep, settings, run, fixed_rescale, traces),
+            functools.partial(_interrupted_message, settings),
+        )
+        merge = None
+        if measured is not None:
+            added = len(run.todo)
+            merge = functools.partial(_write_tables, settings, run, measured, traces=traces, added=added)
+        return run.conclude(error, merge)
 
 
-def _interrupted_message(settings: SweepSettings, run: shard.ShardedRun) -> str:
-    if run.world.size > 1:
-        return run.stopped_message()
+def _interrupted_message(settings: SweepSettings) -> str:
+    """What a plain sweep stopped by Ctrl-C has saved."""
     saved = len(settings.pairs) - len(todo_pairs(settings))
     return (
         f"interrupted: {saved} of {len(settings.pairs)} pairs are saved in {settings.out / 'pairs'}; "
         "run the same command again to resume"
     )
-
-
-def _finish(settings: SweepSettings, run: shard.ShardedRun, measured, error, traces) -> Path | None:
-    """The barrier, rank 0's merge, and the last collective; every rank raises the one verdict."""
-    world = run.world
-    path = None
-    try:
-        outcome = run.finish(error)
-        try:
-            if world.rank == 0 and outcome.complete and measured is not None:
-                path = _write_tables(settings, run, measured, outcome.locations, traces, added=len(run.todo))
-        finally:
-            run.close()
-    except RuntimeError as exc:  # a rank died inside a collective ("[ring] connection to a peer was lost")
-        if world.size == 1 or isinstance(exc, shard.ShardError):
-            raise
-        raise shard.ShardsIncomplete(f"another rank stopped ({exc}); {run.stopped_message()}") from None
-    if not outcome.complete:
-        raise shard.ShardsIncomplete(outcome.message())
-    if error is not None and world.rank == 0:
-        raise error
-    return path
 
 
 @dataclass(frozen=True)

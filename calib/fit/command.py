@@ -18,6 +18,7 @@ import dataclasses
 import math
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
@@ -74,10 +75,13 @@ from calib.fit.selection import (  # noqa: F401
     time_input,
 )
 from calib.run.arguments import CommandParser, check_out_dir, path_argument
-from calib.traces.reader import TraceError, load_traces
+from calib.traces.reader import TraceError, Traces, load_traces
 from teacache.io import FORMAT_VERSION, atomic_path, write_json
 from teacache.provenance import collect
 from teacache.rescale import FORMS, RescaleFunction
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "CandidateSpec",
@@ -180,8 +184,49 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     return parser
 
 
+RECORDED_OPTIONS = (
+    "form",
+    "degree",
+    "mode",
+    "time_degree",
+    "interaction_degree",
+    "branch",
+    "variant",
+    "num_steps",
+    "folds",
+    "min_step",
+    "select",
+    "allow_unsafe",
+)  # the options fit.json records
+
+
 def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, dict[str, bytes]]:
     """Everything except writing: validated traces -> fit.json content and plot bytes."""
+    x_range = _checked_options(args)
+    traces = _fitted_traces(args)
+    frame = traces.frame
+    specs = _specs(args, frame)
+    variant = args.variant or (traces.variants[0] if len(traces.variants) == 1 else None)
+    comparison_source = None
+    if args.compare:  # resolve before fitting so a bad --compare fails fast
+        comparison_source = load_comparison(args.compare, variant, x_range)
+    result = fit_frame(frame, specs, args.folds, allow_unsafe=args.allow_unsafe)
+    fit = _fit_document(args, argv, traces, result)
+    decision = score_fit(
+        fit, frame, specs, args.folds, args.min_step, comparison_source[0] if comparison_source else None
+    )
+    select_by(fit, args.select, args.allow_unsafe)
+    if comparison_source is not None:
+        fit["comparison"] = _comparison(args, fit, frame, comparison_source, decision, variant, traces.provenance)
+    plots = {} if args.no_plots else render_plots(fit, frame)
+    if plots and decision:
+        plots["decision"] = decision_plot(fit, decision)
+    fit["plots"] = [PLOT_FILES[name] for name in plots]
+    return fit, plots
+
+
+def _checked_options(args: argparse.Namespace) -> tuple[float, float] | None:
+    """The options checked before any trace is read; returns --x-range parsed."""
     if args.margin < 0 or not math.isfinite(args.margin):
         raise FitError(f"--margin: expected a finite number >= 0, got {args.margin!r}")
     out = Path(args.out)
@@ -192,17 +237,27 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, dict[str, byte
     x_range = parse_x_range(args.x_range)
     if x_range is not None and not args.compare:
         raise FitError("--x-range: only with --compare (the range of the coefficients to score)")
+    return x_range
+
+
+def _fitted_traces(args: argparse.Namespace) -> Traces:
+    """The traces, without the steps before --min-step: steps the gate always computes say nothing about
+    when it may skip."""
     traces = load_traces(args.traces, branch=args.branch, variant=args.variant, num_steps=args.num_steps)
-    if args.min_step > 1:  # steps the gate always computes say nothing about when it may skip
+    if args.min_step > 1:
         last = int(traces.frame["step"].max())
         if args.min_step > last:
             raise FitError(f"--min-step: {args.min_step} is past the traces' last step ({last}); expected 1..{last}")
         traces = dataclasses.replace(traces, frame=traces.frame[traces.frame["step"] >= args.min_step])
-    frame = traces.frame
+    return traces
+
+
+def _specs(args: argparse.Namespace, frame: pd.DataFrame) -> list[CandidateSpec]:
+    """The candidates --form, --degree and --mode ask for, given the columns the traces have."""
     if args.form in TIME_COLUMN and TIME_COLUMN[args.form] not in frame.columns:
         cols = ", ".join(c for c in map(str, frame.columns) if not c.startswith("_"))
         raise FitError(f"--form {args.form}: needs column {TIME_COLUMN[args.form]!r}; columns found: {cols}")
-    specs = candidate_specs(
+    return candidate_specs(
         "num_steps" in frame.columns,
         "sigma" in frame.columns,
         args.form,
@@ -211,13 +266,11 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, dict[str, byte
         args.time_degree,
         args.interaction_degree,
     )
-    comparison_source = None
-    if args.compare:  # resolve before fitting so a bad --compare fails fast
-        variant = args.variant or (traces.variants[0] if len(traces.variants) == 1 else None)
-        comparison_source = load_comparison(args.compare, variant, x_range)
-    result = fit_frame(frame, specs, args.folds, allow_unsafe=args.allow_unsafe)
 
-    fit = {
+
+def _fit_document(args: argparse.Namespace, argv: list[str], traces: Traces, result: dict) -> dict:
+    """fit.json's content before scoring and selection: the fit, its data, options, inputs and provenance."""
+    return {
         "format_version": FORMAT_VERSION,
         "kind": FIT_KIND,
         "variant": traces.variants[0] if len(traces.variants) == 1 else None,
@@ -225,23 +278,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, dict[str, byte
         "fitted_model": result["selected"]["label"],
         **result,
         "data": describe_data(traces),
-        "options": {
-            k: getattr(args, k)
-            for k in (
-                "form",
-                "degree",
-                "mode",
-                "time_degree",
-                "interaction_degree",
-                "branch",
-                "variant",
-                "num_steps",
-                "folds",
-                "min_step",
-                "select",
-                "allow_unsafe",
-            )
-        },
+        "options": {k: getattr(args, k) for k in RECORDED_OPTIONS},
         "input": {
             "files": traces.files,
             "provenance": traces.provenance,
@@ -250,20 +287,23 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, dict[str, byte
         },
         "provenance": collect(["teacache-calib", "fit", *argv]),
     }
-    decision = score_fit(
-        fit, frame, specs, args.folds, args.min_step, comparison_source[0] if comparison_source else None
-    )
-    select_by(fit, args.select, args.allow_unsafe)
-    if comparison_source is not None:
-        fit["comparison"] = compare(*comparison_source, frame, fit["selected"], args.margin)
-        fit["comparison"].update(comparison_scores(decision))
-        if args.compare == PACKAGED:
-            fit["comparison"]["numeric_change"] = packaged_numeric_change(variant, traces.provenance)
-    plots = {} if args.no_plots else render_plots(fit, frame)
-    if plots and decision:
-        plots["decision"] = decision_plot(fit, decision)
-    fit["plots"] = [PLOT_FILES[name] for name in plots]
-    return fit, plots
+
+
+def _comparison(
+    args: argparse.Namespace,
+    fit: dict,
+    frame: pd.DataFrame,
+    source: tuple[RescaleFunction, str],
+    decision: dict,
+    variant: str | None,
+    provenance: dict | None,
+) -> dict:
+    """fit.json's ``comparison``: the --compare coefficients against the selected fit, scored alike."""
+    comparison = compare(*source, frame, fit["selected"], args.margin)
+    comparison.update(comparison_scores(decision))
+    if args.compare == PACKAGED:
+        comparison["numeric_change"] = packaged_numeric_change(variant, provenance)
+    return comparison
 
 
 def print_summary(fit: dict, path: Path) -> None:

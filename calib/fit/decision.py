@@ -305,41 +305,75 @@ def score_rescales(
     GateConfig(0.0, RescaleFunction((0.0,)), skip_first_n_steps, skip_last_n_steps, max_consecutive_skips)
     if not candidates:
         raise ValueError("candidates: expected at least one rescale function")
-    lo_frac, hi_frac = (float(v) for v in skip_range)
-    if not 0.0 <= lo_frac < hi_frac <= 1.0:
-        raise ValueError(f"skip_range: expected 0 <= low < high <= 1, got {skip_range!r}")
+    lo_frac, hi_frac = _skip_fractions(skip_range)
     rules = {
         "skip_first_n_steps": skip_first_n_steps,
         "skip_last_n_steps": skip_last_n_steps,
         "max_consecutive_skips": max_consecutive_skips,
     }
-    folds = np.zeros(table.n_runs, dtype=int) if run_fold is None else np.asarray(run_fold)
-    if folds.shape != (table.n_runs,):
-        raise ValueError(f"run_fold: expected one fold per run ({table.n_runs}), got shape {folds.shape}")
+    folds = _run_folds(table, run_fold)
     fold_ids = np.unique(folds)
     sum_per_run, worst_per_run = oracle_per_run(table, skip_first_n_steps, skip_last_n_steps, max_consecutive_skips)
     oracle_sum, oracle_worst = pooled_oracle(sum_per_run), pooled_oracle(worst_per_run)
     n_skippable = int(skippable(table, skip_first_n_steps, skip_last_n_steps).sum())
-
-    curves = {}
-    for label, fns in candidates.items():
-        per_fold = _per_fold(label, fns, fold_ids)
-        increment = np.zeros(table.x.shape)
-        gated = np.zeros(table.x.shape, dtype=bool)
-        for f in fold_ids:  # each run's increments come from the function that did not see its prompt
-            rows = folds == f
-            part = table.subset(rows)
-            increment[rows], gated[rows] = rescaled_increments(
-                part.x, per_fold[f], part.num_steps, part.sigma, skip_first_n_steps, skip_last_n_steps
-            )
-        thresholds = threshold_grid(increment, max_consecutive_skips, n_thresholds)
-        masks = skip_masks(increment, gated, thresholds, max_consecutive_skips)
-        skipped, uncomputed, worst = schedule_costs(masks, table)
-        curves[label] = (thresholds, skipped.sum(axis=1), pooled_sum(uncomputed), pooled_sum(worst))
-
+    curves = {
+        label: _replayed_curve(table, _per_fold(label, fns, fold_ids), folds, rules, n_thresholds)
+        for label, fns in candidates.items()
+    }
     reach = min(int(c[1].max()) for c in curves.values())
     k_lo = math.ceil(lo_frac * n_skippable)
     k_hi = min(math.floor(hi_frac * n_skippable), reach)
+    entries = _scored_entries(curves, oracle_sum, oracle_worst, k_lo, k_hi)
+    selected = next((e["label"] for e in entries if e["selected"]), None)
+    return {
+        "criterion": CRITERION,
+        "change": table.change_kind,
+        "norm_column": table.norm_column,
+        "rules": rules,
+        "n_runs": table.n_runs,
+        "n_skippable": n_skippable,
+        "n_folds": int(fold_ids.size),
+        "skip_range": [k_lo / n_skippable if n_skippable else 0.0, k_hi / n_skippable if n_skippable else 0.0],
+        "skipped_range": [k_lo, k_hi],
+        "oracle": {"uncomputed": _finite_list(oracle_sum), "worst": _finite_list(oracle_worst)},
+        "candidates": entries,
+        "selected": selected,
+    }
+
+
+def _skip_fractions(skip_range: tuple[float, float]) -> tuple[float, float]:
+    lo_frac, hi_frac = (float(v) for v in skip_range)
+    if not 0.0 <= lo_frac < hi_frac <= 1.0:
+        raise ValueError(f"skip_range: expected 0 <= low < high <= 1, got {skip_range!r}")
+    return lo_frac, hi_frac
+
+
+def _run_folds(table: RunTable, run_fold: np.ndarray | None) -> np.ndarray:
+    """The fold of every run (all in fold 0 when None)."""
+    folds = np.zeros(table.n_runs, dtype=int) if run_fold is None else np.asarray(run_fold)
+    if folds.shape != (table.n_runs,):
+        raise ValueError(f"run_fold: expected one fold per run ({table.n_runs}), got shape {folds.shape}")
+    return folds
+
+
+def _replayed_curve(table: RunTable, per_fold: dict, folds: np.ndarray, rules: dict, n_thresholds: int) -> tuple:
+    """One candidate replayed over a grid of thresholds: (thresholds, skipped, uncomputed, worst), one point
+    per threshold, each the total over all runs."""
+    first, last, cap = rules["skip_first_n_steps"], rules["skip_last_n_steps"], rules["max_consecutive_skips"]
+    increment = np.zeros(table.x.shape)
+    gated = np.zeros(table.x.shape, dtype=bool)
+    for f in np.unique(folds):  # each run's increments come from the function that did not see its prompt
+        rows = folds == f
+        part = table.subset(rows)
+        increment[rows], gated[rows] = rescaled_increments(part.x, per_fold[f], part.num_steps, part.sigma, first, last)
+    thresholds = threshold_grid(increment, cap, n_thresholds)
+    masks = skip_masks(increment, gated, thresholds, cap)
+    skipped, uncomputed, worst = schedule_costs(masks, table)
+    return thresholds, skipped.sum(axis=1), pooled_sum(uncomputed), pooled_sum(worst)
+
+
+def _scored_entries(curves: dict, oracle_sum: np.ndarray, oracle_worst: np.ndarray, k_lo: int, k_hi: int) -> list:
+    """Each candidate's curves and scores, JSON-ready; the one of least decision excess is marked selected."""
     entries = []
     for label, (thresholds, skipped, uncomputed, worst) in curves.items():
         entries.append({
@@ -356,20 +390,7 @@ def score_rescales(
     selected = min(scored, key=lambda i: (entries[i]["decision_excess"], i)) if scored else None
     for i, e in enumerate(entries):
         e["selected"] = i == selected
-    return {
-        "criterion": CRITERION,
-        "change": table.change_kind,
-        "norm_column": table.norm_column,
-        "rules": rules,
-        "n_runs": table.n_runs,
-        "n_skippable": n_skippable,
-        "n_folds": int(fold_ids.size),
-        "skip_range": [k_lo / n_skippable if n_skippable else 0.0, k_hi / n_skippable if n_skippable else 0.0],
-        "skipped_range": [k_lo, k_hi],
-        "oracle": {"uncomputed": _finite_list(oracle_sum), "worst": _finite_list(oracle_worst)},
-        "candidates": entries,
-        "selected": None if selected is None else entries[selected]["label"],
-    }
+    return entries
 
 
 def _per_fold(label: str, fns, fold_ids: np.ndarray) -> dict:

@@ -23,18 +23,22 @@ import socket
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import mlx.core as mx
 import numpy as np
 
 from calib.run import fingerprint
 from calib.run.folder_lock import FolderLocked, folder_lock
+from calib.run.interrupts import Interrupted, interruptions
 from teacache.io import atomic_path
 from teacache.provenance import hardware_slug
 
 SHARDS = "shards"  # OUT/shards/rank-<r>/: the folder rank r writes when there are several ranks
 MAX_NAMED = 8  # units named in one message before "and N more"
 MAX_ERROR = 300  # characters of a rank's error carried to rank 0
+
+Measured = TypeVar("Measured")
 
 
 class ShardError(RuntimeError):
@@ -214,32 +218,35 @@ class World:
 
     def exchange(self, payload: bytes) -> list[bytes]:
         """Every rank's bytes, in rank order, on every rank (small payloads: one int32 per byte)."""
-        if self.size == 1:
-            return [payload]
-        lengths = self._lengths(len(payload))
-        width = int(lengths.max())
-        if width == 0:
-            return [b""] * self.size
-        slots = np.zeros((self.size, width), dtype=np.int32)
-        slots[self.rank, : len(payload)] = np.frombuffer(payload, dtype=np.uint8)
-        total = self.all_sum(slots)
-        return [total[r, : lengths[r]].astype(np.uint8).tobytes() for r in range(self.size)]
+        return self._padded(payload, self._summed_rows)
 
     def gather_bytes(self, payload: bytes) -> list[bytes]:
         """Like :meth:`exchange` for files: one uint8 all_gather (used only between hosts without a shared folder)."""
+        return self._padded(payload, self._gathered_rows)
+
+    def _padded(self, payload: bytes, collect: Callable[[bytes, int], np.ndarray]) -> list[bytes]:
+        """Every rank's bytes: the lengths first, then ``collect`` of the payloads padded to the longest, as
+        a (size, width) array of bytes, one row a rank."""
         if self.size == 1:
             return [payload]
-
         lengths = self._lengths(len(payload))
         width = int(lengths.max())
         if width == 0:
             return [b""] * self.size
+        rows = collect(payload, width)
+        return [rows[r, : lengths[r]].tobytes() for r in range(self.size)]
+
+    def _summed_rows(self, payload: bytes, width: int) -> np.ndarray:
+        slots = np.zeros((self.size, width), dtype=np.int32)
+        slots[self.rank, : len(payload)] = np.frombuffer(payload, dtype=np.uint8)
+        return self.all_sum(slots).astype(np.uint8)
+
+    def _gathered_rows(self, payload: bytes, width: int) -> np.ndarray:
         buffer = np.zeros(width, dtype=np.uint8)
         buffer[: len(payload)] = np.frombuffer(payload, dtype=np.uint8)
         gathered = mx.distributed.all_gather(mx.array(buffer), group=self.group, stream=self._stream())
         mx.eval(gathered)
-        rows = np.array(gathered, dtype=np.uint8).reshape(self.size, width)
-        return [rows[r, : lengths[r]].tobytes() for r in range(self.size)]
+        return np.array(gathered, dtype=np.uint8).reshape(self.size, width)
 
     def _lengths(self, length: int) -> np.ndarray:
         mine = np.zeros(self.size, dtype=np.int32)
@@ -589,6 +596,54 @@ class ShardedRun:
     def close(self) -> None:
         """The last collective: no rank exits before rank 0 has merged."""
         self.world.barrier()
+
+    def measure(
+        self, work: Callable[[], Measured], interrupted: Callable[[], str]
+    ) -> tuple[Measured | None, Exception | None]:
+        """:meth:`start`, then this rank's ``work``: what it measured, or the error it stored.
+
+        Ctrl-C or SIGTERM raise Interrupted: ``interrupted()`` says what a plain run saved, a rank of several
+        says what its host holds. A plain run raises any error at once; a rank of several stores it for
+        :meth:`conclude`, so no rank waits in a collective for one that has left.
+        """
+        try:
+            self.start()
+            return work(), None
+        except (*interruptions(), Stopped):
+            raise Interrupted(self.stopped_message() if self.world.size > 1 else interrupted()) from None
+        except ShardError:  # the ranks disagree on the plan: every rank raises it at start()
+            raise
+        except Exception as exc:
+            if self.world.size == 1:
+                raise
+            return None, exc  # said at the barrier, in rank 0's verdict
+
+    def conclude(self, error: BaseException | None, merge: Callable[[dict[str, Path]], Path] | None) -> Path | None:
+        """The barrier, rank 0's merge and the last collective; every rank raises the one verdict.
+
+        ``merge`` (None when this rank measured nothing) writes the merged output from the folder holding each
+        unit; rank 0 calls it when every unit is done and returns its path. A rank that died inside a
+        collective makes the others raise ShardsIncomplete, and so do units not done; otherwise rank 0
+        re-raises the ``error`` a rank stored (said at the barrier, in rank 0's verdict).
+        """
+        world = self.world
+        path = None
+        try:
+            outcome = self.finish(error)
+            try:
+                if world.rank == 0 and outcome.complete and merge is not None:
+                    path = merge(outcome.locations)
+            finally:
+                self.close()
+        except RuntimeError as exc:  # a rank died inside a collective ("[ring] connection to a peer was lost")
+            if world.size == 1 or isinstance(exc, ShardError):
+                raise
+            raise ShardsIncomplete(f"another rank stopped ({exc}); {self.stopped_message()}") from None
+        if not outcome.complete:
+            raise ShardsIncomplete(outcome.message())
+        if error is not None and world.rank == 0:
+            raise error
+        return path
 
     def stopped_message(self) -> str:
         """What a rank stopped by SIGTERM leaves behind, as far as this host can see."""
