@@ -20,6 +20,10 @@ from pathlib import Path
 from calib.drift import code, noise, numbers, verdict
 from calib.run import arguments
 from calib.run.command import run_guarded
+from teacache import coefficients, variants
+from teacache._compat import NEWEST_MFLUX
+from teacache.io import read_json_object, write_json
+from teacache.provenance import collect, hardware_slug
 
 PROG = "teacache-calib drift"
 REFERENCES = noise.REFERENCES
@@ -90,8 +94,6 @@ def _read_folder(folder: Path, arg: str) -> tuple[dict, dict]:
 
 
 def _load_numbers(path: Path) -> dict:
-    from teacache.io import read_json_object
-
     data = read_json_object(path)
     if data.get("format_version") != numbers.RESULT_FORMAT or not isinstance(data.get("runs"), dict):
         raise ValueError(f"{path}: not numbers of format_version {numbers.RESULT_FORMAT}")
@@ -100,8 +102,6 @@ def _load_numbers(path: Path) -> dict:
 
 def plan(args: argparse.Namespace, command: list[str] | None = None) -> Plan:
     """Every argument checked, nothing loaded; ValueError with one line naming the argument."""
-    from teacache._compat import NEWEST_MFLUX
-
     version = metadata.version("mflux")
     table = code.load_table()
     baseline = args.baseline or NEWEST_MFLUX
@@ -145,8 +145,6 @@ def comparable(current: dict, reference: dict) -> bool:
 def packaged_notes(plan_: Plan) -> dict[str, str]:
     """Per variant with packaged coefficients: whether the installed mflux runs its family on another numeric
     path than the release those coefficients were fitted on (in any of the dtypes checked)."""
-    from teacache import coefficients, variants
-
     notes = {}
     for spec in variants.all_specs():
         if not spec.coefficients:
@@ -165,7 +163,7 @@ def compare_numbers(current: dict, reference: dict, floor: dict) -> dict:
     result = {}
     for key, run in current["runs"].items():
         ref = reference["runs"].get(key)
-        if ref is None or "error" in run or "error" in ref or run["dtype"] not in floor["floor"]:
+        if not numbers.comparable(run, ref) or run["dtype"] not in floor["floor"]:
             continue
         metrics = {}
         for metric, distance in numbers.distances(run, ref).items():
@@ -182,8 +180,6 @@ def compare_numbers(current: dict, reference: dict, floor: dict) -> dict:
 
 
 def moved_by_family(comparison: dict | None, dtypes: tuple[str, ...]) -> dict[str, dict[str, bool] | None]:
-    from teacache import variants
-
     result: dict[str, dict[str, bool] | None] = {fam.name: None for fam in variants.families()}
     if comparison is None:
         return result
@@ -195,8 +191,6 @@ def moved_by_family(comparison: dict | None, dtypes: tuple[str, ...]) -> dict[st
 
 def ratios_by_family(comparison: dict | None) -> dict[str, dict[str, float]]:
     """Per family and dtype, the largest distance / threshold over the metrics (above 1: moved)."""
-    from teacache import variants
-
     result: dict[str, dict[str, float]] = {}
     for run in (comparison or {}).values():
         worst = max(m["distance"] / m["threshold"] for m in run["metrics"].values())
@@ -207,8 +201,6 @@ def ratios_by_family(comparison: dict | None) -> dict[str, dict[str, float]]:
 
 def numbers_errors(current: dict | None) -> dict[str, str]:
     """The first error of each family whose model failed to build or run."""
-    from teacache import variants
-
     errors: dict[str, str] = {}
     for run in (current or {}).get("runs", {}).values():
         if "error" in run:
@@ -239,10 +231,6 @@ def reference_for(plan_: Plan, slug: str, current: dict) -> tuple[str, dict, dic
 
 
 def run_drift(plan_: Plan) -> dict:
-    from teacache import variants
-    from teacache.io import write_json
-    from teacache.provenance import collect, hardware_slug
-
     code_report = code.installed_report(plan_.table)
     for line in code_report["lines"]:
         print(f"code: {line}")

@@ -54,7 +54,7 @@ def floor_from(results: list[dict]) -> dict:
     for a, b in itertools.combinations(results, 2):
         for key, run in a["runs"].items():
             other = b["runs"].get(key)
-            if other is None or "error" in run or "error" in other:  # a run that failed measures no noise
+            if not numbers.comparable(run, other):  # a run that failed measures no noise
                 continue
             measured = numbers.distances(run, other)
             slot = per_run.setdefault(key, dict.fromkeys(numbers.METRICS, 0.0))

@@ -137,6 +137,11 @@ def trace_distance(current: list[dict], reference: list[dict]) -> float:
 METRICS = ("vanilla", "recorded", "trace")
 
 
+def comparable(run: dict, reference: dict | None) -> bool:
+    """Both runs exist and finished: a run that raised has no numbers to measure a distance on."""
+    return reference is not None and "error" not in run and "error" not in reference
+
+
 def distances(current: dict, reference: dict) -> dict[str, float]:
     """Per metric, how far one run (variant, dtype) lies from its reference."""
     return {
