@@ -19,7 +19,6 @@ preload_openblas()  # before mlx on Linux CPUs
 
 # isort: split
 import dataclasses
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -36,10 +35,10 @@ from mflux.utils.apple_silicon import AppleSiliconUtil
 from mflux.utils.exceptions import StopImageGenerationException
 from mflux.utils.image_util import ImageUtil
 from mlx import nn
-from mlx.utils import tree_flatten
 
 from teacache._platform import use_float32_on_cpu
 from teacache.io import atomic_path, file_sha256
+from teacache.models._weights import WeightsError, load_checked_weights, parameter_count, read_checked_manifest  # noqa: F401
 from teacache.models.shapes_data import (  # noqa: F401  (re-exported: the data side of the model)
     FILLER_WORDS,
     HELD_OUT_MODULUS,
@@ -431,30 +430,7 @@ class TinyShapesPipeline:
 # ---------------------------------------------------------------------------------------------------
 # Weights
 # ---------------------------------------------------------------------------------------------------
-class WeightsError(ValueError):
-    """The weights file is not the one its manifest describes, or does not fit the architecture."""
-
-
 sha256_file = file_sha256  # the name the loader and its tests use
-
-
-def parameter_count(model: nn.Module) -> int:
-    return sum(v.size for _, v in tree_flatten(model.parameters()))
-
-
-def _check_tensors(model: TinyShapesModel, weights: dict[str, mx.array], path: Path) -> None:
-    expected = dict(tree_flatten(model.parameters()))
-    for name in sorted(set(expected) | set(weights)):
-        if name not in weights:
-            problem = f"tensor {name!r} is missing (expected shape {tuple(expected[name].shape)})"
-        elif name not in expected:
-            problem = f"unexpected tensor {name!r} with shape {tuple(weights[name].shape)}"
-        elif tuple(weights[name].shape) != tuple(expected[name].shape):
-            got, want = tuple(weights[name].shape), tuple(expected[name].shape)
-            problem = f"tensor {name!r} has shape {got}, expected {want}"
-        else:
-            continue
-        raise WeightsError(f"weights file {path} does not fit the tiny-shapes architecture: first mismatch: {problem}")
 
 
 def load_tiny_shapes(
@@ -470,35 +446,8 @@ def load_tiny_shapes(
     if manifest_path is None:
         beside = path.with_suffix(".json")
         manifest_path = beside if beside.exists() else DEFAULT_MANIFEST
-    manifest_path = Path(manifest_path)
-    if not path.exists():
-        raise FileNotFoundError(
-            f"weights file {path} does not exist (train it: python -m teacache.models.train_shapes)"
-        )
-    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    expected = manifest["weights"]["sha256"]
-    actual = sha256_file(path)
-    if actual != expected:
-        raise WeightsError(
-            f"weights file {path} does not match its manifest (sha256 {actual}, manifest {manifest_path} "
-            f"says {expected}): the file is corrupted, truncated or from another training run"
-        )
-    trained_recipe = manifest.get("data_recipe", {})
-    if trained_recipe.get("version") != RECIPE_VERSION or trained_recipe.get("vocab") != list(VOCAB):
-        raise WeightsError(
-            f"weights file {path} was trained on data recipe {trained_recipe.get('version')!r}, this code "
-            f"reads recipe {RECIPE_VERSION} (vocabulary or rendering changed): retrain the model"
-        )
+    retrain = "python -m teacache.models.train_shapes"
+    manifest = read_checked_manifest(path, Path(manifest_path), RECIPE_VERSION, VOCAB, retrain)
     model = TinyShapesModel(manifest.get("architecture", ARCHITECTURE))
-    try:
-        weights = mx.load(str(path))
-    except Exception as exc:  # noqa: BLE001 - mlx raises RuntimeError/ValueError for unreadable files
-        raise WeightsError(f"weights file {path} is not a readable safetensors file: {exc}") from exc
-    _check_tensors(model, weights, path)
-    try:
-        model.load_weights(list(weights.items()), strict=True)
-    except ValueError as exc:
-        raise WeightsError(f"weights file {path} does not fit the tiny-shapes architecture: {exc}") from exc
-    mx.eval(model.parameters())
-    model.eval()
+    load_checked_weights(model, path, MODEL_NAME)
     return TinyShapesPipeline(model, manifest=manifest)

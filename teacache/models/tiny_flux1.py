@@ -52,16 +52,23 @@ def build_tiny_transformer(
     joint_blocks: int = 2,
     single_blocks: int = 2,
     model_config: ModelConfig | None = None,
+    text_width: int | None = None,
 ) -> Transformer:
-    """mflux's FLUX.1 Transformer at width ``heads * 128``, every Linear drawn from ``seed``."""
+    """mflux's FLUX.1 Transformer at width ``heads * 128``, every Linear drawn from ``seed``.
+
+    ``text_width``: the width of the prompt embeddings (T5's 4096 and CLIP's pooled 768 when None)."""
     config = model_config or ModelConfig.dev()
     transformer = Transformer(
         model_config=config, num_transformer_blocks=joint_blocks, num_single_transformer_blocks=single_blocks
     )
     width = heads * 128
 
-    def shrink(dim: int) -> int:  # 3072*k -> width*k; T5 (4096), CLIP (768), 256 and 64 stay
-        return width * (dim // FULL_WIDTH) if dim % FULL_WIDTH == 0 else dim
+    def shrink(dim: int) -> int:  # 3072*k -> width*k; T5 (4096), CLIP (768) -> text_width; 256 and 64 stay
+        if dim % FULL_WIDTH == 0:
+            return width * (dim // FULL_WIDTH)
+        if text_width is not None and dim in (T5_DIM, CLIP_DIM):
+            return text_width
+        return dim
 
     redraw_linears(transformer, seed, shape=lambda out_dim, in_dim: (shrink(out_dim), shrink(in_dim)))
     for _name, module in transformer.named_modules():

@@ -21,12 +21,10 @@ preload_openblas()  # before mlx on Linux CPUs
 
 # isort: split
 import argparse
-import hashlib
 import json
 import shlex
 import sys
 import time
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -35,12 +33,11 @@ import mlx.optimizers as optim
 import numpy as np
 from mflux.models.common.config.model_config import ModelConfig
 from mlx import nn
-from mlx.utils import tree_flatten
-from safetensors.numpy import save
 from tqdm import tqdm
 
 from teacache.io import FORMAT_VERSION, atomic_path, write_json, write_text
 from teacache.models import shapes
+from teacache.models.training import FINAL_LOSS_WINDOW, effective_warmup, learning_rate, plot_loss, save_weights
 from teacache.provenance import collect
 from teacache.templating import template_environment
 
@@ -48,7 +45,6 @@ WEIGHTS_NAME = "tiny-shapes.safetensors"
 MANIFEST_NAME = "tiny-shapes.json"
 CARD_NAME = "MODEL_CARD.md"
 SIGMA_MIN = 0.002  # keeps 1000 * sigma above 1, where Flux2Transformer would rescale it again
-FINAL_LOSS_WINDOW = 200
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -111,18 +107,6 @@ def make_train_step(model: shapes.TinyShapesModel, optimizer: optim.Optimizer, a
     return partial(mx.compile, inputs=state, outputs=state)(step), state
 
 
-def effective_warmup(args: argparse.Namespace) -> int:
-    return max(0, min(args.warmup, args.steps // 2))
-
-
-def learning_rate(args: argparse.Namespace) -> Callable[[mx.array], mx.array]:
-    warmup = effective_warmup(args)
-    decay = optim.cosine_decay(args.lr, max(1, args.steps - warmup), args.lr * 0.01)
-    if warmup == 0:
-        return decay
-    return optim.join_schedules([optim.linear_schedule(args.lr * 0.01, args.lr, warmup), decay], [warmup])
-
-
 def train(args: argparse.Namespace) -> tuple[shapes.TinyShapesModel, list[float], dict]:
     """Returns the model, the loss of every step, and timings: the loop's wall time and its first step's
     (which includes compiling the step and, on a GPU, JIT-compiling its kernels)."""
@@ -159,39 +143,6 @@ def train(args: argparse.Namespace) -> tuple[shapes.TinyShapesModel, list[float]
     bar.close()
     model.eval()
     return model, losses, {"wall_time_s": wall, "first_step_s": first_step or wall}
-
-
-def save_weights(model: shapes.TinyShapesModel, path: Path) -> tuple[str, int]:
-    """Float32 safetensors, written atomically; returns (sha256, bytes)."""
-    arrays = {k: np.array(v.astype(mx.float32)) for k, v in tree_flatten(model.parameters())}
-    blob = save(arrays, metadata={"model": shapes.MODEL_NAME, "recipe_version": str(shapes.RECIPE_VERSION)})
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(blob)
-    return hashlib.sha256(blob).hexdigest(), len(blob)
-
-
-def plot_loss(losses: list[float], path: Path) -> None:
-    # heavy (matplotlib): loaded only when this runs, and pyplot only after the Agg backend is chosen
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    steps = np.arange(1, len(losses) + 1)
-    window = max(1, min(50, len(losses) // 10))
-    smooth = np.convolve(losses, np.ones(window) / window, mode="valid")
-    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=120)
-    ax.plot(steps, losses, lw=0.5, alpha=0.35, label="per step")
-    ax.plot(steps[window - 1 :], smooth, lw=1.5, label=f"mean of {window}")
-    ax.set_yscale("log")
-    ax.set_xlabel("step")
-    ax.set_ylabel("flow-matching MSE")
-    ax.set_title("tiny-shapes training loss")
-    ax.legend()
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png")
-    plt.close(fig)
 
 
 def plot_samples(images: list, specs: list[shapes.ShapeSpec], path: Path) -> None:
@@ -265,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     wall = timing["wall_time_s"]
     final_loss = float(np.mean(losses[-FINAL_LOSS_WINDOW:]))
     print(f"final loss {final_loss:.4f} (last {min(FINAL_LOSS_WINDOW, len(losses))} steps), {wall:.1f} s")
-    sha, size = save_weights(model, out / WEIGHTS_NAME)
+    metadata = {"model": shapes.MODEL_NAME, "recipe_version": str(shapes.RECIPE_VERSION)}
+    sha, size = save_weights(model, out / WEIGHTS_NAME, metadata)
     tenth = [float(np.mean(losses[i : i + 10])) for i in range(0, len(losses), 10)]
     manifest = {
         "format_version": FORMAT_VERSION,
@@ -300,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         "evaluation": None,
     }
     write_json(out / MANIFEST_NAME, manifest)
-    plot_loss(losses, out / "loss.png")
+    plot_loss(losses, out / "loss.png", "tiny-shapes training loss")
 
     if args.samples > 0:
         pipeline = shapes.TinyShapesPipeline(model, manifest=manifest)
