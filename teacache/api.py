@@ -50,16 +50,20 @@ def apply_teacache(
             raise ValueError(f"config: pass either config= or the gate keywords, not both (got {', '.join(given)})")
         gate_config, from_packaged = config, False
     else:
-        if coefficients is None and spec.coefficients is None:
+        uncalibrated = coefficients is None and spec.coefficients is None
+        if uncalibrated and not calibrate:
             raise ValueError(
                 f"coefficients: variant {spec.name!r} has no packaged calibration; pass coefficients= "
                 "(teacache-calib record / fit gives them)"
             )
         given.setdefault("rel_l1_thresh", 0.0 if calibrate else spec.default_threshold)
-        given["rescale"] = as_rescale(given.pop("coefficients", None), spec.rescale() if coefficients is None else None)
+        if uncalibrated:  # recording never skips, so the rescale is never read: the identity stands in
+            given["coefficients"] = (1.0, 0.0)
+        packaged = spec.rescale() if coefficients is None and not uncalibrated else None
+        given["rescale"] = as_rescale(given.pop("coefficients", None), packaged)
         given.setdefault("skip_first_n_steps", spec.skip_first_n_steps)
         gate_config = GateConfig(**given)  # its own defaults for what is not given
-        from_packaged = coefficients is None
+        from_packaged = coefficients is None and not uncalibrated
     recipe = spec.recipe() if from_packaged else None
     if from_packaged:
         warn_if_past_numeric_change(spec.name)

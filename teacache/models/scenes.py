@@ -142,6 +142,12 @@ class PixelDecoder(nn.Module):
     def decode(self, latents: mx.array) -> mx.array:
         if latents.ndim == 5:
             latents = latents[:, :, 0, :, :]
+        if tuple(latents.shape[-2:]) != (IMAGE_SIZE // self.spatial_scale,) * 2:
+            side = latents.shape[-1] * 8
+            raise ValueError(
+                f"height/width: tiny-scenes draws {IMAGE_SIZE}x{IMAGE_SIZE} images, generated at height = width = "
+                f"{NOMINAL_SIZE}; got {side}"
+            )
         return from_latents(latents)[:, :, None, :, :]
 
     def encode(self, image: mx.array) -> mx.array:
