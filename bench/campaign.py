@@ -136,8 +136,15 @@ def plan_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swe
     return Campaign(model, out, record, sweep, floor)
 
 
-def fit_stage(traces: Path, out: Path, min_step: int, sweep: Path | None = None, force_new: bool = False) -> Path:
-    """teacache-calib fit on the recorded traces, compared with the packaged coefficients.
+def fit_stage(
+    traces: Path,
+    out: Path,
+    min_step: int,
+    sweep: Path | None = None,
+    force_new: bool = False,
+    compare_packaged: bool = True,
+) -> Path:
+    """teacache-calib fit on the recorded traces, compared with the packaged coefficients where there are some.
 
     A refit that selects the same function as OUT/fit.json (within the refit tolerance) keeps that file and its
     plots as they are, so the sweep made with it resumes. Another function is refused, before anything is
@@ -147,9 +154,10 @@ def fit_stage(traces: Path, out: Path, min_step: int, sweep: Path | None = None,
     from calib.fit import command as fit_cmd
     from calib.fit.file import read_fit, same_selection
 
-    command = [str(traces), "--out", str(out), "--compare", "packaged", "--min-step", str(min_step)]
-    args = fit_cmd.setup_arg_parser().parse_args([str(traces), "--out", str(out)])  # the fit's own defaults
-    args.compare, args.min_step = "packaged", min_step
+    compare = ["--compare", "packaged"] if compare_packaged else []
+    command = [str(traces), "--out", str(out), *compare, "--min-step", str(min_step)]
+    args = fit_cmd.setup_arg_parser().parse_args([str(traces), "--out", str(out), *compare])  # the fit's defaults
+    args.min_step = min_step
     fit, plots = fit_cmd.run(args, command)
     for message in fit["data"]["warnings"]:
         print(f"fit: warning: {message}", file=sys.stderr)
@@ -228,7 +236,10 @@ def run_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swee
         error = None
         try:
             if lead:
-                fit_stage(traces, out / "fit", campaign.min_step, campaign.sweep.out, campaign.sweep.force_new)
+                packaged = variants.get(model).coefficients is not None
+                fit_stage(
+                    traces, out / "fit", campaign.min_step, campaign.sweep.out, campaign.sweep.force_new, packaged
+                )
         except (ValueError, FolderLocked) as exc:
             error = exc
         share_inputs(world, [out / "fit" / "fit.json", campaign.record.out / "traces.parquet"], error)

@@ -13,6 +13,8 @@ SUBCOMMANDS = {
     "replay": "bench.sweep.replay",
     "report": "bench.report.command",
     "decision-check": "bench.report.decision_check",
+    "criteria": "bench.report.criteria",
+    "across-models": "bench.report.across_models",
     "tolerances": "bench.tolerances.derive",
     "gapcheck": "bench.tolerances.gapcheck",
     "overhead": "bench.timing.overhead",

@@ -2,7 +2,8 @@
 
 ``teacache-bench decision-check --candidate LABEL=SWEEP_DIR=FIT_JSON ... --out DIR`` reads each
 candidate's ``teacache-bench sweep`` folder (same prompts and seeds) and the fit.json it was swept with,
-and writes ``comparison.md``, ``points.csv``, ``paired.csv``, ``areas.csv``, ``fronts.png`` and ``provenance.json``.
+and writes ``comparison.md``, ``points.csv``, ``paired.csv``, ``areas.csv``, ``verdicts.json``, ``fronts.png`` and
+``provenance.json``.
 
 Work is counted in computed steps (the ideal speedup N/computed), not in measured speedup: the check is
 about which steps a rescale function skips, and measured timing on a shared CPU is noise at this model
@@ -271,6 +272,9 @@ def main(argv: list[str] | None = None) -> int:
 
     write_json(args.out / "provenance.json", collect([*PROG.split(), *argv], inputs=inputs))
     found = verdicts(table, score_frame)
+    picks = {"cv_r2": str(score_frame["cv_r2"].astype(float).idxmax()),
+             "decision_excess": str(score_frame["decision_excess"].astype(float).idxmin())}  # fmt: skip
+    write_json(args.out / "verdicts.json", {"picks": picks, "verdicts": found, "scores": scores})
     areas = front_areas(runs)
     write_text(args.out / "areas.csv", areas.to_csv(index=False))
     write_text(args.out / "comparison.md", report(points, table, score_frame, found, inputs, areas))

@@ -1,0 +1,162 @@
+"""``teacache-bench criteria``: which fit criterion picks the function with the better measured front?
+
+From one model's traces and full fit.json it takes each criterion's safe pick (CV R^2 with the
+one-standard-error rule, the decision score) and the best safe candidate of the other kind (time-aware
+or x only) by each criterion, refits each alone, chooses per candidate the thresholds whose replayed
+schedules compute the ``--levels`` step counts (median over the recorded runs), sweeps every candidate on
+the same prompts and seeds, and hands the sweeps to ``teacache-bench decision-check``:
+
+    OUT/candidates/<label>/fit.json   one candidate, refitted alone (teacache-calib fit)
+    OUT/sweeps/<label>/               teacache-bench sweep at its thresholds
+    OUT/plan.json                     candidates, why each was taken, thresholds and predicted steps
+    OUT/comparison.md ...             decision-check's outputs
+
+Every stage resumes: a refit that selects the same function keeps its file, a sweep resumes its pairs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bench.report import decision_check
+from bench.sweep import command as sweep_command
+from calib.fit import command as fit_command
+from calib.fit.file import read_fit, rescale_from_fit
+from calib.run.arguments import CommandParser, check_out_dir, path_argument
+from teacache import variants
+from teacache.gate import GateConfig, replay
+from teacache.io import write_json
+
+PROG = "teacache-bench criteria"
+LABEL = re.compile(r"^poly(\d)(?:\+(step|sigma)(\d)(?:\+x\*(?:step|sigma)(\d))?)?-?(free|origin|monotone)?$")
+
+
+def fit_arguments(label: str) -> list[str]:
+    """A candidate's label -> the ``teacache-calib fit`` options that fit it alone."""
+    match = LABEL.match(label)
+    if match is None:
+        raise ValueError(f"candidate label {label!r} is not one of teacache-calib fit's")
+    degree, time_name, time_degree, interaction, mode = match.groups()
+    if time_name is None:
+        return ["--form", "poly", "--degree", degree, "--mode", mode or "free"]
+    return [
+        "--form", f"poly+{time_name}", "--degree", degree, "--time-degree", time_degree,
+        "--interaction-degree", interaction or "0", "--mode", mode or "free",
+    ]  # fmt: skip
+
+
+def choose_candidates(fit: dict) -> dict[str, str]:
+    """label -> why: each criterion's pick, and each criterion's best safe candidate of the other kind."""
+    safe = [c for c in fit["candidates"] if c.get("safety", {}).get("safe")]
+    by = fit["selection"]["selected_by"]
+    chosen = {by["cv_r2"]: "cv R^2 pick (one-standard-error rule, safe)"}
+    chosen.setdefault(by["decision_excess"], "decision score pick (safe)")
+    for label in list(chosen):
+        time_aware = "+" in label
+        other = [c for c in safe if ("+" in c["label"]) != time_aware]
+        if not other:
+            continue
+        best_cv = max(other, key=lambda c: c["cv_r2"])["label"]
+        best_decision = min(other, key=lambda c: c["decision_excess"])["label"]
+        kind = "x only" if time_aware else "time-aware"
+        chosen.setdefault(best_cv, f"best safe {kind} candidate by cv R^2")
+        chosen.setdefault(best_decision, f"best safe {kind} candidate by the decision score")
+    return chosen
+
+
+def thresholds_for_levels(
+    rescale, traces: pd.DataFrame, levels: list[int], skip_first: int
+) -> list[tuple[int, float, float]]:
+    """Per level: (level, threshold, median computed steps over the runs) from replayed schedules.
+
+    The threshold is the smallest on a geometric grid (4 significant digits) whose median computed count
+    over the runs is at most the level.
+    """
+    runs = [
+        (group.sort_values("step")["x_rel_l1"].tolist(), group.sort_values("step")["sigma"].to_numpy())
+        for _, group in traces.groupby("run_id", sort=True)
+    ]
+
+    def median_computed(threshold: float) -> float:
+        counts = []
+        for xs, sigmas in runs:
+            config = GateConfig(threshold, rescale, skip_first_n_steps=skip_first)
+            counts.append(sum(d.compute for d in replay(config, xs, sigmas=sigmas)))
+        return float(np.median(counts))
+
+    grid = sorted({float(f"{t:.4g}") for t in np.geomspace(1e-4, 5.0, 600)})
+    out = []
+    for level in sorted(levels, reverse=True):
+        found = next(((t, c) for t in grid if (c := median_computed(t)) <= level), None)
+        if found is not None:
+            out.append((level, *found))
+    return out
+
+
+def setup_arg_parser() -> argparse.ArgumentParser:
+    parser = CommandParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="the variant the traces were recorded on")
+    parser.add_argument("--fit", type=Path, required=True, help="the full fit.json of the traces (every candidate)")
+    parser.add_argument("--traces", type=Path, required=True, help="the traces.parquet the fit was made from")
+    parser.add_argument("--prompts", default=None, help="prompt set of the sweeps (default: <model>-sweep)")
+    parser.add_argument("--seeds", default="1", help="seeds of the sweeps (default 1, unseen by the traces' 0,1)")
+    parser.add_argument("--levels", default="18,13,10,8,6", help="computed steps to reach and compare at")
+    parser.add_argument("--out", type=path_argument, required=True)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = setup_arg_parser().parse_args(argv)
+    try:
+        check_out_dir(args.out)
+        spec = variants.get(args.model)
+        fit = read_fit(args.fit)
+        if not args.traces.is_file():
+            raise ValueError(f"--traces: {args.traces} does not exist")
+        levels = [int(v) for v in args.levels.split(",")]
+        chosen = choose_candidates(fit)
+        options = {label: fit_arguments(label) for label in chosen}
+    except (ValueError, KeyError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    prompts = args.prompts or f"{args.model}-sweep"
+    min_step = str(fit["options"].get("min_step", spec.skip_first_n_steps))
+    traces = pd.read_parquet(args.traces)
+    plan, candidate_args = [], []
+    for label, why in chosen.items():
+        folder = args.out / "candidates" / label
+        code = fit_command.main([str(args.traces), "--out", str(folder), *options[label], "--min-step", min_step,
+                                 "--no-plots"])  # fmt: skip
+        if code != 0:
+            return code
+        refit = read_fit(folder / "fit.json")
+        if refit["selected"]["label"] != label:
+            print(f"{PROG}: error: refitting {label} alone selected {refit['selected']['label']}", file=sys.stderr)
+            return 1
+        rescale = rescale_from_fit(refit)
+        at = thresholds_for_levels(rescale, traces, levels, spec.skip_first_n_steps)
+        thresholds = ",".join(f"{t:g}" for _, t, _ in at)
+        plan.append({"label": label, "why": why, "levels": [{"level": lv, "threshold": t, "median_computed": c}
+                                                           for lv, t, c in at]})  # fmt: skip
+        sweep = args.out / "sweeps" / label
+        code = sweep_command.main(["--model", args.model, "--coefficients", str(folder / "fit.json"), "--prompts",
+                                   prompts, "--seeds", args.seeds, "--repeats", "1", "--thresholds", thresholds,
+                                   "--out", str(sweep)])  # fmt: skip
+        if code != 0:
+            return code
+        candidate_args += ["--candidate", f"{label}={sweep}={folder / 'fit.json'}"]
+    write_json(args.out / "plan.json", {"model": args.model, "fit": str(args.fit), "candidates": plan})
+    levels_arg = ",".join(str(v) for v in sorted(levels))
+    return decision_check.main([*candidate_args, "--scores", str(args.fit), "--levels", levels_arg,
+                                "--out", str(args.out)])  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())

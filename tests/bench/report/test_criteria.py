@@ -1,0 +1,105 @@
+"""bench.report.criteria (candidates, fit options, thresholds per level) and bench.report.across_models."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from bench.report import across_models, criteria, decision_check
+from calib.fit.candidates import CandidateSpec, candidate_specs
+from teacache.rescale import RescaleFunction
+from tests.bench.report.test_decision_check import sweep
+
+
+def test_every_candidate_label_maps_back_to_its_fit_options():
+    for spec in candidate_specs(True, True):
+        options = dict(zip(*[iter(criteria.fit_arguments(spec.label))] * 2, strict=True))
+        rebuilt = CandidateSpec(
+            form=options["--form"], degree=int(options["--degree"]), mode=options["--mode"],
+            time_degree=int(options.get("--time-degree", 0)),
+            interaction_degree=int(options.get("--interaction-degree", 0)),
+        )  # fmt: skip
+        assert rebuilt.label == spec.label
+    with pytest.raises(ValueError, match="not one of"):
+        criteria.fit_arguments("spline3")
+
+
+def _candidate(label: str, cv: float, excess: float, safe: bool = True) -> dict:
+    return {"label": label, "cv_r2": cv, "decision_excess": excess, "safety": {"safe": safe}}
+
+
+def test_candidates_are_each_criterions_safe_pick_and_the_best_of_the_other_kind():
+    fit = {
+        "candidates": [
+            _candidate("poly2+step3", 0.86, 0.33), _candidate("poly1-origin", 0.44, 0.18),
+            _candidate("poly4-free", 0.74, 0.40, safe=False), _candidate("poly2-origin", 0.50, 0.19),
+            _candidate("poly1+step4-monotone", 0.80, 0.30),
+        ],
+        "selection": {"selected_by": {"cv_r2": "poly2+step3", "decision_excess": "poly1-origin"}},
+    }  # fmt: skip
+    chosen = criteria.choose_candidates(fit)
+    assert list(chosen) == ["poly2+step3", "poly1-origin", "poly2-origin", "poly1+step4-monotone"]
+    assert "poly4-free" not in chosen  # unsafe: never a candidate
+
+
+def test_thresholds_reach_the_levels_by_replay():
+    xs = [float("nan")] + [0.05] * 27
+    traces = pd.DataFrame({"run_id": "r", "step": range(28), "x_rel_l1": xs, "sigma": 1.0})
+    rescale = RescaleFunction(coefficients=(1.0, 0.0), x_range=(0.0, 1.0))
+    found = criteria.thresholds_for_levels(rescale, traces, [18, 10], skip_first=2)
+    assert [level for level, _, _ in found] == [18, 10]
+    assert all(computed <= level for level, _, computed in found)
+    assert found[0][1] < found[1][1]  # fewer computed steps need a higher threshold
+
+
+def _criteria_folder(tmp_path, name: str, gap: float):
+    sweep(tmp_path / name / "a", "poly1-origin", 0.0)
+    sweep(tmp_path / name / "b", "poly2+step3", gap)
+    scores = {"candidates": [{"label": "poly1-origin", "cv_r2": 0.4, "decision_excess": 0.2},
+                             {"label": "poly2+step3", "cv_r2": 0.9, "decision_excess": 0.3}]}  # fmt: skip
+    (tmp_path / name / "full.json").write_text(json.dumps(scores))
+    out = tmp_path / name / "criteria"
+    argv = ["--scores", str(tmp_path / name / "full.json"), "--out", str(out)]
+    for label, d in (("poly1-origin", "a"), ("poly2+step3", "b")):
+        argv += ["--candidate", f"{label}={tmp_path / name / d}={tmp_path / name / d / 'fit.json'}"]
+    assert decision_check.main(argv) == 0
+    baselines = tmp_path / name / "baselines"
+    baselines.mkdir()
+    pd.DataFrame([{"speed": "ideal_speedup_median", "rescale": "x/poly1-origin/fit.json", "threshold": 0.02,
+                   "teacache_speedup": 2.0, "teacache_quality": 0.99, "baseline_arm": "fewer-steps",
+                   "baseline_setting": 14, "baseline_speedup": 2.0, "baseline_quality": 0.98, "n_pairs": 8,
+                   "difference": 0.01, "ci_low": 0.005, "ci_high": 0.02, "outcome": "beats"}]).to_csv(
+        baselines / "baselines_comparison.csv", index=False)  # fmt: skip
+    return f"{name}={out}={baselines}"
+
+
+def test_across_models_names_the_rule_both_models_support(tmp_path, capsys):
+    argv = [
+        "--model", _criteria_folder(tmp_path, "one", 0.004),
+        "--model", _criteria_folder(tmp_path, "two", 0.006),
+        "--out", str(tmp_path / "out"),
+    ]  # fmt: skip
+    assert across_models.main(argv) == 0
+    evidence = json.loads((tmp_path / "out" / "evidence.json").read_text())
+    assert evidence["supported_rule"]["criterion"] == "decision_excess"
+    text = (tmp_path / "out" / "summary.md").read_text()
+    assert "| one | poly1-origin | 0.02 |" in text and "`decision_excess`" in text
+
+
+def test_across_models_says_when_the_models_disagree(tmp_path):
+    argv = [
+        "--model", _criteria_folder(tmp_path, "one", 0.004),
+        "--model", _criteria_folder(tmp_path, "two", -0.006),
+        "--out", str(tmp_path / "out"),
+    ]  # fmt: skip
+    assert across_models.main(argv) == 0
+    evidence = json.loads((tmp_path / "out" / "evidence.json").read_text())
+    assert evidence["supported_rule"]["criterion"] is None
+
+
+def test_a_missing_criteria_folder_is_refused_in_one_line(tmp_path, capsys):
+    argv = ["--model", f"m={tmp_path}={tmp_path}", "--out", str(tmp_path / "out")]
+    assert across_models.main(argv) == 2
+    assert "verdicts.json does not exist" in capsys.readouterr().err and not (tmp_path / "out").exists()
