@@ -9,8 +9,8 @@ latents, scheduler, transformer call, callbacks and decode path as FLUX.1-dev.
 What stands in for the parts a trained FLUX.1 has and this one does not:
 - the transformer is mflux's ``Transformer`` (FLUX.1-dev config, guidance embedder included) at width
   128 (one head of 128, so mflux's RoPE axes fit), 2 joint and 4 single blocks;
-- the text encoders are one learned embedding table: the T5 sequence is the caption's 16 token vectors,
-  the CLIP pooled vector the mean of a second table over the caption's words;
+- the text encoders are learned embedding tables: the T5 sequence is the caption's 16 token vectors plus
+  a vector per position, the CLIP pooled vector the mean of a second table over the caption's words;
 - there is no VAE: pixels are laid out as the latent (``scenes_data.to_latents``), so the pipeline is
   called at the nominal 256x256 and decodes to the 64x64 image.
 Guidance is embedded as FLUX.1-dev does, but the model was trained with guidance drawn from 1..5
@@ -64,18 +64,24 @@ ARCHITECTURE: dict = {
 
 
 class SceneTextEncoder(nn.Module):
-    """Stands in for T5 + CLIP: token vectors for the sequence, a mean of other vectors for the pool."""
+    """Stands in for T5 + CLIP: token plus position vectors for the sequence, a mean of other vectors for the pool.
 
-    def __init__(self, vocab_size: int, dim: int) -> None:
+    The position vectors matter: mflux gives FLUX.1's text tokens no position of their own (T5's output
+    carries it), and without them "a red circle left of a blue square on a white background" is a bag of
+    colours whose roles the transformer cannot tell apart."""
+
+    def __init__(self, vocab_size: int, dim: int, text_len: int = TEXT_LEN) -> None:
         super().__init__()
         self.sequence = nn.Embedding(vocab_size, dim)
+        self.position = nn.Embedding(text_len, dim)
         self.pooled = nn.Embedding(vocab_size, dim)
 
     def __call__(self, token_ids: mx.array) -> tuple[mx.array, mx.array]:
         """(B, TEXT_LEN) ids -> (B, TEXT_LEN, dim) sequence, (B, dim) pooled (padding left out of the mean)."""
         words = (token_ids != 0).astype(mx.float32)[..., None]
         pooled = (self.pooled(token_ids) * words).sum(axis=1) / mx.maximum(words.sum(axis=1), 1.0)
-        return self.sequence(token_ids), pooled
+        sequence = self.sequence(token_ids) + self.position(mx.arange(token_ids.shape[1]))
+        return sequence, pooled
 
 
 class TinyScenesModel(nn.Module):
@@ -86,7 +92,7 @@ class TinyScenesModel(nn.Module):
         arch = architecture or ARCHITECTURE
         use_float32_on_cpu()  # before building: some mflux modules take their dtype from ModelConfig
         enc, tr = arch["text_encoder"], arch["transformer"]
-        self.text_encoder = SceneTextEncoder(enc["vocab_size"], enc["dim"])
+        self.text_encoder = SceneTextEncoder(enc["vocab_size"], enc["dim"], enc["text_len"])
         self.transformer = build_tiny_transformer(
             seed,
             heads=tr["heads"],
