@@ -171,9 +171,8 @@ def summarize(results: Iterable[dict]) -> dict:
 
 def textures(results: Iterable[dict]) -> dict:
     """Share of objects whose texture reads as the caption says (reported apart from the score)."""
-    results = list(results)
-    return {"objects": 2 * len(results), "texture": float(np.mean([r[f"{k}_texture"] for r in results
-                                                                    for k in ("first", "second")]))}  # fmt: skip
+    reads = [r[f"{which}_texture"] for r in results for which in ("first", "second")]
+    return {"objects": len(reads), "texture": float(np.mean(reads))}
 
 
 def evaluate_pipeline(
@@ -235,7 +234,15 @@ def check_arguments(args: argparse.Namespace) -> dict:
     arguments.check_at_least(args.steps, 1, "--steps")
     if not math.isfinite(args.guidance) or args.guidance < 0:
         raise ValueError(f"--guidance: expected a finite number >= 0, got {args.guidance:g}")
-    return read_json_object(folder / MANIFEST_NAME, ValueError)
+    try:
+        manifest = read_json_object(folder / MANIFEST_NAME, ValueError)
+    except ValueError as exc:
+        raise ValueError(f"--model-dir: {exc}") from None
+    if manifest.get("name") != "tiny-scenes" or not {"weights", "training"} <= set(manifest):
+        raise ValueError(
+            f"--model-dir: {folder / MANIFEST_NAME} is not a tiny-scenes manifest (name, weights, training)"
+        )
+    return manifest
 
 
 def main(argv: list[str] | None = None) -> int:
