@@ -270,3 +270,13 @@ def test_a_folder_without_a_tiny_scenes_manifest_is_refused(model_dir, tmp_path,
     (model_dir / "tiny-scenes.json").unlink()
     line = refused("teacache-bench scene-adherence", ["--model-dir", str(model_dir)], tmp_path, monkeypatch, capsys)
     assert "tiny-scenes.json does not exist" in line
+
+
+def test_the_default_folder_and_names_are_the_packaged_model():
+    from teacache.models import scenes, train_scenes
+
+    assert scene_adherence.DEFAULT_MODEL_DIR == scenes.WEIGHTS_DIR
+    assert (scene_adherence.WEIGHTS_NAME, scene_adherence.MANIFEST_NAME) == (
+        train_scenes.WEIGHTS_NAME,
+        train_scenes.MANIFEST_NAME,
+    )
