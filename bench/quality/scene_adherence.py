@@ -49,7 +49,8 @@ STRIPED_SHARE = 0.25  # rendered: about half of a striped object is shade, none 
 MAX_MISSES_RECORDED = 16
 WEIGHTS_NAME = "tiny-scenes.safetensors"
 MANIFEST_NAME = "tiny-scenes.json"
-DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[2] / "teacache" / "models" / "weights" / "tiny-scenes"
+PACKAGED_WEIGHTS = Path(__file__).resolve().parents[2] / "teacache" / "models" / "weights"
+DEFAULT_MODEL_DIR = PACKAGED_WEIGHTS / Path(WEIGHTS_NAME).stem  # the folder bears the model's name, as its files
 _COLOR_NAMES = tuple(PALETTE)
 _BASE_RGB = np.array([PALETTE[name] for name in _COLOR_NAMES], dtype=np.float32)
 _REFERENCE_RGB = np.concatenate([_BASE_RGB, _BASE_RGB * STRIPE_SHADE])  # colours, then their shades
@@ -240,9 +241,12 @@ def check_arguments(args: argparse.Namespace) -> dict:
         manifest = read_json_object(folder / MANIFEST_NAME, ValueError)
     except ValueError as exc:
         raise ValueError(f"--model-dir: {exc}") from None
-    if manifest.get("name") != "tiny-scenes" or not {"weights", "training"} <= set(manifest):
+    recipe = manifest.get("data_recipe")
+    vocab = recipe.get("vocab") if isinstance(recipe, dict) else None
+    if vocab != list(scenes_data.VOCAB) or not {"weights", "training"} <= set(manifest):
         raise ValueError(
-            f"--model-dir: {folder / MANIFEST_NAME} is not a tiny-scenes manifest (name, weights, training)"
+            f"--model-dir: {folder / MANIFEST_NAME} is not a tiny-scenes manifest of this vocabulary "
+            "(data_recipe.vocab, weights, training)"
         )
     return manifest
 

@@ -264,7 +264,9 @@ def test_bad_arguments_are_refused_before_the_model_loads(argv, says, model_dir,
 
 
 def test_a_folder_without_a_tiny_scenes_manifest_is_refused(model_dir, tmp_path, monkeypatch, capsys):
-    (model_dir / "tiny-scenes.json").write_text(json.dumps({"name": "tiny-shapes"}))
+    manifest = json.loads((model_dir / "tiny-scenes.json").read_text())
+    manifest["data_recipe"]["vocab"] = manifest["data_recipe"]["vocab"][:-1]
+    (model_dir / "tiny-scenes.json").write_text(json.dumps(manifest))
     line = refused("teacache-bench scene-adherence", ["--model-dir", str(model_dir)], tmp_path, monkeypatch, capsys)
     assert "not a tiny-scenes manifest" in line
     (model_dir / "tiny-scenes.json").unlink()
