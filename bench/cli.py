@@ -20,6 +20,7 @@ SUBCOMMANDS = {
     "overhead": "bench.timing.overhead",
     "blas": "bench.timing.blas",
     "adherence": "bench.quality.adherence",
+    "scene-adherence": "bench.quality.scene_adherence",
     "fullsize": "bench.timing.fullsize",
     "peer-table": "bench.peer.table",
 }

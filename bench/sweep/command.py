@@ -28,6 +28,7 @@ import numpy as np
 
 from bench.common import parse_coefficients, parse_thresholds
 from bench.quality.metrics import MAX_REL_EPS, SSIM_SETTINGS
+from bench.quality.scorers import adherence_scorer
 from bench.sweep import arms as sweep_arms
 from bench.sweep.arms import TIMING_ISOLATED
 from bench.sweep.baselines import STEP_CACHE_NATIVE, mlx_teacache_arms, parse_baselines
@@ -94,10 +95,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 def _adherence_fn(variant: str):
     if not variants.get(variant).scores_adherence:
         return None
-    # heavy (mflux, PIL, scipy): loaded after the arguments are checked
-    from bench.quality.adherence import score_adherence
-
-    return lambda image, prompt: float(score_adherence(image, prompt)["score"])
+    return adherence_scorer(variant)  # imports the variant's scorer (PIL, scipy) only now
 
 
 # ---------------------------------------------------------------------------------------- settings
