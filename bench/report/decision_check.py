@@ -122,13 +122,25 @@ def _row(a: str, b: str, measure: str, diff: np.ndarray) -> dict:
     }  # fmt: skip
 
 
-def verdicts(table: pd.DataFrame, scores: pd.DataFrame) -> dict[str, str]:
+def criterion_picks(scores: pd.DataFrame, selected_by: dict[str, str] | None = None) -> dict[str, str]:
+    """Each criterion's pick among the swept candidates: the full fit's own selection (cv R^2 with its
+    one-standard-error rule) where that candidate was swept, else the best score among the swept."""
+    fitted = scores["fitted"] if "fitted" in scores else pd.Series(scores.index, index=scores.index)
+    picks = {"cv_r2": str(scores["cv_r2"].astype(float).idxmax()),
+             "decision_excess": str(scores["decision_excess"].astype(float).idxmin())}  # fmt: skip
+    for criterion, label in (selected_by or {}).items():
+        swept = fitted[fitted == label]
+        if criterion in picks and len(swept):
+            picks[criterion] = str(swept.index[0])
+    return picks
+
+
+def verdicts(table: pd.DataFrame, scores: pd.DataFrame, picks: dict[str, str] | None = None) -> dict[str, str]:
     """Per criterion: did its pick among the swept candidates measure the better front (the per-prompt mean
     over equal work, CI of the median difference clear of 0) than every other swept candidate?"""
     mean = table[table["measure"].str.startswith("mean over")]
     out = {}
-    for criterion, best in (("cv_r2", scores["cv_r2"].astype(float).idxmax()),
-                            ("decision_excess", scores["decision_excess"].astype(float).idxmin())):  # fmt: skip
+    for criterion, best in (picks or criterion_picks(scores)).items():
         rows = mean[(mean["a"] == best) | (mean["b"] == best)]
         wins = (rows["outcome"] == f"{best} better").sum()
         losses = rows["outcome"].str.endswith("better").sum() - wins
@@ -256,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         if cand is None:
             print(f"{PROG}: error: --scores has no candidate {fitted!r}", file=sys.stderr)
             return 2
-        scores[label] = {"cv_r2": cand["cv_r2"], "decision_excess": cand["decision_excess"]}
+        scores[label] = {"cv_r2": cand["cv_r2"], "decision_excess": cand["decision_excess"], "fitted": fitted}
         command = json.loads((sweep / "provenance.json").read_text()).get("command")
         inputs.append({"candidate": label, "sweep": str(sweep), "fit": str(fit_path), "sweep_command": command})
     runs = pd.concat(frames, ignore_index=True)
@@ -271,9 +283,8 @@ def main(argv: list[str] | None = None) -> int:
         tmp.write_bytes(fronts_png(points, score_frame))
 
     write_json(args.out / "provenance.json", collect([*PROG.split(), *argv], inputs=inputs))
-    found = verdicts(table, score_frame)
-    picks = {"cv_r2": str(score_frame["cv_r2"].astype(float).idxmax()),
-             "decision_excess": str(score_frame["decision_excess"].astype(float).idxmin())}  # fmt: skip
+    picks = criterion_picks(score_frame, full.get("selection", {}).get("selected_by"))
+    found = verdicts(table, score_frame.drop(columns="fitted"), picks)
     write_json(args.out / "verdicts.json", {"picks": picks, "verdicts": found, "scores": scores})
     areas = front_areas(runs)
     write_text(args.out / "areas.csv", areas.to_csv(index=False))

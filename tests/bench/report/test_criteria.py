@@ -103,3 +103,14 @@ def test_a_missing_criteria_folder_is_refused_in_one_line(tmp_path, capsys):
     argv = ["--model", f"m={tmp_path}={tmp_path}", "--out", str(tmp_path / "out")]
     assert across_models.main(argv) == 2
     assert "verdicts.json does not exist" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_a_criterions_pick_is_the_fits_own_selection_where_it_was_swept():
+    scores = pd.DataFrame(
+        {"cv_r2": [0.86, 0.87, 0.44], "decision_excess": [0.33, 0.34, 0.18],
+         "fitted": ["poly2+step3", "poly4+step5", "poly1-origin"]},
+        index=["poly2+step3", "poly4+step5", "poly1-origin"],
+    )  # fmt: skip
+    rule = {"cv_r2": "poly2+step3", "decision_excess": "poly1-origin"}
+    assert decision_check.criterion_picks(scores, rule) == rule  # the one-standard-error pick, not the best cv R^2
+    assert decision_check.criterion_picks(scores)["cv_r2"] == "poly4+step5"  # no rule given: the best swept score
