@@ -103,7 +103,7 @@ class VariantSpec:
     campaign: CampaignSizes | None = None
     builder: str | None = None  # "module:function(seed)" for an embedded model
     refuse_why: str = ""  # set on a name mflux knows but TeaCache refuses (e.g. a distilled model)
-    scores_adherence: bool = False  # draws its prompt's vocabulary: bench.quality.adherence can score its images
+    scores_adherence: bool = False  # draws its prompt's vocabulary: a scorer of bench.quality.scorers reads its images
     is_default_model: bool = False  # what the commands use when no --model is given
     only_its_size: bool = False  # generates at its own width x height only (checked before it loads)
     prompt_check: str | None = None  # "module:function(text)" raising ValueError for a prompt it cannot draw
