@@ -5,7 +5,8 @@
 
 1. TeaCache against fewer steps, a static schedule and mflux's step cache at equal work: the rows of each
    model's ``baselines_comparison.csv`` (``teacache-bench report`` of a sweep with ``--baselines``) at the
-   ideal speedup N / computed, each a paired bootstrap CI of the SSIM difference.
+   ideal speedup N / computed, each a paired bootstrap CI of the SSIM difference, for the rescale functions
+   its sweep named with ``--compare-coefficients`` (the sweep's packaged arm is left out).
 2. Which fit criterion picks the function with the better measured front among safe candidates: each
    model's ``teacache-bench criteria`` folder (``verdicts.json``, ``paired.csv``).
 
@@ -49,7 +50,7 @@ def parse_model(value: str) -> tuple[str, Path, Path]:
 
 def baseline_rows(name: str, folder: Path) -> pd.DataFrame:
     table = pd.read_csv(folder / "baselines_comparison.csv")
-    table = table[table["speed"] == EQUAL_WORK].drop(columns="speed")
+    table = table[(table["speed"] == EQUAL_WORK) & (table["rescale"] != "packaged")].drop(columns="speed")
     table["rescale"] = table["rescale"].map(lambda r: Path(r).parent.name if r.endswith("fit.json") else r)
     return table.assign(model=name)
 
