@@ -10,7 +10,7 @@
 2. Which fit criterion picks the function with the better measured front among safe candidates: each
    model's ``teacache-bench criteria`` folder (``verdicts.json``, ``paired.csv``).
 
-Writes DIR/summary.md, DIR/baselines.csv, DIR/criteria.csv, DIR/evidence.json (what each criterion's
+Writes DIR/summary.md, DIR/fronts.png, DIR/baselines.csv, DIR/criteria.csv, DIR/evidence.json (what each criterion's
 picks did on each model, and the rule the evidence supports) and DIR/provenance.json.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from calib.run.arguments import CommandParser, check_out_dir, path_argument
-from teacache.io import write_json, write_text
+from teacache.io import atomic_path, write_json, write_text
 from teacache.provenance import collect
 from teacache.templating import template_environment
 
@@ -84,6 +84,35 @@ def supported_rule(outcomes: pd.DataFrame) -> dict:
     return {"criterion": None, "why": "the measured fronts do not single out one criterion on every model"}
 
 
+def fronts_png(baselines: pd.DataFrame) -> bytes:
+    """Per model: SSIM against N / computed for each rescale function and each baseline, side by side."""
+    # heavy (matplotlib): loaded after the arguments are checked
+    import io
+
+    from matplotlib.figure import Figure
+
+    models = list(dict.fromkeys(baselines["model"]))
+    fig = Figure(figsize=(5.5 * len(models), 4.4), dpi=100, layout="constrained")
+    axes = fig.subplots(1, len(models), squeeze=False)[0]
+    for ax, model in zip(axes, models, strict=True):
+        rows = baselines[baselines["model"] == model]
+        for rescale, at in rows.groupby("rescale", sort=True):
+            at = at.drop_duplicates("threshold").sort_values("teacache_speedup")
+            ax.plot(at["teacache_speedup"], at["teacache_quality"], marker="o", lw=2, label=f"TeaCache, {rescale}")
+        for arm, at in rows.groupby("baseline_arm", sort=True):
+            at = at.drop_duplicates("baseline_setting").sort_values("baseline_speedup")
+            ax.plot(at["baseline_speedup"], at["baseline_quality"], marker="s", ls="--", alpha=0.8, label=arm)
+        ax.set_title(model, fontsize=10)
+        ax.set_xlabel("ideal speedup N / computed")
+        ax.set_ylabel("SSIM against vanilla (median over prompts)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("TeaCache and the baselines at equal work", fontsize=10)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
 def setup_arg_parser() -> argparse.ArgumentParser:
     parser = CommandParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", action="append", required=True, metavar="NAME=CRITERIA_DIR=BASELINES_REPORT_DIR")
@@ -112,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     tally = baselines.groupby(["model", "baseline_arm", "outcome"]).size().unstack(fill_value=0).reset_index()
     args.out.mkdir(parents=True, exist_ok=True)
     write_text(args.out / "baselines.csv", baselines.to_csv(index=False))
+    with atomic_path(args.out / "fronts.png") as tmp:
+        tmp.write_bytes(fronts_png(baselines))
     write_text(args.out / "criteria.csv", paired_all.to_csv(index=False))
     write_json(args.out / "evidence.json", {"criteria": outcome_rows, "supported_rule": rule})
     inputs = [{"model": n, "criteria": str(c), "baselines": str(b)} for n, c, b in models]

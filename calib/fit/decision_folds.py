@@ -5,11 +5,12 @@ over the runs it did not see and charges its skips the residual drift they leave
 oracle that knows the change. This module puts those scores into fit.json: per candidate, on the
 selected one, on ``--compare`` coefficients, and which candidate each criterion selects.
 
-The default selection stays cv R^2. On the tiny-shapes campaign the decision score's pick (a line through
-the origin, cv R^2 0.44) measured the better front than the cv R^2 pick (poly4+step2, cv R^2 0.87) and the
-plain degree-4 fit, with CIs clear of 0, but it ordered the other two wrongly; one small model, 8 prompts
-and three candidates are too little to change every fit's choice (``results/<hardware>/tiny-shapes/
-<version>/decision/comparison.md``). ``--select decision_excess`` selects by the decision score.
+The default selection stays cv R^2, decided on two trained models (``teacache-bench criteria`` on each,
+``teacache-bench across-models``: results/comparisons/two-models/summary.md). Among safe candidates swept
+at equal computed steps, neither criterion's pick measured the better front on both: on tiny-shapes the
+decision score's pick (a line through the origin) beat every other candidate and the cv R^2 pick lost to
+it; on tiny-scenes the cv R^2 pick (a time-aware function) tied every other and the decision score's pick
+(x only) measured worse than one. ``--select decision_excess`` selects by the decision score.
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ COMPARISON_LABEL = "--compare"
 DEFAULT_SELECTION = "cv_r2"
 SELECTIONS = (DEFAULT_SELECTION, CRITERION)
 DEFAULT_SELECTION_WHY = (
-    "cv R^2 stays the default: on tiny-shapes the decision score's pick measured the better front (CIs clear of 0) "
-    "but the score ordered the other two swept candidates wrongly, and one small model is too little evidence "
-    "(results/<hardware>/tiny-shapes/<version>/decision/comparison.md); --select decision_excess uses the score"
+    "cv R^2 stays the default: on two trained models neither criterion's safe pick measured the better front on "
+    "both (tiny-shapes: the decision score's pick beat every other swept candidate, cv R^2's lost to it; "
+    "tiny-scenes: cv R^2's tied every other, the decision score's measured worse than one; "
+    "results/comparisons/two-models/summary.md); --select decision_excess uses the score"
 )
 PLOT_CURVES = 5  # best candidates by decision excess drawn in fit_decision.png, plus the cv R^2 pick and --compare
 _GATE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(GateConfig) if f.default is not dataclasses.MISSING}
