@@ -11,12 +11,14 @@ the same prompts and seeds, and hands the sweeps to ``teacache-bench decision-ch
     OUT/plan.json                     candidates, why each was taken, thresholds and predicted steps
     OUT/comparison.md ...             decision-check's outputs
 
-Every stage resumes: a refit that selects the same function keeps its file, a sweep resumes its pairs.
+Every stage resumes: an earlier refit of the same traces is kept, a sweep resumes its pairs, and the
+comparison is not redone when the candidates and thresholds are those of OUT/plan.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from pathlib import Path
@@ -31,7 +33,7 @@ from calib.fit.file import read_fit, rescale_from_fit
 from calib.run.arguments import CommandParser, check_out_dir, path_argument
 from teacache import variants
 from teacache.gate import GateConfig, replay
-from teacache.io import write_json
+from teacache.io import file_sha256, write_json
 
 PROG = "teacache-bench criteria"
 LABEL = re.compile(r"^poly(\d)(?:\+(step|sigma)(\d)(?:\+x\*(?:step|sigma)(\d))?)?-?(free|origin|monotone)?$")
@@ -99,6 +101,19 @@ def thresholds_for_levels(
     return out
 
 
+def kept_fit(path: Path, label: str, traces_sha: str) -> bool:
+    """An earlier refit of ``label`` alone from the same traces file: kept as it is (its provenance too)."""
+    if not path.is_file():
+        return False
+    fit = read_fit(path)
+    files = (fit.get("input") or {}).get("files") or []
+    return fit["selected"]["label"] == label and [f.get("sha256") for f in files] == [traces_sha]
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
 def setup_arg_parser() -> argparse.ArgumentParser:
     parser = CommandParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="the variant the traces were recorded on")
@@ -129,13 +144,15 @@ def main(argv: list[str] | None = None) -> int:
     prompts = args.prompts or f"{args.model}-sweep"
     min_step = str(fit["options"].get("min_step", spec.skip_first_n_steps))
     traces = pd.read_parquet(args.traces)
+    traces_sha = file_sha256(args.traces)
     plan, candidate_args = [], []
     for label, why in chosen.items():
         folder = args.out / "candidates" / label
-        code = fit_command.main([str(args.traces), "--out", str(folder), *options[label], "--min-step", min_step,
-                                 "--no-plots"])  # fmt: skip
-        if code != 0:
-            return code
+        if not kept_fit(folder / "fit.json", label, traces_sha):
+            code = fit_command.main([str(args.traces), "--out", str(folder), *options[label], "--min-step",
+                                     min_step, "--no-plots"])  # fmt: skip
+            if code != 0:
+                return code
         refit = read_fit(folder / "fit.json")
         if refit["selected"]["label"] != label:
             print(f"{PROG}: error: refitting {label} alone selected {refit['selected']['label']}", file=sys.stderr)
@@ -152,7 +169,12 @@ def main(argv: list[str] | None = None) -> int:
         if code != 0:
             return code
         candidate_args += ["--candidate", f"{label}={sweep}={folder / 'fit.json'}"]
-    write_json(args.out / "plan.json", {"model": args.model, "fit": str(args.fit), "candidates": plan})
+    plan_record = {"model": args.model, "fit": str(args.fit), "candidates": plan}
+    plan_path = args.out / "plan.json"
+    if plan_path.is_file() and (args.out / "verdicts.json").is_file() and read_json(plan_path) == plan_record:
+        print(f"kept {args.out}: the same candidates and thresholds were already compared (decision-check)")
+        return 0
+    write_json(plan_path, plan_record)
     levels_arg = ",".join(str(v) for v in sorted(levels))
     return decision_check.main([*candidate_args, "--scores", str(args.fit), "--levels", levels_arg,
                                 "--out", str(args.out)])  # fmt: skip
