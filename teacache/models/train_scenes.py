@@ -227,8 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     wall = timing["wall_time_s"]
     final_loss = float(np.mean(losses[-FINAL_LOSS_WINDOW:]))
     print(f"final loss {final_loss:.4f} (last {min(FINAL_LOSS_WINDOW, len(losses))} steps), {wall:.1f} s")
-    metadata = {"model": scenes.MODEL_NAME, "recipe_version": str(scenes_data.RECIPE_VERSION)}
-    sha, size = save_weights(model, out / WEIGHTS_NAME, metadata)
+    sha, size = save_weights(model, out / WEIGHTS_NAME, scenes.MODEL_NAME, scenes_data.RECIPE_VERSION)
     manifest = {
         "format_version": FORMAT_VERSION,
         "name": scenes.MODEL_NAME,
@@ -277,10 +276,8 @@ def main(argv: list[str] | None = None) -> int:
         ]  # fmt: skip
         plot_samples(images, specs, out / "samples.png")
     card = write_model_card(out)
-    print(
-        f"wrote {out / WEIGHTS_NAME} ({size:,} bytes, sha256 {sha}), {MANIFEST_NAME}, loss.png, samples.png, "
-        f"{card.name}"
-    )
+    samples = ", samples.png" if args.samples > 0 else ""
+    print(f"wrote {out / WEIGHTS_NAME} ({size:,} bytes, sha256 {sha}), {MANIFEST_NAME}, loss.png{samples}, {card.name}")
     print(f"held-out adherence: python -m bench.quality.scene_adherence --model-dir {shlex.quote(str(out))}")
     return 0
 

@@ -216,8 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     wall = timing["wall_time_s"]
     final_loss = float(np.mean(losses[-FINAL_LOSS_WINDOW:]))
     print(f"final loss {final_loss:.4f} (last {min(FINAL_LOSS_WINDOW, len(losses))} steps), {wall:.1f} s")
-    metadata = {"model": shapes.MODEL_NAME, "recipe_version": str(shapes.RECIPE_VERSION)}
-    sha, size = save_weights(model, out / WEIGHTS_NAME, metadata)
+    sha, size = save_weights(model, out / WEIGHTS_NAME, shapes.MODEL_NAME, shapes.RECIPE_VERSION)
     tenth = [float(np.mean(losses[i : i + 10])) for i in range(0, len(losses), 10)]
     manifest = {
         "format_version": FORMAT_VERSION,

@@ -33,10 +33,13 @@ def learning_rate(args: argparse.Namespace) -> Callable[[mx.array], mx.array]:
     return optim.join_schedules([optim.linear_schedule(args.lr * 0.01, args.lr, warmup), decay], [warmup])
 
 
-def save_weights(model: nn.Module, path: Path, metadata: dict[str, str]) -> tuple[str, int]:
-    """Float32 safetensors, written atomically; returns (sha256, bytes)."""
+def save_weights(model: nn.Module, path: Path, name: str, recipe_version: int) -> tuple[str, int]:
+    """Float32 safetensors, written atomically; returns (sha256, bytes).
+
+    The header holds one metadata key: safetensors writes a metadata dict in no fixed order, so two keys
+    would give the same weights a different SHA-256 from one run to the next."""
     arrays = {k: np.array(v.astype(mx.float32)) for k, v in tree_flatten(model.parameters())}
-    blob = save(arrays, metadata=metadata)
+    blob = save(arrays, metadata={"model": f"{name}, data recipe {recipe_version}"})
     with atomic_path(path) as tmp:
         tmp.write_bytes(blob)
     return hashlib.sha256(blob).hexdigest(), len(blob)

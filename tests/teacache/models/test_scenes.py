@@ -154,3 +154,20 @@ def test_recording_needs_no_packaged_calibration_and_gating_does(pipe, monkeypat
         assert handle.config.rel_l1_thresh == 0.0
     with pytest.raises(ValueError, match="has no packaged calibration"):
         teacache.apply_teacache(pipe, rel_l1_thresh=0.1)
+
+
+def test_training_writes_a_model_the_loader_accepts_and_repeats_itself(tmp_path, quiet_progress):
+    from teacache.models import train_scenes
+
+    argv = ["--steps", "2", "--batch", "2", "--samples", "0", "--no-compile", "--seed", "5"]
+    for run in ("a", "b"):
+        assert train_scenes.main([*argv, "--out", str(tmp_path / run)]) == 0
+    manifests = [json.loads((tmp_path / run / "tiny-scenes.json").read_text()) for run in ("a", "b")]
+    assert manifests[0]["weights"]["sha256"] == manifests[1]["weights"]["sha256"]  # same seed, same weights
+    assert manifests[0]["training"]["steps"] == 2 and len(manifests[0]["training"]["loss_per_10_steps"]) == 1
+    assert (tmp_path / "a" / "MODEL_CARD.md").read_text().startswith("# tiny-scenes")
+    pipe = scenes.load_tiny_scenes(tmp_path / "a" / "tiny-scenes.safetensors")
+    assert pipe.generate_image(seed=0, prompt=CAPTION, num_inference_steps=2, height=256, width=256).image.size == (
+        64,
+        64,
+    )
