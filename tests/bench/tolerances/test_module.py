@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.campaign import campaign_models
 from bench.sweep.records import NOOP, RUNS, write_table
 from bench.tolerances import derive as tolerances_cmd
 from bench.tolerances.module import (
@@ -25,7 +26,7 @@ from tests.tolerances import describe, measured_case, measured_cases
 HARDWARE = {"backend": "cpu", "device_name": "Test Chip", "cpu_count": 3}  # slug cpu-test-chip-3c
 PROMPTS = ({"id": "p0", "text": "a red fox"}, {"id": "p1", "text": "a lighthouse"}, {"id": "p2", "text": "a cat"})
 SEEDS = (4, 7, 9)
-COMMITTED_VARIANTS = {"tiny-shapes", "tiny-flux1", "tiny-flux2", "tiny-qwen-image", "tiny-z-image"}
+COMMITTED_VARIANTS = set(campaign_models())  # every embedded model has a committed campaign and tolerances
 
 
 def make_sweep(folder: Path, variant: str) -> Path:
