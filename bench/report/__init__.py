@@ -1,2 +1,3 @@
-"""``teacache-bench report`` (``command``) and ``decision-check``: statistics, fronts, plots and Markdown from
-a sweep folder. The Markdown templates of every written report live in ``templates/``."""
+"""``teacache-bench report`` (``command``), ``decision-check``, ``criteria`` and ``across-models``: statistics,
+fronts, plots and Markdown from sweep folders. The Markdown templates of every written report live in
+``templates/``."""
