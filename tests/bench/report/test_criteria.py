@@ -114,3 +114,27 @@ def test_a_criterions_pick_is_the_fits_own_selection_where_it_was_swept():
     rule = {"cv_r2": "poly2+step3", "decision_excess": "poly1-origin"}
     assert decision_check.criterion_picks(scores, rule) == rule  # the one-standard-error pick, not the best cv R^2
     assert decision_check.criterion_picks(scores)["cv_r2"] == "poly4+step5"  # no rule given: the best swept score
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"--levels": "5,a"}, "--levels: expected comma-separated computed step counts"),
+        ({"--model": "tiny-shapes"}, "was fitted for 'tiny-scenes', not --model 'tiny-shapes'"),
+        ({"--traces": "missing.parquet"}, "--traces: missing.parquet does not exist"),
+    ],
+)
+def test_bad_input_is_one_line_before_any_fit_or_model(tmp_path, capsys, change, message):
+    from tests import ROOT
+
+    folder = ROOT / "results" / "cpu-intel-xeon-2c" / "tiny-scenes" / "0.24.0"
+    options = {
+        "--model": "tiny-scenes",
+        "--fit": str(folder / "fit" / "fit.json"),
+        "--traces": str(folder / "traces" / "traces.parquet"),
+        "--out": str(tmp_path / "out"),
+        **change,
+    }
+    assert criteria.main([v for pair in options.items() for v in pair]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and not (tmp_path / "out").exists()
