@@ -26,7 +26,6 @@ import json
 import multiprocessing
 import shlex
 import sys
-import time
 from functools import partial
 from pathlib import Path
 
@@ -35,12 +34,10 @@ import mlx.optimizers as optim
 import numpy as np
 from mflux.models.common.config.model_config import ModelConfig
 from mlx import nn
-from tqdm import tqdm
 
 from teacache.io import FORMAT_VERSION, atomic_path, write_json, write_text
 from teacache.models import scenes, scenes_data
-from teacache.models.training import FINAL_LOSS_WINDOW, effective_warmup, learning_rate, plot_loss, save_weights
-from teacache.provenance import collect
+from teacache.models.training import learning_rate, plot_loss, run_steps, save_weights, training_record
 from teacache.templating import template_environment
 
 WEIGHTS_NAME = "tiny-scenes.safetensors"
@@ -122,31 +119,14 @@ def train(args: argparse.Namespace) -> tuple[scenes.TinyScenesModel, list[float]
     )
     pool = multiprocessing.get_context("spawn").Pool(args.workers) if args.workers > 0 else None
     batches = pool.imap(draw, range(args.steps), chunksize=4) if pool else map(draw, range(args.steps))
-    losses: list[float] = []
-    pending = None
-    first_step = None
-    start = time.perf_counter()
-    bar = tqdm(range(args.steps), desc="train", mininterval=5.0, file=sys.stdout)
     try:
-        for i, (x0, token_ids) in zip(bar, batches, strict=False):
-            loss = step(mx.array(x0), mx.array(token_ids))
-            mx.async_eval(state, loss)
-            if pending is not None:
-                losses.append(pending.item())
-                first_step = first_step or time.perf_counter() - start
-            pending = loss
-            if i % 50 == 49:
-                bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}", refresh=False)
-        losses.append(pending.item())
-        mx.eval(state)
+        losses, timing = run_steps(step, state, batches, args.steps)
     finally:
         if pool:
             pool.terminate()
-    wall = time.perf_counter() - start
-    bar.close()
     model.eval()
     model.set_batch_size(1)
-    return model, losses, {"wall_time_s": wall, "first_step_s": first_step or wall}
+    return model, losses, timing
 
 
 def plot_samples(images: list, specs: list[scenes_data.SceneSpec], path: Path) -> None:
@@ -224,40 +204,19 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     model, losses, timing = train(args)
-    wall = timing["wall_time_s"]
-    final_loss = float(np.mean(losses[-FINAL_LOSS_WINDOW:]))
-    print(f"final loss {final_loss:.4f} (last {min(FINAL_LOSS_WINDOW, len(losses))} steps), {wall:.1f} s")
-    sha, size = save_weights(model, out / WEIGHTS_NAME, scenes.MODEL_NAME, scenes_data.RECIPE_VERSION)
+    weights = save_weights(model, out / WEIGHTS_NAME, scenes.MODEL_NAME, scenes_data.RECIPE_VERSION)
+    training = training_record(args, losses, timing, "teacache.models.train_scenes", argv,
+                               guidance_range=list(GUIDANCE_RANGE))  # fmt: skip
+    print(f"final loss {training['final_loss']:.4f} (last {training['final_loss_window']} steps), "
+          f"{timing['wall_time_s']:.1f} s")  # fmt: skip
     manifest = {
         "format_version": FORMAT_VERSION,
         "name": scenes.MODEL_NAME,
-        "weights": {
-            "file": WEIGHTS_NAME,
-            "sha256": sha,
-            "bytes": size,
-            "dtype": "float32",
-            "parameters": scenes.parameter_count(model),
-        },
+        "weights": weights,
         "architecture": scenes.ARCHITECTURE,
         "data_recipe": scenes_data.recipe(),
         "sampling": sampling_record(),
-        "training": {
-            "steps": args.steps,
-            "batch": args.batch,
-            "seed": args.seed,
-            "lr": args.lr,
-            "warmup": effective_warmup(args),
-            "weight_decay": args.weight_decay,
-            "sigma_loc": args.sigma_loc,
-            "sigma_scale": args.sigma_scale,
-            "guidance_range": list(GUIDANCE_RANGE),
-            "compiled": not args.no_compile,
-            "final_loss": final_loss,
-            "final_loss_window": min(FINAL_LOSS_WINDOW, len(losses)),
-            **timing,
-            "loss_per_10_steps": [float(np.mean(losses[i : i + 10])) for i in range(0, len(losses), 10)],
-            "provenance": collect(argv=["python", "-m", "teacache.models.train_scenes", *argv]),
-        },
+        "training": training,
         "evaluation": None,
     }
     write_json(out / MANIFEST_NAME, manifest)
@@ -277,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
         plot_samples(images, specs, out / "samples.png")
     card = write_model_card(out)
     samples = ", samples.png" if args.samples > 0 else ""
-    print(f"wrote {out / WEIGHTS_NAME} ({size:,} bytes, sha256 {sha}), {MANIFEST_NAME}, loss.png{samples}, {card.name}")
+    written = f"{out / WEIGHTS_NAME} ({weights['bytes']:,} bytes, sha256 {weights['sha256']})"
+    print(f"wrote {written}, {MANIFEST_NAME}, loss.png{samples}, {card.name}")
     print(f"held-out adherence: python -m bench.quality.scene_adherence --model-dir {shlex.quote(str(out))}")
     return 0
 

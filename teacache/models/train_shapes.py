@@ -24,7 +24,6 @@ import argparse
 import json
 import shlex
 import sys
-import time
 from functools import partial
 from pathlib import Path
 
@@ -33,12 +32,10 @@ import mlx.optimizers as optim
 import numpy as np
 from mflux.models.common.config.model_config import ModelConfig
 from mlx import nn
-from tqdm import tqdm
 
 from teacache.io import FORMAT_VERSION, atomic_path, write_json, write_text
 from teacache.models import shapes
-from teacache.models.training import FINAL_LOSS_WINDOW, effective_warmup, learning_rate, plot_loss, save_weights
-from teacache.provenance import collect
+from teacache.models.training import learning_rate, plot_loss, run_steps, save_weights, training_record
 from teacache.templating import template_environment
 
 WEIGHTS_NAME = "tiny-shapes.safetensors"
@@ -122,27 +119,10 @@ def train(args: argparse.Namespace) -> tuple[shapes.TinyShapesModel, list[float]
         f"{len(batches.specs)} train combinations, {args.steps} steps x {args.batch}",
         flush=True,
     )
-    losses: list[float] = []
-    pending = None
-    first_step = None
-    start = time.perf_counter()
-    bar = tqdm(range(args.steps), desc="train", mininterval=5.0, file=sys.stdout, disable=False)
-    for i in bar:
-        x0, tokens = batches(args.batch)  # drawn while the previous step still runs
-        loss = step(mx.array(x0), mx.array(tokens))
-        mx.async_eval(state, loss)
-        if pending is not None:
-            losses.append(pending.item())
-            first_step = first_step or time.perf_counter() - start
-        pending = loss
-        if i % 50 == 49:
-            bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}", refresh=False)
-    losses.append(pending.item())
-    mx.eval(state)
-    wall = time.perf_counter() - start
-    bar.close()
+    draws = (batches(args.batch) for _ in range(args.steps))  # each drawn while the previous step still runs
+    losses, timing = run_steps(step, state, draws, args.steps)
     model.eval()
-    return model, losses, {"wall_time_s": wall, "first_step_s": first_step or wall}
+    return model, losses, timing
 
 
 def plot_samples(images: list, specs: list[shapes.ShapeSpec], path: Path) -> None:
@@ -213,41 +193,19 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     model, losses, timing = train(args)
-    wall = timing["wall_time_s"]
-    final_loss = float(np.mean(losses[-FINAL_LOSS_WINDOW:]))
-    print(f"final loss {final_loss:.4f} (last {min(FINAL_LOSS_WINDOW, len(losses))} steps), {wall:.1f} s")
-    sha, size = save_weights(model, out / WEIGHTS_NAME, shapes.MODEL_NAME, shapes.RECIPE_VERSION)
-    tenth = [float(np.mean(losses[i : i + 10])) for i in range(0, len(losses), 10)]
+    weights = save_weights(model, out / WEIGHTS_NAME, shapes.MODEL_NAME, shapes.RECIPE_VERSION)
+    training = training_record(args, losses, timing, "teacache.models.train_shapes", argv,
+                               prompt_dropout=args.prompt_dropout)  # fmt: skip
+    print(f"final loss {training['final_loss']:.4f} (last {training['final_loss_window']} steps), "
+          f"{timing['wall_time_s']:.1f} s")  # fmt: skip
     manifest = {
         "format_version": FORMAT_VERSION,
         "name": shapes.MODEL_NAME,
-        "weights": {
-            "file": WEIGHTS_NAME,
-            "sha256": sha,
-            "bytes": size,
-            "dtype": "float32",
-            "parameters": shapes.parameter_count(model),
-        },
+        "weights": weights,
         "architecture": shapes.ARCHITECTURE,
         "data_recipe": shapes.recipe(),
         "sampling": sampling_record(),
-        "training": {
-            "steps": args.steps,
-            "batch": args.batch,
-            "seed": args.seed,
-            "lr": args.lr,
-            "warmup": effective_warmup(args),
-            "weight_decay": args.weight_decay,
-            "prompt_dropout": args.prompt_dropout,
-            "sigma_loc": args.sigma_loc,
-            "sigma_scale": args.sigma_scale,
-            "compiled": not args.no_compile,
-            "final_loss": final_loss,
-            "final_loss_window": min(FINAL_LOSS_WINDOW, len(losses)),
-            **timing,
-            "loss_per_10_steps": tenth,
-            "provenance": collect(argv=["python", "-m", "teacache.models.train_shapes", *argv]),
-        },
+        "training": training,
         "evaluation": None,
     }
     write_json(out / MANIFEST_NAME, manifest)
@@ -259,10 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         images = [pipeline.generate_image(seed=i, prompt=spec.prompt).image for i, spec in enumerate(specs)]
         plot_samples(images, specs, out / "samples.png")
     card = write_model_card(out)
-    print(
-        f"wrote {out / WEIGHTS_NAME} ({size:,} bytes, sha256 {sha}), {MANIFEST_NAME}, loss.png, "
-        f"samples.png, {card.name}"
-    )
+    written = f"{out / WEIGHTS_NAME} ({weights['bytes']:,} bytes, sha256 {weights['sha256']})"
+    print(f"wrote {written}, {MANIFEST_NAME}, loss.png, samples.png, {card.name}")
     print(f"held-out adherence: python -m bench.quality.adherence --model-dir {shlex.quote(str(out))}")
     return 0
 

@@ -1,11 +1,13 @@
-"""What training an embedded model needs whatever it draws: the learning-rate schedule, the weights file,
-the loss plot."""
+"""What training an embedded model needs whatever it draws: the learning-rate schedule, the step loop, the
+weights file, the manifest's training record and the loss plot."""
 
 from __future__ import annotations
 
 import argparse
 import hashlib
-from collections.abc import Callable
+import sys
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import mlx.core as mx
@@ -14,8 +16,11 @@ import numpy as np
 from mlx import nn
 from mlx.utils import tree_flatten
 from safetensors.numpy import save
+from tqdm import tqdm
 
 from teacache.io import atomic_path
+from teacache.models._weights import parameter_count
+from teacache.provenance import collect
 
 FINAL_LOSS_WINDOW = 200
 
@@ -33,8 +38,56 @@ def learning_rate(args: argparse.Namespace) -> Callable[[mx.array], mx.array]:
     return optim.join_schedules([optim.linear_schedule(args.lr * 0.01, args.lr, warmup), decay], [warmup])
 
 
-def save_weights(model: nn.Module, path: Path, name: str, recipe_version: int) -> tuple[str, int]:
-    """Float32 safetensors, written atomically; returns (sha256, bytes).
+def run_steps(step: Callable, state: list, batches: Iterable, steps: int) -> tuple[list[float], dict]:
+    """``step`` on ``steps`` batches of (images, token ids); returns every step's loss and the timings.
+
+    Each step is evaluated asynchronously, so the next batch is drawn while it runs. Timings: the loop's
+    wall time and its first step's (which includes compiling the step and, on a GPU, its kernels)."""
+    losses: list[float] = []
+    pending = None
+    first_step = None
+    start = time.perf_counter()
+    bar = tqdm(range(steps), desc="train", mininterval=5.0, file=sys.stdout)
+    for i, (x0, tokens) in zip(bar, batches, strict=False):
+        loss = step(mx.array(x0), mx.array(tokens))
+        mx.async_eval(state, loss)
+        if pending is not None:
+            losses.append(pending.item())
+            first_step = first_step or time.perf_counter() - start
+        pending = loss
+        if i % 50 == 49:
+            bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}", refresh=False)
+    losses.append(pending.item())
+    mx.eval(state)
+    wall = time.perf_counter() - start
+    bar.close()
+    return losses, {"wall_time_s": wall, "first_step_s": first_step or wall}
+
+
+def training_record(args: argparse.Namespace, losses: list[float], timing: dict, module: str, argv: list[str],
+                    **extra) -> dict:  # fmt: skip
+    """The manifest's ``training`` section: settings, final loss, timings, the loss curve and provenance."""
+    return {
+        "steps": args.steps,
+        "batch": args.batch,
+        "seed": args.seed,
+        "lr": args.lr,
+        "warmup": effective_warmup(args),
+        "weight_decay": args.weight_decay,
+        "sigma_loc": args.sigma_loc,
+        "sigma_scale": args.sigma_scale,
+        **extra,
+        "compiled": not args.no_compile,
+        "final_loss": float(np.mean(losses[-FINAL_LOSS_WINDOW:])),
+        "final_loss_window": min(FINAL_LOSS_WINDOW, len(losses)),
+        **timing,
+        "loss_per_10_steps": [float(np.mean(losses[i : i + 10])) for i in range(0, len(losses), 10)],
+        "provenance": collect(argv=["python", "-m", module, *argv]),
+    }
+
+
+def save_weights(model: nn.Module, path: Path, name: str, recipe_version: int) -> dict:
+    """Float32 safetensors, written atomically; returns the manifest's ``weights`` section.
 
     The header holds one metadata key: safetensors writes a metadata dict in no fixed order, so two keys
     would give the same weights a different SHA-256 from one run to the next."""
@@ -42,7 +95,8 @@ def save_weights(model: nn.Module, path: Path, name: str, recipe_version: int) -
     blob = save(arrays, metadata={"model": f"{name}, data recipe {recipe_version}"})
     with atomic_path(path) as tmp:
         tmp.write_bytes(blob)
-    return hashlib.sha256(blob).hexdigest(), len(blob)
+    return {"file": path.name, "sha256": hashlib.sha256(blob).hexdigest(), "bytes": len(blob), "dtype": "float32",
+            "parameters": parameter_count(model)}  # fmt: skip
 
 
 def plot_loss(losses: list[float], path: Path, title: str) -> None:
