@@ -39,6 +39,7 @@ from teacache._platform import use_float32_on_cpu
 from teacache.models._weights import WeightsError, load_checked_weights, parameter_count, read_checked_manifest
 from teacache.models.scenes_data import (
     IMAGE_SIZE,
+    MODEL_NAME,
     NOMINAL_SIZE,
     RECIPE_VERSION,
     TEXT_LEN,
@@ -50,8 +51,7 @@ from teacache.models.tiny_flux1 import build_tiny_transformer
 
 __all__ = ["WeightsError", "load_tiny_scenes", "parameter_count"]
 
-MODEL_NAME = "tiny-scenes"
-WEIGHTS_DIR = Path(__file__).resolve().parent / "weights" / "tiny-scenes"
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights" / MODEL_NAME
 DEFAULT_WEIGHTS = WEIGHTS_DIR / "tiny-scenes.safetensors"
 DEFAULT_MANIFEST = WEIGHTS_DIR / "tiny-scenes.json"
 TRAIN_COMMAND = "python -m teacache.models.train_scenes"

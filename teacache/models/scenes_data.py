@@ -20,6 +20,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from teacache.models.vocabulary import PAD, caption_words, tokenize_caption
+
 # ---------------------------------------------------------------------------------------------------
 # Data recipe. Bump RECIPE_VERSION whenever anything below changes what an image or a token id means:
 # the manifest records it and the loader refuses weights trained on another recipe.
@@ -57,7 +59,7 @@ RELATIONS: dict[str, tuple[str, ...]] = {  # relation -> its words in a caption
 }
 MARGIN = 3.0  # px kept free between an object's bounding circle and the canvas edge
 MIN_GAP = 4.0  # px between the two objects' centres along the relation's axis, beyond their sizes
-PAD = "<pad>"
+MODEL_NAME = "tiny-scenes"
 FILLER_WORDS: tuple[str, ...] = ("a", "of", "on", "background", "striped")
 VOCAB: tuple[str, ...] = (PAD, *FILLER_WORDS, *SIZES, *PALETTE, *SHAPES, "left", "right", "above", "below")
 TOKEN_IDS: dict[str, int] = {word: i for i, word in enumerate(VOCAB)}
@@ -116,24 +118,9 @@ class SceneSpec:
         return is_held_out(self)
 
 
-def _words(text: str) -> list[str]:
-    return re.findall(r"[a-z<>]+", text.lower())
-
-
-def _unknown_word_error(word: str) -> ValueError:
-    return ValueError(f"prompt: unknown word {word!r}; the tiny-scenes vocabulary is: {', '.join(VOCAB[1:])}")
-
-
 def tokenize(text: str) -> np.ndarray:
     """Prompt -> ``TEXT_LEN`` int32 ids, right-padded with 0 (``<pad>``)."""
-    ids = []
-    for word in _words(text):
-        if word not in TOKEN_IDS or word == PAD:
-            raise _unknown_word_error(word)
-        ids.append(TOKEN_IDS[word])
-    if len(ids) > TEXT_LEN:
-        raise ValueError(f"prompt: {len(ids)} words, at most {TEXT_LEN} fit: {text!r}")
-    return np.array(ids + [0] * (TEXT_LEN - len(ids)), dtype=np.int32)
+    return tokenize_caption(text, TOKEN_IDS, TEXT_LEN, MODEL_NAME)
 
 
 _EXAMPLE = "a big red striped circle left of a small blue square on a white background"
@@ -144,10 +131,7 @@ _PROMPT = re.compile(rf"^{_OBJECT} ({_RELATION}) {_OBJECT} on a ({'|'.join(PALET
 
 def parse_prompt(text: str) -> SceneSpec:
     """Read a caption back into a spec; one clear error names what the caption needs."""
-    words = _words(text)
-    for word in words:
-        if word not in TOKEN_IDS or word == PAD:
-            raise _unknown_word_error(word)
+    words = caption_words(text, TOKEN_IDS, MODEL_NAME)
     match = _PROMPT.match(" ".join(words))
     if match is None:
         raise ValueError(f"prompt: expected the form {_EXAMPLE!r} ('striped' is optional): {text!r}")

@@ -46,6 +46,7 @@ from teacache.models.shapes_data import (  # noqa: F401  (re-exported: the data 
     JITTER,
     LATENT_CHANNELS,
     LATENT_SIDE,
+    MODEL_NAME,
     PAD,
     PALETTE,
     PATCH,
@@ -74,7 +75,6 @@ from teacache.models.shapes_data import (  # noqa: F401  (re-exported: the data 
     unpatchify,
 )
 
-MODEL_NAME = "tiny-shapes"
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 DEFAULT_WEIGHTS = WEIGHTS_DIR / "tiny-shapes.safetensors"
 DEFAULT_MANIFEST = WEIGHTS_DIR / "tiny-shapes.json"

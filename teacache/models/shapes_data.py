@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import re
 from collections.abc import Sequence
 
 import numpy as np
+
+from teacache.models.vocabulary import PAD, caption_words, tokenize_caption
 
 # ---------------------------------------------------------------------------------------------------
 # Data recipe. Bump RECIPE_VERSION whenever anything below changes what an image or a token id means:
@@ -46,7 +47,7 @@ POSITIONS: dict[str, tuple[float, float]] = {
 JITTER = 1.5  # the shape's centre moves uniformly within +-JITTER pixels of its anchor
 SIZE_RANGE = (4.5, 7.0)  # "radius" r, uniform: circle radius, square half-side 0.85 r, triangle height 1.7 r
 PROMPT_TEMPLATE = "a {color} {shape} on a {background} background at the {position}"
-PAD = "<pad>"
+MODEL_NAME = "tiny-shapes"
 FILLER_WORDS: tuple[str, ...] = ("a", "on", "background", "at", "the")
 VOCAB: tuple[str, ...] = (PAD, *FILLER_WORDS, *PALETTE, *SHAPES, *POSITIONS)
 TOKEN_IDS: dict[str, int] = {word: i for i, word in enumerate(VOCAB)}
@@ -84,32 +85,14 @@ class ShapeSpec:
         return is_held_out(self)
 
 
-def _words(text: str) -> list[str]:
-    return re.findall(r"[a-z<>]+", text.lower())
-
-
-def _unknown_word_error(word: str) -> ValueError:
-    return ValueError(f"prompt: unknown word {word!r}; the tiny-shapes vocabulary is: {', '.join(VOCAB[1:])}")
-
-
 def tokenize(text: str) -> np.ndarray:
     """Prompt -> ``TEXT_LEN`` int32 ids, right-padded with 0 (``<pad>``); the empty prompt is all padding."""
-    ids = []
-    for word in _words(text):
-        if word not in TOKEN_IDS or word == PAD:
-            raise _unknown_word_error(word)
-        ids.append(TOKEN_IDS[word])
-    if len(ids) > TEXT_LEN:
-        raise ValueError(f"prompt: {len(ids)} words, at most {TEXT_LEN} fit: {text!r}")
-    return np.array(ids + [0] * (TEXT_LEN - len(ids)), dtype=np.int32)
+    return tokenize_caption(text, TOKEN_IDS, TEXT_LEN, MODEL_NAME)
 
 
 def parse_prompt(text: str) -> ShapeSpec:
     """Read a prompt back into a spec: the colour before the shape, the colour before "background"."""
-    words = _words(text)
-    for word in words:
-        if word not in TOKEN_IDS or word == PAD:
-            raise _unknown_word_error(word)
+    words = caption_words(text, TOKEN_IDS, MODEL_NAME)
     shapes = [w for w in words if w in SHAPES]
     positions = [w for w in words if w in POSITIONS]
     if len(shapes) != 1 or len(positions) != 1:
