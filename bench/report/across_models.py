@@ -87,9 +87,9 @@ def supported_rule(outcomes: pd.DataFrame) -> dict:
 def fronts_png(baselines: pd.DataFrame) -> bytes:
     """Per model: SSIM against N / computed for each rescale function and each baseline, side by side."""
     # heavy (matplotlib): loaded after the arguments are checked
-    import io
-
     from matplotlib.figure import Figure
+
+    from bench.report.plots import figure_png
 
     models = list(dict.fromkeys(baselines["model"]))
     fig = Figure(figsize=(5.5 * len(models), 4.4), dpi=100, layout="constrained")
@@ -108,9 +108,7 @@ def fronts_png(baselines: pd.DataFrame) -> bytes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle("TeaCache and the baselines at equal work", fontsize=10)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
+    return figure_png(fig)
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:

@@ -101,16 +101,6 @@ def thresholds_for_levels(
     return out
 
 
-def parse_levels(text: str) -> list[int]:
-    try:
-        levels = [int(v) for v in text.split(",")]
-    except ValueError:
-        levels = []
-    if not levels or min(levels) < 1:
-        raise ValueError(f"--levels: expected comma-separated computed step counts (e.g. 18,13,10,8,6), got {text!r}")
-    return levels
-
-
 def kept_fit(path: Path, label: str, traces_sha: str) -> bool:
     """An earlier refit of ``label`` alone from the same traces file: kept as it is (its provenance too)."""
     if not path.is_file():
@@ -145,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         fit = read_fit(args.fit)
         if not args.traces.is_file():
             raise ValueError(f"--traces: {args.traces} does not exist")
-        levels = parse_levels(args.levels)
+        levels = decision_check.parse_levels(args.levels)
         if fit.get("variant") not in (None, spec.name):
             raise ValueError(f"--fit: {args.fit} was fitted for {fit['variant']!r}, not --model {spec.name!r}")
         chosen = choose_candidates(fit)

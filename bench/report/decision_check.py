@@ -54,6 +54,16 @@ def parse_candidate(value: str) -> tuple[str, Path, Path]:
     return label, Path(sweep), Path(fit)
 
 
+def parse_levels(text: str) -> list[int]:
+    try:
+        levels = [int(v) for v in text.split(",")]
+    except ValueError:
+        levels = []
+    if not levels or min(levels) < 1:
+        raise ValueError(f"--levels: expected comma-separated computed step counts (e.g. 18,13,10,8,6), got {text!r}")
+    return levels
+
+
 def teacache_points(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per (candidate, threshold): pairs, computed steps, ideal speedup, SSIM median, p5 and CI."""
     rows = []
@@ -254,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_out_dir(args.out)
         candidates = [parse_candidate(v) for v in args.candidate]
-        levels = [int(v) for v in args.levels.split(",")]
+        levels = parse_levels(args.levels)
     except ValueError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
