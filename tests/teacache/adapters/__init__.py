@@ -9,3 +9,26 @@ FAMILY_FIXTURES = {
     "tiny-qwen-image": "qwen_image",
     "tiny-z-image": "z_image",
 }
+
+
+def measured_settings(tolerances, variant: str) -> dict:
+    """The settings a trained model's tolerances were measured at; a module without them fails the test."""
+    import pytest
+
+    from bench.tolerances.derive import prefix
+
+    name = f"{prefix(variant)}_SETTINGS"
+    if not hasattr(tolerances, name):
+        pytest.fail(f"the tolerance module {tolerances.__name__} has no {name}: re-derive it (README)")
+    return getattr(tolerances, name)
+
+
+def measured_gate(settings: dict) -> dict:
+    """apply_teacache's gate keywords at the measured settings."""
+    from teacache.rescale import RescaleFunction
+
+    return {
+        "rel_l1_thresh": settings["threshold"],
+        "coefficients": RescaleFunction.from_dict(settings["rescale"]),
+        "skip_first_n_steps": settings["skip_first_n_steps"],
+    }

@@ -13,13 +13,13 @@ import pytest
 
 import teacache
 from bench.quality.metrics import image_metrics, latent_metrics
-from bench.tolerances.derive import check_run, prefix
+from bench.tolerances.derive import check_run
 from calib.run.generation import generate as generate_with_image
 from calib.run.prompts import TINY_SCENES_FAST
 from teacache import apply_teacache
 from teacache.adapters.flux1 import TeaCacheFlux1Transformer
-from teacache.rescale import RescaleFunction
 from tests.conftest import make_generate
+from tests.teacache.adapters import measured_gate, measured_settings
 from tests.tolerances import measured_case
 
 VARIANT = "tiny-scenes"
@@ -29,10 +29,7 @@ SIZE = 256  # the nominal size; the image is 64x64
 
 @pytest.fixture(scope="module")
 def settings(tolerances):
-    name = f"{prefix(VARIANT)}_SETTINGS"
-    if not hasattr(tolerances, name):
-        pytest.fail(f"the tolerance module {tolerances.__name__} has no {name}: re-derive it (README)")
-    return getattr(tolerances, name)
+    return measured_settings(tolerances, VARIANT)
 
 
 @pytest.fixture(scope="module")
@@ -42,14 +39,6 @@ def scenes(settings):
         model, num_inference_steps=settings["steps"], guidance=settings["guidance"], height=SIZE, width=SIZE
     )
     return model, generate
-
-
-def _gate(settings):
-    return {
-        "rel_l1_thresh": settings["threshold"],
-        "coefficients": RescaleFunction.from_dict(settings["rescale"]),
-        "skip_first_n_steps": settings["skip_first_n_steps"],
-    }
 
 
 def test_threshold_zero_swaps_nothing_and_is_bit_exact(scenes):
@@ -67,7 +56,7 @@ def test_proxy_that_computes_every_step_stays_within_the_measured_tolerance(scen
     model, generate = scenes
     prompt, seed = measured_case(tolerances, VARIANT)
     vanilla = generate(prompt, seed=seed)
-    gate = {**_gate(settings), "skip_first_n_steps": settings["steps"]}
+    gate = {**measured_gate(settings), "skip_first_n_steps": settings["steps"]}
     with pytest.warns(teacache.NeverSkipsWarning), apply_teacache(model, **gate) as handle:
         assert isinstance(model.transformer, TeaCacheFlux1Transformer)
         wrapped = generate(prompt, seed=seed)
@@ -84,7 +73,7 @@ def test_proxy_that_computes_every_step_stays_within_the_measured_tolerance(scen
 def test_restore_is_bit_exact_around_a_skipping_run(scenes, settings):
     model, generate = scenes
     before = generate(PROMPT, seed=3)
-    with apply_teacache(model, **_gate(settings)) as handle:
+    with apply_teacache(model, **measured_gate(settings)) as handle:
         cached = generate(PROMPT, seed=3)
         assert handle.cache_bytes > 0
     assert handle.stats.skipped > 0 and not mx.array_equal(before, cached).item()
@@ -97,7 +86,7 @@ def test_skips_and_quality_at_the_default_threshold_are_inside_the_measured_boun
     prompt, seed = measured_case(tolerances, VARIANT, case)
     args = (prompt, seed, settings["steps"], SIZE, SIZE, settings["guidance"])
     vanilla = generate_with_image(model, *args)
-    with apply_teacache(model, **_gate(settings)) as handle:
+    with apply_teacache(model, **measured_gate(settings)) as handle:
         cached = generate_with_image(model, *args)
     run = {"skipped": handle.stats.skipped, **image_metrics(cached.image, vanilla.image)}
     verdict = check_run(tolerances, VARIANT, run)

@@ -16,14 +16,14 @@ import pytest
 
 import teacache
 from bench.quality.metrics import image_metrics, latent_metrics
-from bench.tolerances.derive import check_run, prefix
+from bench.tolerances.derive import check_run
 from calib.run.prompts import TINY_SHAPES_FAST
 from teacache import apply_teacache
 from teacache.adapters.flux2 import TeaCacheFlux2Transformer
 from teacache.core import is_applied
 from teacache.gate import GateConfig
-from teacache.rescale import RescaleFunction
 from tests.conftest import make_generate
+from tests.teacache.adapters import measured_gate, measured_settings
 from tests.tolerances import measured_case
 
 VARIANT = "tiny-shapes"
@@ -33,10 +33,7 @@ GATE_KEYWORDS = ("rel_l1_thresh", "skip_first_n_steps", "skip_last_n_steps", "ma
 
 @pytest.fixture(scope="module")
 def settings(tolerances):
-    name = f"{prefix(VARIANT)}_SETTINGS"
-    if not hasattr(tolerances, name):
-        pytest.fail(f"the tolerance module {tolerances.__name__} has no {name}: re-derive it (README)")
-    return getattr(tolerances, name)
+    return measured_settings(tolerances, VARIANT)
 
 
 @pytest.fixture(scope="module")
@@ -49,14 +46,6 @@ def shapes(settings):
         generate(PROMPT)  # warm-up: see the module docstring
     generate(PROMPT)
     return model, generate, generate_with_image
-
-
-def _gate(settings):
-    return {
-        "rel_l1_thresh": settings["threshold"],
-        "coefficients": RescaleFunction.from_dict(settings["rescale"]),
-        "skip_first_n_steps": settings["skip_first_n_steps"],
-    }
 
 
 def test_threshold_zero_swaps_nothing_and_is_bit_exact(shapes):
@@ -75,7 +64,7 @@ def test_proxy_that_computes_every_step_stays_within_the_measured_tolerance(shap
     model, generate, _ = shapes
     prompt, seed = measured_case(tolerances, VARIANT)
     vanilla = generate(prompt, seed=seed)
-    gate = {**_gate(settings), "skip_first_n_steps": settings["steps"]}
+    gate = {**measured_gate(settings), "skip_first_n_steps": settings["steps"]}
     with pytest.warns(teacache.NeverSkipsWarning), apply_teacache(model, **gate) as handle:
         assert isinstance(model.transformer, TeaCacheFlux2Transformer) and "_predict" in vars(model)
         wrapped = generate(prompt, seed=seed)
@@ -93,7 +82,7 @@ def test_proxy_that_computes_every_step_stays_within_the_measured_tolerance(shap
 def test_restore_is_bit_exact_around_a_skipping_run(shapes, settings):
     model, generate, _ = shapes
     before = generate(PROMPT, seed=3)
-    with apply_teacache(model, **_gate(settings)) as handle:
+    with apply_teacache(model, **measured_gate(settings)) as handle:
         cached = generate(PROMPT, seed=3)
         assert handle.cache_bytes > 0 and handle.cached_branches == [0]
     assert handle.stats.skipped > 0 and not mx.array_equal(before, cached).item()
@@ -125,7 +114,7 @@ def test_skips_and_quality_at_the_default_threshold_are_inside_the_measured_boun
     prompt, seed = measured_case(tolerances, VARIANT, case)
     args = (prompt, seed, settings["steps"], 32, 32, settings["guidance"])
     vanilla = generate_with_image(model, *args)
-    with apply_teacache(model, **_gate(settings)) as handle:
+    with apply_teacache(model, **measured_gate(settings)) as handle:
         cached = generate_with_image(model, *args)
     run = {"skipped": handle.stats.skipped, **image_metrics(cached.image, vanilla.image)}
     verdict = check_run(tolerances, VARIANT, run)
@@ -134,7 +123,7 @@ def test_skips_and_quality_at_the_default_threshold_are_inside_the_measured_boun
 
 def test_cfg_takes_one_decision_per_step_and_keeps_a_residual_per_branch(shapes, settings):
     model, _, generate_with_image = shapes
-    with apply_teacache(model, **_gate(settings)) as handle:
+    with apply_teacache(model, **measured_gate(settings)) as handle:
         generate_with_image(model, PROMPT, 0, settings["steps"], 32, 32, 2.0)
         assert handle.cached_branches == [0, 1]
     stats = handle.stats
