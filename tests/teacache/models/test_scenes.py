@@ -171,3 +171,12 @@ def test_training_writes_a_model_the_loader_accepts_and_repeats_itself(tmp_path,
         64,
         64,
     )
+
+
+def test_the_weights_file_of_the_same_weights_has_one_hash(tmp_path):
+    """safetensors writes a metadata dict in no fixed order; the header keeps one key so the hash holds."""
+    from teacache.models.training import save_weights
+
+    model = scenes.TinyScenesModel(seed=1)
+    hashes = {save_weights(model, tmp_path / f"w{i}.safetensors", "tiny", 1)["sha256"] for i in range(8)}
+    assert len(hashes) == 1
