@@ -8,6 +8,7 @@ the same prompts and seeds, and hands the sweeps to ``teacache-bench decision-ch
 
     OUT/candidates/<label>/fit.json   one candidate, refitted alone (teacache-calib fit)
     OUT/sweeps/<label>/               teacache-bench sweep at its thresholds
+    OUT/settings.json                 the inputs the folder was made from (a rerun with others is refused)
     OUT/plan.json                     candidates, why each was taken, thresholds and predicted steps
     OUT/comparison.md ...             decision-check's outputs
 
@@ -36,6 +37,7 @@ from teacache.gate import GateConfig, replay
 from teacache.io import file_sha256, write_json
 
 PROG = "teacache-bench criteria"
+SETTINGS_NAME = "settings.json"
 LABEL = re.compile(r"^poly(\d)(?:\+(step|sigma)(\d)(?:\+x\*(?:step|sigma)(\d))?)?-?(free|origin|monotone)?$")
 
 
@@ -101,6 +103,18 @@ def thresholds_for_levels(
     return out
 
 
+def check_same_settings(path: Path, settings: dict) -> None:
+    """A folder keeps the settings it was made with: its refits and sweeps describe those inputs only."""
+    if not path.is_file():
+        return
+    earlier = read_json(path)
+    differ = sorted(k for k in settings.keys() | earlier.keys() if settings.get(k) != earlier.get(k))
+    if differ:
+        raise ValueError(
+            f"--out: {path.parent} was made with other settings ({', '.join(differ)} differ); choose another --out"
+        )
+
+
 def kept_fit(path: Path, label: str, traces_sha: str) -> bool:
     """An earlier refit of ``label`` alone from the same traces file: kept as it is (its provenance too)."""
     if not path.is_file():
@@ -140,13 +154,17 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--fit: {args.fit} was fitted for {fit['variant']!r}, not --model {spec.name!r}")
         chosen = choose_candidates(fit)
         options = {label: fit_arguments(label) for label in chosen}
+        prompts = args.prompts or f"{args.model}-sweep"
+        settings = {"model": spec.name, "fit_sha256": file_sha256(args.fit), "traces_sha256": file_sha256(args.traces),
+                    "prompts": prompts, "seeds": args.seeds, "levels": sorted(levels)}  # fmt: skip
+        check_same_settings(args.out / SETTINGS_NAME, settings)
     except (ValueError, KeyError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-    prompts = args.prompts or f"{args.model}-sweep"
+    write_json(args.out / SETTINGS_NAME, settings)
     min_step = str(fit["options"].get("min_step", spec.skip_first_n_steps))
     traces = pd.read_parquet(args.traces)
-    traces_sha = file_sha256(args.traces)
+    traces_sha = settings["traces_sha256"]
     plan, candidate_args = [], []
     for label, why in chosen.items():
         folder = args.out / "candidates" / label

@@ -138,3 +138,20 @@ def test_bad_input_is_one_line_before_any_fit_or_model(tmp_path, capsys, change,
     assert criteria.main([v for pair in options.items() for v in pair]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+def test_a_folder_made_with_other_settings_is_refused_before_anything_is_written(tmp_path, capsys):
+    from tests import ROOT
+
+    folder = ROOT / "results" / "cpu-intel-xeon-2c" / "tiny-scenes" / "0.24.0"
+    out = tmp_path / "out"
+    out.mkdir()
+    earlier = {"model": "tiny-scenes", "seeds": "0"}
+    (out / criteria.SETTINGS_NAME).write_text(json.dumps(earlier))
+    argv = ["--model", "tiny-scenes", "--fit", str(folder / "fit" / "fit.json"), "--traces",
+            str(folder / "traces" / "traces.parquet"), "--out", str(out)]  # fmt: skip
+    assert criteria.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "was made with other settings" in err and "seeds" in err and len(err.splitlines()) == 1
+    assert [p.name for p in out.iterdir()] == [criteria.SETTINGS_NAME]
+    assert json.loads((out / criteria.SETTINGS_NAME).read_text()) == earlier
