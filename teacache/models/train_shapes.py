@@ -35,7 +35,7 @@ from mlx import nn
 
 from teacache.io import FORMAT_VERSION, atomic_path, write_json, write_text
 from teacache.models import shapes
-from teacache.models.training import learning_rate, plot_loss, run_steps, save_weights, training_record
+from teacache.models.training import argument_error, learning_rate, plot_loss, run_steps, save_weights, training_record
 from teacache.templating import template_environment
 
 WEIGHTS_NAME = "tiny-shapes.safetensors"
@@ -188,9 +188,12 @@ def write_model_card(out_dir: str | Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = setup_arg_parser().parse_args(argv)
+    error = argument_error(args)
+    if error:
+        print(f"python -m teacache.models.train_shapes: error: {error}", file=sys.stderr)
+        return 2
     ModelConfig.precision = mx.float32  # trained in float32 on every backend
     out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
 
     model, losses, timing = train(args)
     weights = save_weights(model, out / WEIGHTS_NAME, shapes.MODEL_NAME, shapes.RECIPE_VERSION)

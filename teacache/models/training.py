@@ -25,6 +25,26 @@ from teacache.provenance import collect
 FINAL_LOSS_WINDOW = 200
 
 
+def argument_error(args: argparse.Namespace) -> str | None:
+    """One line naming the first bad training argument, or None; the output folder is created when all are good."""
+    positive = [("--steps", args.steps), ("--batch", args.batch), ("--lr", args.lr)]
+    at_least_zero = [("--warmup", args.warmup), ("--samples", args.samples), ("--weight-decay", args.weight_decay),
+                     ("--workers", getattr(args, "workers", 0))]  # fmt: skip
+    for name, value in positive:
+        if not value > 0:
+            return f"{name}: expected a number > 0, got {value}"
+    for name, value in at_least_zero:
+        if not value >= 0:
+            return f"{name}: expected a number >= 0, got {value}"
+    if args.out.exists() and not args.out.is_dir():
+        return f"--out: {args.out} is a file, expected a folder"
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"--out: cannot create {args.out}: {exc.strerror}"
+    return None
+
+
 def effective_warmup(args: argparse.Namespace) -> int:
     return max(0, min(args.warmup, args.steps // 2))
 
