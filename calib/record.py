@@ -137,6 +137,7 @@ run_id = pair_id  # a recording's run is one (prompt, seed) pair
 
 
 def record_run(model, handle, settings: dict, prompt_id: str, prompt: str, seed: int, variant: str):
+    """One recorded run: its rows (COLUMNS) and the generation (final latents, loop time)."""
     # heavy (pandas): loaded after the arguments are checked
     import pandas as pd
 
@@ -149,7 +150,7 @@ def record_run(model, handle, settings: dict, prompt_id: str, prompt: str, seed:
         run_id=run_id(prompt_id, seed), variant=variant, model=settings["model"], prompt_id=prompt_id,
         prompt=prompt, seed=seed,
     )  # fmt: skip
-    return frame[COLUMNS], gen.loop_s
+    return frame[COLUMNS], gen
 
 
 def measure_overhead(model, settings: dict, prompt: str, pairs: int) -> dict:

@@ -1,9 +1,12 @@
 """The verdict per variant: pure functions from the code report, the numbers comparison and the oracles.
 
 Statuses, worst first: ``integration-broken`` (a no-op oracle failed or a run raised), ``refit-recommended``
-(the family's numbers moved above the noise floor in float32 or bfloat16), ``code-changed-integration-holds``
-(hooked code differs, the oracles hold, the numbers did not move), ``numbers-unchecked`` (no reference for
-this hardware: code only), ``unchanged``. Exit status: 1 when any variant is broken or needs a refit, else 0.
+(the change alters what a calibrated gate decides, or its fit, beyond the measured tolerance:
+:mod:`calib.drift.effect`), ``moved-calibration-holds`` (numbers or traces moved, the gate's decisions and fit
+stay within it), ``moved-effect-unchecked`` (the numbers moved above the noise floor and no before traces exist
+to judge the effect by), ``code-changed-integration-holds`` (hooked code differs, the oracles hold, nothing
+moved), ``numbers-unchecked`` (no reference for this hardware: code only), ``unchanged`` (bit-identical).
+"The bits moved" alone never recommends a refit. Exit status: 1 when any variant is broken or needs a refit.
 """
 
 from __future__ import annotations
@@ -12,10 +15,12 @@ from dataclasses import dataclass, field
 
 BROKEN = "integration-broken"
 REFIT = "refit-recommended"
+HOLDS = "moved-calibration-holds"
+MOVED_UNCHECKED = "moved-effect-unchecked"
 CODE_HOLDS = "code-changed-integration-holds"
 UNCHECKED = "numbers-unchecked"
 UNCHANGED = "unchanged"
-SEVERITY = (BROKEN, REFIT, CODE_HOLDS, UNCHECKED, UNCHANGED)
+SEVERITY = (BROKEN, REFIT, HOLDS, MOVED_UNCHECKED, CODE_HOLDS, UNCHECKED, UNCHANGED)
 FAILING = (BROKEN, REFIT)
 
 
@@ -29,13 +34,21 @@ class FamilyEvidence:
     oracles: dict | None = None  # {"holds": bool, "checks": [...]}; None: not run
     error: str | None = None  # a run that raised
     ratios: dict[str, float] | None = None  # dtype -> largest distance / threshold over the metrics
+    effect: dict | None = None  # calib.drift.effect.judge on the family's effect model; None: not measured
 
 
 def status_of(evidence: FamilyEvidence) -> str:
     if evidence.error or (evidence.oracles is not None and not evidence.oracles["holds"]):
         return BROKEN
-    if evidence.moved and any(evidence.moved.values()):
-        return REFIT
+    numbers_moved = bool(evidence.moved and any(evidence.moved.values()))
+    if evidence.effect is not None:
+        if evidence.effect["verdict"] != "holds":
+            return REFIT
+        traces_moved = not evidence.effect["identical"] or not evidence.effect.get("latents_identical", True)
+        if traces_moved or numbers_moved:
+            return HOLDS
+    elif numbers_moved:
+        return MOVED_UNCHECKED
     if evidence.changed_functions:
         return CODE_HOLDS
     if evidence.moved is None:
@@ -43,11 +56,13 @@ def status_of(evidence: FamilyEvidence) -> str:
     return UNCHANGED
 
 
-def refit_commands(variant: str, prompt_set: str, version: str) -> list[str]:
-    """record / fit / emit for one variant, at its own generation settings (the README's journey)."""
+def refit_commands(variant: str, prompt_set: str, version: str, model: str | None = None) -> list[str]:
+    """record / fit / emit for one variant, at its own generation settings (the README's journey); ``model``:
+    the user's own model (a folder or name) to record instead of the variant's."""
     traces, fit = f"runs/{variant}-mflux-{version}-traces", f"runs/{variant}-mflux-{version}-fit"
+    source = f"--model {variant}" if model is None else f"--model {model} --base-model {variant}"
     return [
-        f"teacache-calib record --model {variant} --prompts {prompt_set} --seeds 0,1,2 --out {traces}",
+        f"teacache-calib record {source} --prompts {prompt_set} --seeds 0,1,2 --out {traces}",
         f"teacache-calib fit {traces}/traces.parquet --out {fit} --compare packaged",
         f"teacache-calib emit {fit}/fit.json --variant {variant}",
     ]
@@ -75,13 +90,28 @@ def _code_text(changed: list[str]) -> str:
     return f"hooked code changed ({names})"
 
 
+def _effect_text(effect: dict | None) -> str:
+    if effect is None:
+        return ""
+    from calib.drift.effect import describe
+
+    return f"; on {effect['model']} with its gate ({effect['gate']}): {describe(effect)}"
+
+
 def advice(status: str, has_coefficients: bool, evidence: FamilyEvidence) -> str:
     if status == BROKEN:
         failed = [c["name"] for c in (evidence.oracles or {}).get("checks", []) if not c["holds"]]
         why = evidence.error or f"no-op oracle failed: {', '.join(failed)}"
         return f"the integration does not hold ({why}): do not use TeaCache on this release"
     if status == REFIT:
-        return "refit recommended" if has_coefficients else "no packaged coefficients to refit"
+        return "refit recommended" if has_coefficients else "refit recommended for calibrations of this family"
+    if status == HOLDS:
+        return "the calibration holds: no refit needed"
+    if status == MOVED_UNCHECKED:
+        return (
+            "whether the calibration holds is unmeasured: record before/after traces (drift --model VARIANT "
+            "--save DIR before an upgrade, --against DIR after it)"
+        )
     if status == CODE_HOLDS:
         return "the no-op oracles hold; packaged coefficients still apply"
     if status == UNCHECKED:
@@ -94,8 +124,14 @@ def variant_verdict(spec, evidence: FamilyEvidence, version: str, packaged_note:
     runs (teacache.coefficients.numeric_change_note); said beside the verdict, which it does not change."""
     status = status_of(evidence)
     has_coefficients = bool(spec.coefficients)
-    commands = refit_commands(spec.name, spec.prompt_set, version) if status == REFIT and has_coefficients else []
-    found = f"{_code_text(evidence.changed_functions)}; {_numbers_text(evidence.moved, evidence.ratios)}"
+    own = (evidence.effect or {}).get("source_model")
+    own = None if own in (None, spec.name) else own
+    commands = refit_commands(spec.name, spec.prompt_set, version, own) if status == REFIT else []
+    if evidence.moved is None and evidence.effect is not None:  # a model of the user's: its traces are the numbers
+        numbers_text = "traces bit-identical" if evidence.effect["identical"] else "traces moved"
+    else:
+        numbers_text = _numbers_text(evidence.moved, evidence.ratios)
+    found = f"{_code_text(evidence.changed_functions)}; {numbers_text}{_effect_text(evidence.effect)}"
     line = f"{spec.name}: {status} ({found}) -> {advice(status, has_coefficients, evidence)}"
     if packaged_note:
         line += f"; note: {packaged_note}"
@@ -109,6 +145,7 @@ def variant_verdict(spec, evidence: FamilyEvidence, version: str, packaged_note:
         "ratios": evidence.ratios,
         "oracles": evidence.oracles,
         "commands": commands,
+        "effect": evidence.effect,
         "packaged_fit_note": packaged_note,
     }
 

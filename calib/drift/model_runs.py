@@ -1,0 +1,301 @@
+"""The runs whose effect the drift judges: a model's traces and final latents, saved before an upgrade and
+repeated exactly after it.
+
+One folder per model, ``<DIR>/effect/<name>/``: ``settings.json`` (model, weights fingerprint, variant,
+prompts, seeds, recipe, dtype), ``runs/<run_id>.parquet`` and ``.json`` (the recorder's rows and the final
+latent's summary, written as each run finishes, so a stopped save resumes), ``rerun/`` (the first run once more
+in the same process: a same-release rerun), and once every run is in, ``traces.parquet``, ``gate.json`` (the
+calibrated gate: the packaged rescale function where it belongs to the model, else one fitted on these traces)
+and ``tolerance.json`` (:func:`calib.drift.effect.measure_tolerance`, with its provenance). Progress goes to the
+terminal and to ``<DIR>/progress.log``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from calib.drift import effect
+from teacache.io import read_json_object, write_json, write_parquet
+
+SETTINGS_FORMAT = 1
+DEFAULT_PROMPTS = 4  # a small default set: the first prompts of the model's own set
+DEFAULT_SEEDS = "0"
+MATCHED = ("model", "weights", "variant", "prompts", "seeds", "steps", "width", "height", "guidance", "quantize",
+           "base_model", "dtype")  # fmt: skip
+_HEAD = 1 << 20  # bytes of each end of a weights file that its fingerprint reads
+
+
+@dataclass(frozen=True)
+class ModelRuns:
+    """One model's runs: everything that makes two recordings the same recording."""
+
+    name: str
+    model: str
+    variant: str
+    weights: str
+    prompts: dict[str, str]
+    seeds: list[int]
+    steps: int
+    width: int
+    height: int
+    guidance: float
+    base_model: str | None = None
+    quantize: int | None = None
+    dtype: str = "float32"
+
+    @property
+    def runs(self) -> list[tuple[str, str, int]]:
+        return [(pid, text, seed) for pid, text in self.prompts.items() for seed in self.seeds]
+
+    def to_dict(self) -> dict:
+        return {"format_version": SETTINGS_FORMAT, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ModelRuns:
+        fields = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        return cls(**fields)
+
+
+def weights_fingerprint(model: str, base_model: str | None) -> str:
+    """Cheap identity of the weights: a local folder's safetensors by name, size and both ends; an embedded
+    model's committed weights file; else the name (a Hub name is pinned by mflux's own resolution)."""
+    from teacache import variants
+
+    path = Path(model).expanduser()
+    if base_model is not None and path.is_dir():
+        digest = hashlib.sha256()
+        for file in sorted(path.rglob("*.safetensors")):
+            size = file.stat().st_size
+            with file.open("rb") as handle:
+                head = handle.read(_HEAD)
+                handle.seek(max(size - _HEAD, 0))
+                tail = handle.read(_HEAD)
+            digest.update(f"{file.relative_to(path)}:{size}:".encode())
+            digest.update(hashlib.sha256(head + tail).digest())
+        return f"folder sha256:{digest.hexdigest()}"
+    spec = variants.find(model)
+    if spec is not None and spec.embedded:
+        weights = Path(__file__).resolve().parents[2] / "teacache" / "models" / "weights"
+        files = sorted(weights.glob(f"{spec.name}.safetensors")) + sorted((weights / spec.name).glob("*.safetensors"))
+        if files:
+            from teacache.io import file_sha256
+
+            return "embedded " + ",".join(f"{f.name}:{file_sha256(f)[:16]}" for f in files)
+        return f"embedded {spec.name} (random weights from {spec.builder}, seed 0)"
+    return f"name {model}"
+
+
+def plan_model(
+    model: str,
+    prompts: str | None = None,
+    seeds: str | None = None,
+    steps: int | None = None,
+    size: str | None = None,
+    guidance: float | None = None,
+    base_model: str | None = None,
+    quantize: int | None = None,
+) -> ModelRuns:
+    """Every argument checked (record's checks), nothing loaded; ValueError naming the argument."""
+    from calib.run import arguments
+    from calib.run.prompts import parse_seeds
+    from teacache.loading import resolve_spec
+
+    steps_, width, height, guidance_ = arguments.generation_settings(
+        model, base_model, steps, size, guidance, 3, " steps (the first and last are always computed)"
+    )
+    chosen = arguments.read_prompts(prompts, model, base_model)
+    if prompts is None:
+        chosen = dict(list(chosen.items())[:DEFAULT_PROMPTS])
+    spec = resolve_spec(model, base_model)
+    name = spec.name if spec.embedded or Path(model).expanduser().exists() is False else Path(model).name
+    return ModelRuns(
+        name=_slug(name), model=model, variant=spec.name, weights=weights_fingerprint(model, base_model),
+        prompts=chosen, seeds=parse_seeds(seeds or DEFAULT_SEEDS), steps=steps_, width=width, height=height,
+        guidance=guidance_, base_model=base_model, quantize=quantize,
+    )  # fmt: skip
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in name).strip(".-") or "model"
+
+
+def mismatch(saved: ModelRuns, wanted: ModelRuns) -> str | None:
+    """The first setting in which two recordings differ, said as one clause; None when they match."""
+    a, b = saved.to_dict(), wanted.to_dict()
+    for key in MATCHED:
+        if a.get(key) != b.get(key):
+            if key == "prompts":
+                extra = [k for k in b[key] if k not in a[key]] or [k for k in b[key] if a[key].get(k) != b[key][k]]
+                missing = [k for k in a[key] if k not in b[key]]
+                detail = f"first differing prompt {(extra or missing)[0]!r}"
+                return f"prompts differ ({detail})"
+            return f"{key} differs (saved {a.get(key)!r}, now {b.get(key)!r})"
+    return None
+
+
+# ------------------------------------------------------------------------------------------ the folder
+
+
+def folder_of(root: Path, runs: ModelRuns) -> Path:
+    return root / "effect" / runs.name
+
+
+def read_saved(root: Path, arg: str) -> list[tuple[Path, ModelRuns]]:
+    """Every model folder a save wrote under ``root``, complete (its gate and tolerance are there)."""
+    found = []
+    for path in sorted((root / "effect").glob("*/settings.json")):
+        try:
+            data = read_json_object(path)
+            runs = ModelRuns.from_dict(data)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{arg}: {path} is not a drift save's settings ({exc})") from None
+        folder = path.parent
+        for name in ("traces.parquet", "gate.json", "tolerance.json"):
+            if not (folder / name).is_file():
+                raise ValueError(
+                    f"{arg}: {folder} holds no {name}: its save did not finish; run the same --save again to resume"
+                )
+        found.append((folder, runs))
+    return found
+
+
+class Log:
+    """Progress lines to stderr and appended to a log file."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+
+    def __call__(self, line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            with self.path.open("a", encoding="utf-8") as handle:
+                handle.write(f"{stamp} {line}\n")
+
+
+def record(runs: ModelRuns, folder: Path, log: Log, rerun: bool = True) -> None:
+    """Record every run not yet in ``folder`` (and the rerun), each saved as soon as it finishes."""
+    import numpy as np
+
+    from calib.drift.numbers import summarize
+    from calib.record import run_id
+    from calib.run import arguments
+    from teacache import apply_teacache
+
+    settings_path = folder / "settings.json"
+    if settings_path.is_file():
+        previous = ModelRuns.from_dict(read_json_object(settings_path))
+        if (why := mismatch(previous, runs)) is not None:
+            raise ValueError(f"--save: {folder} holds another recording ({why}); choose a new folder")
+    todo = [r for r in runs.runs if not (folder / "runs" / f"{run_id(r[0], r[2])}.json").is_file()]
+    want_rerun = rerun and not (folder / "rerun" / f"{run_id(runs.runs[0][0], runs.runs[0][2])}.parquet").is_file()
+    write_json(settings_path, runs.to_dict())
+    log(f"{runs.name}: {len(runs.runs)} runs ({len(runs.runs) - len(todo)} already saved), {runs.steps} steps, "
+        f"{runs.width}x{runs.height}, guidance {runs.guidance:g} -> {folder}")  # fmt: skip
+    if not todo and not want_rerun:
+        return
+    model = arguments.load_model(runs.model, runs.base_model, runs.quantize)
+    jobs = [(r, "runs") for r in todo] + ([(runs.runs[0], "rerun")] if want_rerun else [])
+    for index, ((pid, text, seed), where) in enumerate(jobs, 1):
+        frame, latents = _record_one(model, runs, pid, text, seed, apply_teacache)
+        ident = run_id(pid, seed)
+        write_parquet(folder / where / f"{ident}.parquet", frame)
+        write_json(folder / where / f"{ident}.json", summarize(np.asarray(latents), runs.dtype))
+        log(f"{runs.name}: {where[:-1] if where == 'runs' else where} {ident} saved ({index}/{len(jobs)})")
+
+
+def _record_one(model, runs: ModelRuns, pid: str, text: str, seed: int, apply_teacache):
+    import mlx.core as mx
+
+    from calib.record import record_run
+    from teacache import variants
+
+    settings = {"model": runs.model, "steps": runs.steps, "width": runs.width, "height": runs.height,
+                "guidance": runs.guidance}  # fmt: skip
+    with apply_teacache(model, calibrate=True) as handle:
+        frame, gen = record_run(model, handle, settings, pid, text, seed, variants.variant_of(model))
+    return frame, gen.latents.astype(mx.float32)
+
+
+def traces(folder: Path, runs: ModelRuns, where: str = "runs"):
+    """The saved runs' rows as one table, in the runs' order."""
+    import pandas as pd
+
+    from calib.record import run_id
+
+    parts = [folder / where / f"{run_id(p, s)}.parquet" for p, _t, s in runs.runs]
+    parts = [p for p in parts if p.is_file()]
+    return pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
+
+
+def latents(folder: Path, runs: ModelRuns, where: str = "runs") -> dict[str, dict]:
+    from calib.record import run_id
+
+    out = {}
+    for p, _t, s in runs.runs:
+        path = folder / where / f"{run_id(p, s)}.json"
+        if path.is_file():
+            out[run_id(p, s)] = json.loads(path.read_text(encoding="utf-8"))
+    return out
+
+
+def calibrated_gate(runs: ModelRuns, before: effect.Signals) -> effect.Gate:
+    """The packaged rescale function of the model's variant, else one fitted on the before traces."""
+    from teacache import coefficients, variants
+
+    spec = variants.get(runs.variant)
+    steps = {"skip_first_n_steps": spec.skip_first_n_steps}
+    if spec.coefficients:
+        rescale = coefficients.load_packaged(spec.name)
+        return effect.Gate(rescale, f"packaged {spec.name} (teacache.coefficients.{spec.coefficients})", **steps)
+    _selected, rescale, spec_ = effect.fresh_fit(before)
+    return effect.Gate(rescale, f"fitted on the before traces ({spec_.label})", **steps)
+
+
+def conclude(folder: Path, runs: ModelRuns, log: Log, command: list[str]) -> dict:
+    """traces.parquet, gate.json and tolerance.json of a folder whose runs are all in."""
+    from teacache import variants
+    from teacache.provenance import collect
+
+    table = traces(folder, runs)
+    before = effect.Signals.from_frame(table)
+    gate = calibrated_gate(runs, before)
+    thresholds = effect.thresholds_that_matter(gate, before, variants.get(runs.variant).default_threshold)
+    rerun = effect.Signals.from_frame(traces(folder, runs, "rerun")) if (folder / "rerun").is_dir() else None
+    tolerance = effect.measure_tolerance(gate, before, thresholds, rerun)
+    tolerance["provenance"] = collect(command, model=runs.model, variant=runs.variant, steps=runs.steps,
+                                      resolution=f"{runs.width}x{runs.height}", guidance=runs.guidance,
+                                      seeds=runs.seeds, prompts=list(runs.prompts), n=len(runs.runs))  # fmt: skip
+    write_parquet(folder / "traces.parquet", table)
+    write_json(folder / "gate.json", gate.to_dict())
+    write_json(folder / "tolerance.json", tolerance)
+    allowed = ", ".join(f"{t['threshold']:.3g}: {t['allowed']:.1%}" for t in tolerance["thresholds"])
+    log(f"{runs.name}: gate {gate.source}; tolerance measured (decisions allowed to differ {allowed}; "
+        f"R^2 drop {tolerance['fit']['allowed_r2_drop']:.3f})")  # fmt: skip
+    return tolerance
+
+
+def compare(saved: Path, runs: ModelRuns, current: Path) -> dict:
+    """The effect of whatever changed between the saved folder and the current recording of the same runs."""
+    gate = effect.Gate.from_dict(read_json_object(saved / "gate.json"))
+    tolerance = read_json_object(saved / "tolerance.json")
+    before = effect.Signals.from_frame(read_parquet(saved / "traces.parquet"))
+    after = effect.Signals.from_frame(traces(current, runs))
+    result = effect.judge(gate, before, after, tolerance)
+    old, new = latents(saved, runs), latents(current, runs)
+    result["latents_identical"] = bool(old) and all(new.get(k, {}).get("sha256") == v["sha256"] for k, v in old.items())
+    result["model"] = runs.name
+    result["source_model"] = runs.model
+    return result
+
+
+def read_parquet(path: Path):
+    import pandas as pd
+
+    return pd.read_parquet(path)
