@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import ast
 import hashlib
+import importlib.util
 import sys
 import zipfile
 from collections.abc import Callable
@@ -74,11 +75,16 @@ def module_path(module: str) -> str:
 
 
 def installed_reader() -> Callable[[str], str | None]:
-    """Reads mflux modules' source from the installed distribution, importing nothing."""
-    dist = metadata.distribution("mflux")
+    """Reads the source of the mflux modules that an import would run (the first mflux on the path, which need
+    not be the distribution's own folder), importing nothing."""
+    found = importlib.util.find_spec("mflux")
+    if found is not None and found.submodule_search_locations:
+        root = Path(next(iter(found.submodule_search_locations))).parent
+    else:
+        root = Path(metadata.distribution("mflux").locate_file(""))
 
     def read(module: str) -> str | None:
-        path = Path(dist.locate_file(module_path(module)))
+        path = root / module_path(module)
         return path.read_text(encoding="utf-8") if path.is_file() else None
 
     return read

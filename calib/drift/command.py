@@ -1,27 +1,34 @@
-"""``teacache-calib drift``: what the installed mflux and MLX change for TeaCache, in code and in numbers.
+"""``teacache-calib drift``: what the installed mflux and MLX change for TeaCache, and whether that matters.
 
-Code: the AST fingerprints of the mflux functions the adapters hook, re-walk or read, against the table of
-the verified releases (each function that differs from the nearest one, and where it last changed).
-Numbers: every family's embedded random-weight model vanilla and recorded, in float32 and bfloat16,
-against the baseline release's references on this hardware (or a folder ``--save`` wrote: ``--against``),
-"moved" meaning above the measured noise floor. Where hooked code changed it runs the no-op oracles.
-One verdict line per variant, ``verdict.json`` in ``--out``; exit 0 when nothing needs doing, 1 when a
-variant needs a refit or its integration broke, 2 for bad input.
+Detection. Code: the AST fingerprints of the mflux functions the adapters hook, re-walk or read, against the
+table of the verified releases. Numbers: every family's embedded random-weight model vanilla and recorded, in
+float32 and bfloat16, against the baseline release's references on this hardware (or a folder ``--save``
+wrote: ``--against``), "moved" meaning above the measured noise floor. Where hooked code changed it runs the
+no-op oracles.
+Effect (:mod:`calib.drift.effect`). A few runs of each family's effect model (the trained embedded model where
+the family has one), or of the user's own ``--model``, recorded and compared with the same runs recorded before:
+what a calibrated gate decides on them and how well it fits them, against a tolerance measured on the before
+traces. ``--save DIR`` before an upgrade records them (with their gate and tolerance); ``--against DIR`` after
+it repeats exactly those runs. One verdict line per variant, ``verdict.json`` in ``--out``; exit 0 when nothing
+needs doing, 1 when a variant needs a refit or its integration broke, 2 for bad input.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from calib.drift import code, noise, numbers, verdict
+from calib.drift import code, model_runs, noise, numbers, verdict
 from calib.run import arguments
 from calib.run.command import run_guarded
+from calib.run.folder_lock import folder_lock
+from calib.run.interrupts import Interrupted
 from teacache import coefficients, variants
-from teacache._compat import NEWEST_MFLUX
+from teacache._compat import DRIFT_COMMAND, NEWEST_MFLUX
 from teacache.io import read_json_object, write_json
 from teacache.provenance import collect, hardware_slug
 
@@ -42,12 +49,15 @@ def setup_arg_parser() -> argparse.ArgumentParser:
         help="the verified release whose references the numbers are compared with (default: the release the "
         "packaged coefficients are verified with)",
     )
-    parser.add_argument("--against", type=Path, metavar="DIR", help="compare with a folder --save wrote instead")
+    parser.add_argument(
+        "--against", type=Path, metavar="DIR", help="after an upgrade: repeat and judge the runs a --save wrote in DIR"
+    )
     parser.add_argument(
         "--save",
         type=arguments.path_argument,
         metavar="DIR",
-        help="also measure the noise floor and write it with the numbers into DIR",
+        help="before an upgrade: write the numbers and their noise floor, and the effect models' runs with their "
+        "calibrated gate and measured tolerance, into DIR (resumable)",
     )
     parser.add_argument(
         "--fullsize",
@@ -58,7 +68,32 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--code-only", action="store_true", help="fingerprints only: run no model")
     parser.add_argument("--oracles", action="store_true", help="run the no-op oracles for every family")
     parser.add_argument("--floor-processes", type=int, default=3, help="processes --save measures the floor with")
+    mine = parser.add_argument_group(
+        "your own model (with --save DIR before an upgrade, --against DIR after it)",
+        "the runs are recorded at the model's own recipe unless given; --against repeats the saved runs, so these "
+        "options there must be left out or equal what was saved",
+    )
+    mine.add_argument("--model", help="a variant or mflux name, or a local folder of mflux-format weights")
+    mine.add_argument("--base-model", help="the architecture of a local model folder (e.g. dev)")
+    mine.add_argument(
+        "--prompts", help=f"a built-in set or a prompt file (default: the first {model_runs.DEFAULT_PROMPTS} of "
+        "the model's own set)"
+    )  # fmt: skip
+    mine.add_argument("--seeds", help=f"comma-separated or ranges (default: {model_runs.DEFAULT_SEEDS})")
+    mine.add_argument("--steps", type=int, help="default: the model's own")
+    mine.add_argument("--size", help="WIDTHxHEIGHT (default: the model's own)")
+    mine.add_argument("--guidance", type=float, help="default: the model's own")
+    mine.add_argument("--quantize", type=int, choices=(3, 4, 5, 6, 8))
     return parser
+
+
+GENERATION_OPTIONS = ("prompts", "seeds", "steps", "size", "guidance", "quantize")
+DATA = Path(__file__).with_name("data")
+
+
+def effect_references(release: str) -> Path:
+    """The committed save of a release's effect models (``drift --save``'s effect/ part, made under it)."""
+    return DATA / f"save-mflux-{release}"
 
 
 @dataclass(frozen=True)
@@ -75,12 +110,16 @@ class Plan:
     save: Path | None
     floor_processes: int
     command: tuple[str, ...] = (PROG,)
+    effect: tuple[tuple[model_runs.ModelRuns, Path | None], ...] = ()  # (runs, the saved folder to judge them by)
+    own_model: bool = False
 
 
 def _read_folder(folder: Path, arg: str) -> tuple[dict, dict]:
     """numbers.json and noise_floor.json of a folder ``--save`` wrote."""
     if not folder.is_dir():
         raise ValueError(f"{arg}: {folder} is not a folder; expected one that {PROG} --save wrote")
+    if not (folder / "numbers.json").is_file() and model_runs.read_saved(folder, arg):
+        raise ValueError(f"{arg}: {folder} holds a --model save only; pass the same --model")
     found = []
     for name, load in (("numbers.json", _load_numbers), ("noise_floor.json", noise.load_floor)):
         path = folder / name
@@ -117,21 +156,103 @@ def plan(args: argparse.Namespace, command: list[str] | None = None) -> Plan:
         )
     if args.floor_processes < 2:
         raise ValueError("--floor-processes: expected at least 2 (the floor is a distance between processes)")
-    if args.code_only and (args.against or args.save or args.fullsize):
-        raise ValueError("--code-only: runs no model, so --against, --save and --fullsize do not apply")
-    if args.against is not None:
+    if args.code_only and (args.against or args.save or args.fullsize or args.model):
+        raise ValueError("--code-only: runs no model, so --against, --save, --fullsize and --model do not apply")
+    given = [o for o in GENERATION_OPTIONS if getattr(args, o) is not None]
+    if args.model is None and (given or args.base_model):
+        name = (given or ["base-model"])[0]
+        raise ValueError(f"--{name}: only with --model (your own model's runs)")
+    if args.model is not None:
+        if args.fullsize:
+            raise ValueError("--fullsize: runs the random-weight models; with --model, name random-<variant> instead")
+        if (args.save is None) == (args.against is None):
+            raise ValueError("--model: expected one of --save DIR (before an upgrade) or --against DIR (after it)")
+        effect = _own_effect(args)
+    else:
+        effect = () if args.code_only or args.fullsize else _family_effect(args)
+    if args.model is None and args.against is not None:
         against, _ = _read_folder(args.against, "--against")
         if bool(against["settings"].get("fullsize")) != args.fullsize:
             raise ValueError(f"--against: {args.against} holds {'full-size' if args.fullsize is False else 'tiny'} "
                              "numbers; run with the same --fullsize")  # fmt: skip
     if args.save is not None:
         arguments.check_out_dir(args.save, "--save")
-        if (args.save / "numbers.json").exists():
+        if args.model is None and (args.save / "numbers.json").exists():
             raise ValueError(f"--save: {args.save} already holds numbers.json; choose a new folder")
     out = arguments.check_out_dir(args.out or Path("runs") / f"drift-mflux-{version}")
     return Plan(version=version, out=out, baseline=baseline, table=table, dtypes=dtypes, fullsize=args.fullsize,
                 code_only=args.code_only, oracles=args.oracles, against=args.against, save=args.save,
-                floor_processes=args.floor_processes, command=tuple(command or PROG.split()))  # fmt: skip
+                floor_processes=args.floor_processes, command=tuple(command or PROG.split()), effect=effect,
+                own_model=args.model is not None)  # fmt: skip
+
+
+def effect_models() -> tuple[str, ...]:
+    """One model per family whose calibrated gate the effect is judged on: its trained embedded model where it
+    has one (tiny-scenes, tiny-shapes: real decisions), else its embedded random-weight model."""
+    chosen: dict[str, str] = {}
+    for spec in variants.all_specs():
+        if spec.embedded and spec.scores_adherence:
+            chosen.setdefault(spec.family, spec.name)
+    for name in numbers.embedded_variants():
+        chosen.setdefault(variants.get(name).family, name)
+    return tuple(chosen[f.name] for f in variants.families() if f.name in chosen)
+
+
+def _family_effect(args: argparse.Namespace) -> tuple:
+    """Each family's effect model, judged by --against's save, else by the committed save of the baseline
+    (none where that save recorded other runs)."""
+    root = args.against if args.against is not None else effect_references(args.baseline or NEWEST_MFLUX)
+    saved = {runs.name: folder for folder, runs in model_runs.read_saved(root, "--against")} if root.is_dir() else {}
+    found = []
+    for name in effect_models():
+        runs = model_runs.plan_model(name)
+        if args.save is not None:
+            _check_resumable(args.save, runs)
+        folder = saved.get(runs.name)
+        if folder is not None:
+            previous = model_runs.ModelRuns.from_dict(read_json_object(folder / "settings.json"))
+            if (why := model_runs.mismatch(previous, runs)) is not None:
+                if args.against is not None:
+                    raise ValueError(f"--against: {folder} recorded {name} otherwise ({why}); save it again")
+                folder = None
+        found.append((runs, folder))
+    return tuple(found)
+
+
+def _check_resumable(save: Path, runs: model_runs.ModelRuns) -> None:
+    """A save folder may resume its own recording only."""
+    path = model_runs.folder_of(save, runs) / "settings.json"
+    if path.is_file():
+        previous = model_runs.ModelRuns.from_dict(read_json_object(path))
+        if (why := model_runs.mismatch(previous, runs)) is not None:
+            raise ValueError(
+                f"--save: {path.parent} holds another recording of {runs.name} ({why}); choose a new folder"
+            )
+
+
+def _own_effect(args: argparse.Namespace) -> tuple:
+    """The user's model: planned for --save; for --against, the saved runs, checked against what was given."""
+    options = {o: getattr(args, o) for o in GENERATION_OPTIONS}
+    wanted = model_runs.plan_model(args.model, base_model=args.base_model, **options)
+    if args.save is not None:
+        _check_resumable(args.save, wanted)
+        return ((wanted, None),)
+    if not args.against.is_dir():
+        raise ValueError(f"--against: {args.against} is not a folder; expected one that {PROG} --model --save wrote")
+    saved = model_runs.read_saved(args.against, "--against")
+    match = [(f, r) for f, r in saved if r.name == wanted.name]
+    if not match:
+        held = ", ".join(r.name for _f, r in saved) or "nothing"
+        raise ValueError(f"--against: {args.against} holds no save of {wanted.name} (it holds {held})")
+    folder, previous = match[0]
+    fields = {"size": ("width", "height")}
+    given = [f for o, v in options.items() if v is not None for f in fields.get(o, (o,))]
+    # what was not given is taken from the save; what was given must agree with it
+    keep = ("weights", "model", "base_model", "variant", *given)
+    check = model_runs.ModelRuns(**{**previous.__dict__, **{k: getattr(wanted, k) for k in keep}})
+    if (why := model_runs.mismatch(previous, check)) is not None:
+        raise ValueError(f"--against: {folder} holds other runs of {wanted.name}: {why}; repeat them as saved")
+    return ((previous, folder),)
 
 
 # ------------------------------------------------------------------------------------------ comparison
@@ -155,7 +276,9 @@ def packaged_notes(plan_: Plan) -> dict[str, str]:
             notes[spec.name] = coefficients.numeric_change_note(spec.name, plan_.version)
         elif moved_in:
             notes[spec.name] = " ".join(by_dtype[d] for d in moved_in)
-    return notes
+    # drift is the command that says it: the note names the evidence here instead of the command
+    here = "judge it by the effect on a calibrated gate (drift --model VARIANT --save DIR / --against DIR)"
+    return {name: note.replace(f"check with `{DRIFT_COMMAND}`", here) for name, note in notes.items()}
 
 
 def compare_numbers(current: dict, reference: dict, floor: dict) -> dict:
@@ -231,13 +354,52 @@ def reference_for(plan_: Plan, slug: str, current: dict) -> tuple[str, dict, dic
 
 
 def run_drift(plan_: Plan) -> dict:
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(folder_lock(plan_.out, " ".join(plan_.command)))
+        if plan_.save is not None:
+            stack.enter_context(folder_lock(plan_.save, " ".join(plan_.command)))
+        return _run_drift(plan_)
+
+
+def run_effect(plan_: Plan) -> tuple[dict[str, dict], dict[str, str]]:
+    """Record each effect model's runs (into --save, else --out) and judge them by their saved folder.
+
+    Returns (effect by family, error by family); Ctrl-C says what is saved."""
+    root = plan_.save if plan_.save is not None else plan_.out
+    log = model_runs.Log(root / "progress.log")
+    effects: dict[str, dict] = {}
+    errors: dict[str, str] = {}
+    for runs, saved in plan_.effect:
+        family = variants.get(runs.variant).family
+        folder = model_runs.folder_of(root, runs)
+        try:
+            model_runs.record(runs, folder, log, rerun=plan_.save is not None)
+        except (KeyboardInterrupt, Interrupted) as exc:
+            done = len(list((folder / "runs").glob("*.json")))
+            raise Interrupted(f"interrupted: {done} of {len(runs.runs)} runs of {runs.name} are saved in "
+                              f"{folder / 'runs'}; run the same command again to resume") from exc  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - a release that breaks a family is a finding, not a crash
+            if type(exc).__name__ == "StopImageGenerationException":
+                raise Interrupted(f"interrupted: saved runs of {runs.name} are in {folder / 'runs'}") from exc
+            errors[family] = f"{runs.name}: {type(exc).__name__}: {exc}"
+            log(f"{runs.name}: failed: {errors[family]}")
+            continue
+        if plan_.save is not None:
+            model_runs.conclude(folder, runs, log, list(plan_.command))
+        if saved is not None:
+            effects[family] = model_runs.compare(saved, runs, folder)
+            log(f"{runs.name}: {effects[family]['verdict']}")
+    return effects, errors
+
+
+def _run_drift(plan_: Plan) -> dict:
     code_report = code.installed_report(plan_.table)
     for line in code_report["lines"]:
         print(f"code: {line}")
     slug = hardware_slug()
     current = comparison = reference_label = None
     by_release = {}
-    if not plan_.code_only:
+    if not plan_.code_only and not plan_.own_model:
         current = numbers.run_numbers(
             plan_.fullsize, plan_.dtypes, progress=lambda s: print(f"running {s}", file=sys.stderr)
         )
@@ -252,11 +414,17 @@ def run_drift(plan_: Plan) -> dict:
             for release, ref in committed_references(slug).items():
                 if comparable(current, ref):
                     by_release[release] = compare_numbers(current, ref, floor)
+    effects, effect_errors = run_effect(plan_)
+    if plan_.own_model and plan_.against is not None:
+        reference_label = str(plan_.against)
     moved = moved_by_family(comparison, plan_.dtypes)
     evidence = {}
     embedded = {variants.get(v).family: v for v in numbers.embedded_variants()}
-    errors = numbers_errors(current)
+    errors = {**numbers_errors(current), **effect_errors}
+    in_scope = {variants.get(r.variant).family for r, _ in plan_.effect} if plan_.own_model else None
     for family, changed in code_report["families"].items():
+        if in_scope is not None and family not in in_scope:
+            continue
         oracles, error = None, errors.get(family)
         if not plan_.code_only and (changed or plan_.oracles) and family in embedded:
             from calib.drift.oracles import run_oracles
@@ -266,9 +434,17 @@ def run_drift(plan_: Plan) -> dict:
             except Exception as exc:  # noqa: BLE001 - any failure of the integration is the finding
                 error = f"{type(exc).__name__}: {exc}"
         evidence[family] = verdict.FamilyEvidence(
-            family, changed, moved.get(family), oracles, error, ratios_by_family(comparison).get(family)
-        )
-    results = verdict.verdicts(variants.all_specs(), evidence, plan_.version, packaged_notes(plan_))
+            family, changed, moved.get(family), oracles, error, ratios_by_family(comparison).get(family),
+            effects.get(family),
+        )  # fmt: skip
+    specs = variants.all_specs()
+    if plan_.own_model:
+        specs = [variants.get(r.variant) for r, _ in plan_.effect]
+    if plan_.own_model and plan_.save is not None:  # before the upgrade: nothing to judge yet
+        specs, evidence = [], {}
+        for runs, _ in plan_.effect:
+            print(f"{runs.name}: saved; after the upgrade: {PROG} --model {runs.model} --against {plan_.save}")
+    results = verdict.verdicts(specs, evidence, plan_.version, packaged_notes(plan_))
     for result in results:
         print(result["line"])
         for command in result["commands"]:
@@ -282,6 +458,7 @@ def run_drift(plan_: Plan) -> dict:
         "code": code_report,
         "numbers": comparison,
         "numbers_by_release": by_release,
+        "effect": effects,
         "verdicts": results,
         "exit_status": verdict.exit_status(results),
         "provenance": collect(list(plan_.command), hardware=slug),
@@ -293,6 +470,9 @@ def run_drift(plan_: Plan) -> dict:
         write_json(plan_.save / "noise_floor.json", floor)
         write_json(plan_.save / "numbers.json", current)
         print(f"wrote {plan_.save}: numbers.json and noise_floor.json (for --against after an upgrade)")
+    if plan_.save is not None and plan_.effect:
+        names = ", ".join(r.name for r, _ in plan_.effect)
+        print(f"wrote {plan_.save / 'effect'}: the runs, gate and tolerance of {names} (for --against after it)")
     return report
 
 

@@ -29,7 +29,7 @@ from teacache.rescale import FORM_POLY_SIGMA, RescaleFunction
 
 SKIP_TARGETS = (0.25, 0.5, 0.75)  # fractions of the gated steps skipped on the before traces
 THRESHOLD_GRID = np.geomspace(1e-4, 20.0, 600)
-FIT_SE_BAND = 2.0  # a drop of R^2 within two standard errors of a fresh fit's cv R^2 is within its own noise
+FIT_SE_BAND = 2.0  # an RMSE within two standard errors of its mean over prompts is within the prompts' spread
 HOLDS = "holds"
 MOVED = "moved"
 
@@ -246,7 +246,8 @@ def fresh_fit(signals: Signals) -> tuple[dict, RescaleFunction, object]:
     specs = candidate_specs(True, has_sigma)
     selected = fit_frame(frame, specs)["selected"]
     spec = next(s for s in specs if s.label == selected["label"])
-    model = FittedModel.fit(spec, frame["x_rel_l1"].to_numpy(), frame["y_rel_l1"].to_numpy(), time_input(spec.form, frame))
+    x, y = frame["x_rel_l1"].to_numpy(), frame["y_rel_l1"].to_numpy()
+    model = FittedModel.fit(spec, x, y, time_input(spec.form, frame))
     return selected, model.to_rescale({"source": "fitted on the before traces", "label": spec.label}), spec
 
 
@@ -264,8 +265,8 @@ def measure_tolerance(gate: Gate, before: Signals, thresholds: list[dict], rerun
       the calibrated gate does there): a change of the release within this is within what recalibrating on
       other prompts would do anyway.
     - ``rerun``: the fraction a same-release rerun of a run changes (``rerun``: those runs recorded again).
-    - ``fit``: a fresh fit's cv R^2 and its standard error; the calibration's R^2 may drop by ``FIT_SE_BAND``
-      standard errors.
+    - ``fit``: the calibrated function's RMSE varies from prompt to prompt; it may rise by ``FIT_SE_BAND``
+      standard errors of its mean over the prompts (a fresh fit's cv R^2 and its standard error beside it).
     """
     from calib.fit.candidates import FittedModel
     from calib.fit.selection import group_folds, time_input
@@ -282,9 +283,8 @@ def measure_tolerance(gate: Gate, before: Signals, thresholds: list[dict], rerun
     worst = np.zeros(len(ts))
     for k in np.unique(folds):
         train = folds != k
-        model = FittedModel.fit(
-            spec, frame["x_rel_l1"].to_numpy()[train], frame["y_rel_l1"].to_numpy()[train], None if u is None else u[train]
-        )
+        x, y = frame["x_rel_l1"].to_numpy()[train], frame["y_rel_l1"].to_numpy()[train]
+        model = FittedModel.fit(spec, x, y, None if u is None else u[train])
         fold_gate = Gate(model.to_rescale(), "fold", *_steps(gate))
         try:
             fold = replay(fold_gate, before, matched)
@@ -299,23 +299,33 @@ def measure_tolerance(gate: Gate, before: Signals, thresholds: list[dict], rerun
         same = decision_changes(gate, before.subset(keep), rerun, thresholds)
         rerun_fraction = np.array([c["decisions_differ_fraction"] for c in same])
     allowed = np.maximum(worst, rerun_fraction)
+    per_prompt = [
+        fit_quality(gate.rescale, before.subset(np.asarray(before.prompt_ids) == p))["rmse"]
+        for p in sorted(set(before.prompt_ids))
+    ]
+    rmse_se = float(np.std(per_prompt, ddof=1) / math.sqrt(len(per_prompt))) if len(per_prompt) > 1 else 0.0
     return {
         "thresholds": [
             {**t, "skipped_fraction": float(f), "resampling": float(w), "rerun": float(r), "allowed": float(a)}
             for t, f, w, r, a in zip(thresholds, fractions, worst, rerun_fraction, allowed, strict=True)
         ],
         "fit": {
-            "label": selected["label"],
-            "cv_r2": float(selected["cv_r2"]),
-            "cv_r2_se": float(selected["cv_r2_se"]),
+            "rmse": fit_quality(gate.rescale, before)["rmse"],
+            "rmse_se_over_prompts": rmse_se,
             "band": FIT_SE_BAND,
-            "allowed_r2_drop": FIT_SE_BAND * float(selected["cv_r2_se"]),
+            "allowed_rmse_rise": FIT_SE_BAND * rmse_se,
+            "fresh_fit": {
+                "label": selected["label"],
+                "cv_r2": float(selected["cv_r2"]),
+                "cv_r2_se": float(selected["cv_r2_se"]),
+            },  # fmt: skip
         },
         "n_runs": len(before.run_ids),
         "n_prompts": len(set(before.prompt_ids)),
         "folds": int(len(np.unique(folds))),
         "rule": "decisions: at most the larger of the leave-one-prompt-out refits' and a same-release rerun's "
-        f"fraction differ; fit: R^2 drops by at most {FIT_SE_BAND:g} standard errors of a fresh fit's cv R^2",
+        f"fraction differ; fit: the gate's RMSE rises by at most {FIT_SE_BAND:g} standard errors of its mean over "
+        "prompts",
     }
 
 
@@ -334,17 +344,20 @@ def judge(gate: Gate, before: Signals, after: Signals, tolerance: dict) -> dict:
         change["allowed_fraction"] = tol["allowed"]
         change["within"] = change["decisions_differ_fraction"] <= tol["allowed"]
     fit_before, fit_after = fit_quality(gate.rescale, before), fit_quality(gate.rescale, after)
-    drop = None
-    if fit_before["r2"] is not None and fit_after["r2"] is not None:
-        drop = fit_before["r2"] - fit_after["r2"]
-    fit_within = drop is None or drop <= tolerance["fit"]["allowed_r2_drop"]
+    rise = fit_after["rmse"] - fit_before["rmse"]
+    fit_within = bool(rise <= tolerance["fit"]["allowed_rmse_rise"])
     holds = fit_within and all(c["within"] for c in changes)
     return {
         "verdict": HOLDS if holds else MOVED,
         "gate": gate.source,
         "thresholds": changes,
-        "fit": {"before": fit_before, "after": fit_after, "r2_drop": drop, "allowed_r2_drop":
-                tolerance["fit"]["allowed_r2_drop"], "within": fit_within},  # fmt: skip
+        "fit": {
+            "before": fit_before,
+            "after": fit_after,
+            "rmse_rise": rise,
+            "allowed_rmse_rise": tolerance["fit"]["allowed_rmse_rise"],
+            "within": fit_within,
+        },  # fmt: skip
         "identical": bool(_same(before.x, after.x) and _same(before.y, after.y)),
     }
 
@@ -354,17 +367,19 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def describe(result: dict) -> str:
-    """One clause for a verdict line: decisions, the nearest call and the fit."""
-    parts = []
-    for c in result["thresholds"]:
-        margin = "" if c["nearest_margin"] is None else f", nearest call {c['nearest_margin']:.1%} from it"
-        parts.append(
-            f"{c['decisions_differ']}/{c['decisions']} decisions and {c['schedules_differ']}/{c['schedules']} "
-            f"schedules differ at {c['threshold']:.3g} ({c['label']}; allowed {c['allowed_fraction']:.1%}{margin})"
-        )
+    """One clause for a verdict line: decisions per threshold against what is allowed, the nearest call, the fit."""
+    cs = result["thresholds"]
+    counts = ", ".join(f"{c['decisions_differ']}/{c['decisions']}" for c in cs)
+    allowed = ", ".join(f"{c['allowed_fraction']:.0%}" for c in cs)
+    where = ", ".join(f"{c['threshold']:.3g}" for c in cs)
+    margins_ = [c["nearest_margin"] for c in cs if c["nearest_margin"] is not None]
+    nearest = f"; nearest unchanged call {min(margins_):.1%} from its threshold" if margins_ else ""
     fit = result["fit"]
     r2 = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
-    parts.append(
-        f"R^2 {r2(fit['before']['r2'])} -> {r2(fit['after']['r2'])} (allowed drop {fit['allowed_r2_drop']:.3f})"
+    return (
+        f"decisions differing {counts} at thresholds {where} (allowed {allowed}){nearest}; "
+        f"schedules differing {max(c['schedules_differ'] for c in cs)}/{cs[0]['schedules']} at most; "
+        f"RMSE {fit['before']['rmse']:.3g} -> {fit['after']['rmse']:.3g} "
+        f"(allowed rise {fit['allowed_rmse_rise']:.2g}), "
+        f"R^2 {r2(fit['before']['r2'])} -> {r2(fit['after']['r2'])}"
     )
-    return "; ".join(parts)

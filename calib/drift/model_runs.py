@@ -25,7 +25,7 @@ from teacache.io import read_json_object, write_json, write_parquet
 SETTINGS_FORMAT = 1
 DEFAULT_PROMPTS = 4  # a small default set: the first prompts of the model's own set
 DEFAULT_SEEDS = "0"
-MATCHED = ("model", "weights", "variant", "prompts", "seeds", "steps", "width", "height", "guidance", "quantize",
+MATCHED = ("weights", "variant", "prompts", "seeds", "steps", "width", "height", "guidance", "quantize",
            "base_model", "dtype")  # fmt: skip
 _HEAD = 1 << 20  # bytes of each end of a weights file that its fingerprint reads
 
@@ -277,7 +277,7 @@ def conclude(folder: Path, runs: ModelRuns, log: Log, command: list[str]) -> dic
     write_json(folder / "tolerance.json", tolerance)
     allowed = ", ".join(f"{t['threshold']:.3g}: {t['allowed']:.1%}" for t in tolerance["thresholds"])
     log(f"{runs.name}: gate {gate.source}; tolerance measured (decisions allowed to differ {allowed}; "
-        f"R^2 drop {tolerance['fit']['allowed_r2_drop']:.3f})")  # fmt: skip
+        f"RMSE rise {tolerance['fit']['allowed_rmse_rise']:.2g})")  # fmt: skip
     return tolerance
 
 

@@ -47,7 +47,8 @@ def status_of(evidence: FamilyEvidence) -> str:
         traces_moved = not evidence.effect["identical"] or not evidence.effect.get("latents_identical", True)
         if traces_moved or numbers_moved:
             return HOLDS
-    elif numbers_moved:
+        return CODE_HOLDS if evidence.changed_functions else UNCHANGED
+    if numbers_moved:
         return MOVED_UNCHECKED
     if evidence.changed_functions:
         return CODE_HOLDS

@@ -24,9 +24,39 @@ def test_status_worst_first():
     assert _status(moved=unchanged) == verdict.UNCHANGED
     assert _status(moved=None) == verdict.UNCHECKED
     assert _status(changed_functions=["m:A.f"], moved=unchanged, oracles=holds) == verdict.CODE_HOLDS
-    assert _status(moved={"float32": False, "bfloat16": True}) == verdict.REFIT
+    # the bits moving is detection, not a verdict on the calibration: without an effect it stays unjudged
+    assert _status(moved={"float32": False, "bfloat16": True}) == verdict.MOVED_UNCHECKED
     assert _status(changed_functions=["m:A.f"], moved={"float32": True}, oracles=fails) == verdict.BROKEN
     assert _status(moved=unchanged, error="ImportError: x") == verdict.BROKEN
+
+
+def _effect(verdict_: str = "holds", identical: bool = False) -> dict:
+    change = {"label": "default", "threshold": 0.03, "decisions": 100, "decisions_differ": 0, "schedules": 4,
+              "schedules_differ": 0, "allowed_fraction": 0.1, "nearest_margin": 0.02}  # fmt: skip
+    fit = {"before": {"rmse": 0.01, "r2": 0.9}, "after": {"rmse": 0.01, "r2": 0.9}, "allowed_rmse_rise": 0.001}
+    return {"verdict": verdict_, "identical": identical, "latents_identical": identical, "thresholds": [change],
+            "fit": fit, "model": "tiny-scenes", "gate": "packaged", "source_model": "tiny-scenes"}  # fmt: skip
+
+
+def test_the_effect_decides_between_holds_and_refit_whatever_the_bits_did():
+    moved = {"float32": True, "bfloat16": True}
+    assert _status(moved=moved, effect=_effect("holds")) == verdict.HOLDS
+    assert _status(moved={"float32": False}, effect=_effect("holds")) == verdict.HOLDS  # the traces moved
+    assert _status(moved={"float32": False}, effect=_effect("holds", identical=True)) == verdict.UNCHANGED
+    assert _status(moved=None, effect=_effect("holds", identical=True)) == verdict.UNCHANGED
+    assert _status(changed_functions=["m:A.f"], effect=_effect("holds", identical=True)) == verdict.CODE_HOLDS
+    assert _status(moved={"float32": False}, effect=_effect("moved", identical=False)) == verdict.REFIT
+    assert _status(moved=moved, effect=_effect("moved"), error="TypeError: x") == verdict.BROKEN
+    assert verdict.exit_status([{"status": verdict.HOLDS}, {"status": verdict.MOVED_UNCHECKED}]) == 0
+
+
+def test_a_refit_of_the_users_own_model_names_it_in_the_record_command():
+    spec = variants.get("flux1-dev")
+    effect = _effect("moved") | {"source_model": "~/models/my-dev", "model": "my-dev"}
+    result = verdict.variant_verdict(spec, FamilyEvidence("flux1", effect=effect), "0.25.0")
+    assert result["status"] == verdict.REFIT
+    assert result["commands"][0].startswith("teacache-calib record --model ~/models/my-dev --base-model flux1-dev")
+    assert "on my-dev with its gate" in result["line"] and "traces moved" in result["line"]
 
 
 def test_exit_status_is_one_for_a_refit_or_a_broken_integration_only():
@@ -38,7 +68,7 @@ def test_exit_status_is_one_for_a_refit_or_a_broken_integration_only():
 
 def test_a_refit_names_the_record_fit_and_emit_commands_of_the_variant():
     spec = variants.get("flux1-dev")
-    evidence = FamilyEvidence("flux1", moved={"bfloat16": True}, ratios={"bfloat16": 6.3})
+    evidence = FamilyEvidence("flux1", moved={"bfloat16": True}, ratios={"bfloat16": 6.3}, effect=_effect("moved"))
     result = verdict.variant_verdict(spec, evidence, "0.25.0")
     assert result["status"] == verdict.REFIT and "bfloat16 moved (6.3x the threshold)" in result["line"]
     record, fit, emit = result["commands"]
@@ -99,11 +129,12 @@ def test_one_small_run_on_the_installed_release_against_its_own_reference(tmp_pa
     status = calib_main(["drift", "--out", str(tmp_path), "--baseline", version])
     report = json.loads((tmp_path / "verdict.json").read_text())
     statuses = {r["status"] for r in report["verdicts"]}
-    if report["numbers"] is None:  # no references for this hardware: code only
-        assert statuses == {verdict.UNCHECKED}
-    else:
-        assert statuses == {verdict.UNCHANGED}, [r["line"] for r in report["verdicts"]]
+    if report["numbers"] is not None:
         assert all(run["moved"] is False for run in report["numbers"].values())
+    # the effect models against the committed save: bit for bit where it was made, within tolerance elsewhere
+    assert set(report["effect"]) == {f.name for f in variants.families()}
+    assert all(e["verdict"] == "holds" for e in report["effect"].values()), [r["line"] for r in report["verdicts"]]
+    assert statuses <= {verdict.UNCHANGED, verdict.HOLDS}, [r["line"] for r in report["verdicts"]]
     assert status == 0
 
 

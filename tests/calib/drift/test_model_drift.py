@@ -1,0 +1,103 @@
+"""``drift --model M --save A`` before an upgrade, ``--against A`` after it, under fake releases of mflux.
+
+The fake releases are the installed mflux with one line of FLUX.2 edited (tests/calib/drift/fake_release.py):
+one that moves the bits and no decision, one that changes what the denoiser does, one that breaks a hooked
+function. Each runs in its own process, as a user's upgraded environment would.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from calib.cli import main as calib_main
+from calib.drift import verdict
+from tests.calib.drift import fake_release
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    work = tmp_path_factory.mktemp("drift-model")
+    result = fake_release.run_drift(["--model", "tiny-flux2", "--save", "A", "--out", "first"], None, work)
+    assert result.returncode == 0, result.stderr
+    assert "after the upgrade: teacache-calib drift --model tiny-flux2 --against A" in result.stdout
+    return work
+
+
+def _verdict(work, out) -> dict:
+    (line,) = json.loads((work / out / "verdict.json").read_text())["verdicts"]
+    return line
+
+
+@pytest.mark.parametrize(
+    ("kind", "status", "exit_status"),
+    [
+        ("flux2-bits", verdict.HOLDS, 0),
+        ("flux2-decisions", verdict.REFIT, 1),
+        ("flux2-broken", verdict.BROKEN, 1),
+    ],
+)
+def test_a_fake_release_gets_the_verdict_its_effect_deserves(saved, kind, status, exit_status):
+    site = fake_release.build(kind, saved / f"site-{kind}")
+    result = fake_release.run_drift(["--model", "tiny-flux2", "--against", "A", "--out", kind], site, saved)
+    found = _verdict(saved, kind)
+    assert found["status"] == status, found["line"]
+    assert result.returncode == exit_status, result.stderr
+    if status == verdict.HOLDS:
+        assert "traces moved" in found["line"] and "no refit needed" in found["line"]
+        assert all(c["decisions_differ"] == 0 for c in found["effect"]["thresholds"])
+    if status == verdict.REFIT:
+        assert found["commands"][0].startswith("teacache-calib record --model tiny-flux2")
+    if status != verdict.BROKEN:  # the code fingerprints read the mflux that runs, not the distribution's folder
+        assert found["changed_functions"], found["line"]
+
+
+def test_the_installed_release_against_its_own_save_is_unchanged(saved):
+    result = fake_release.run_drift(["--model", "tiny-flux2", "--against", "A", "--out", "same"], None, saved)
+    found = _verdict(saved, "same")
+    assert found["status"] == verdict.UNCHANGED and result.returncode == 0, found["line"]
+    assert found["effect"]["identical"] and found["effect"]["latents_identical"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--model", "tiny-flux2", "--against", "A", "--seeds", "1"], "seeds differs"),
+        (["--model", "tiny-flux2", "--against", "A", "--steps", "12"], "steps differs"),
+        (["--model", "tiny-flux1", "--against", "A"], "holds no save of tiny-flux1"),
+        (["--model", "tiny-flux2", "--against", "nowhere"], "--against"),
+        (["--model", "tiny-flux2"], "--save DIR"),
+        (["--model", "tiny-flux2", "--save", "A", "--seeds", "3"], "--save"),
+        (["--steps", "12"], "--steps: only with --model"),
+        (["--model", "nope", "--save", "B"], "nope"),
+    ],
+)
+def test_a_save_that_does_not_match_is_refused_in_one_line_before_any_model_loads(saved, capsys, argv, says):
+    before = sorted(p.relative_to(saved) for p in (saved / "A").rglob("*"))
+    out = saved / "refused"
+    folders = [str(saved / a) if a in ("A", "B") else a for a in argv]
+    assert calib_main(["drift", *folders, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0], err
+    assert not out.exists() and not (saved / "B").exists()
+    assert sorted(p.relative_to(saved) for p in (saved / "A").rglob("*")) == before
+
+
+@pytest.mark.slow
+def test_a_trained_model_saved_and_judged_again_is_unchanged(tmp_path):
+    """The done-when of the per-model flow on a trained model with its packaged gate."""
+    assert (
+        calib_main(["drift", "--model", "tiny-scenes", "--save", str(tmp_path / "A"), "--out", str(tmp_path / "o")])
+        == 0
+    )
+    folder = tmp_path / "A" / "effect" / "tiny-scenes"
+    gate = json.loads((folder / "gate.json").read_text())
+    assert gate["source"].startswith("packaged tiny-scenes") and gate["skip_first_n_steps"] == 2
+    tolerance = json.loads((folder / "tolerance.json").read_text())
+    assert tolerance["provenance"]["variant"] == "tiny-scenes" and len(tolerance["thresholds"]) >= 2
+    assert "tiny-scenes: gate packaged" in (tmp_path / "A" / "progress.log").read_text()
+    out = tmp_path / "after"
+    assert calib_main(["drift", "--model", "tiny-scenes", "--against", str(tmp_path / "A"), "--out", str(out)]) == 0
+    (line,) = json.loads((out / "verdict.json").read_text())["verdicts"]
+    assert line["status"] == verdict.UNCHANGED, line["line"]
