@@ -387,7 +387,7 @@ def run_effect(plan_: Plan) -> tuple[dict[str, dict], dict[str, str]]:
         if plan_.save is not None:
             model_runs.conclude(folder, runs, log, list(plan_.command))
         if saved is not None:
-            effects[family] = model_runs.compare(saved, runs, folder)
+            effects[family] = model_runs.compare(saved, runs, folder) | {"own_model": plan_.own_model}
             log(f"{runs.name}: {effects[family]['verdict']}")
     return effects, errors
 

@@ -125,7 +125,8 @@ def variant_verdict(spec, evidence: FamilyEvidence, version: str, packaged_note:
     runs (teacache.coefficients.numeric_change_note); said beside the verdict, which it does not change."""
     status = status_of(evidence)
     has_coefficients = bool(spec.coefficients)
-    own = (evidence.effect or {}).get("source_model")
+    effect = evidence.effect or {}
+    own = effect.get("source_model") if effect.get("own_model") else None  # the user's model, not the family's
     own = None if own in (None, spec.name) else own
     commands = refit_commands(spec.name, spec.prompt_set, version, own) if status == REFIT else []
     if evidence.moved is None and evidence.effect is not None:  # a model of the user's: its traces are the numbers

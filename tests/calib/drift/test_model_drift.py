@@ -101,3 +101,17 @@ def test_a_trained_model_saved_and_judged_again_is_unchanged(tmp_path):
     assert calib_main(["drift", "--model", "tiny-scenes", "--against", str(tmp_path / "A"), "--out", str(out)]) == 0
     (line,) = json.loads((out / "verdict.json").read_text())["verdicts"]
     assert line["status"] == verdict.UNCHANGED, line["line"]
+
+
+@pytest.mark.slow
+def test_a_release_that_changes_one_family_asks_a_refit_for_that_family_only(tmp_path):
+    """Every family's effect model against the committed save, under a fake release that changes FLUX.2 only."""
+    site = fake_release.build("flux2-decisions", tmp_path / "site")
+    result = fake_release.run_drift(["--out", "o", "--dtypes", "float32"], site, tmp_path)
+    report = json.loads((tmp_path / "o" / "verdict.json").read_text())
+    by_family = {}
+    for line in report["verdicts"]:
+        by_family.setdefault(line["family"], set()).add(line["status"])
+    assert by_family.pop("flux2") == {verdict.REFIT}, [v["line"] for v in report["verdicts"]]
+    assert all(s <= {verdict.UNCHANGED, verdict.HOLDS} for s in by_family.values()), by_family
+    assert result.returncode == 1

@@ -52,7 +52,7 @@ def test_the_effect_decides_between_holds_and_refit_whatever_the_bits_did():
 
 def test_a_refit_of_the_users_own_model_names_it_in_the_record_command():
     spec = variants.get("flux1-dev")
-    effect = _effect("moved") | {"source_model": "~/models/my-dev", "model": "my-dev"}
+    effect = _effect("moved") | {"source_model": "~/models/my-dev", "model": "my-dev", "own_model": True}
     result = verdict.variant_verdict(spec, FamilyEvidence("flux1", effect=effect), "0.25.0")
     assert result["status"] == verdict.REFIT
     assert result["commands"][0].startswith("teacache-calib record --model ~/models/my-dev --base-model flux1-dev")
