@@ -242,6 +242,11 @@ def _own_effect(args: argparse.Namespace) -> tuple:
     saved = model_runs.read_saved(args.against, "--against")
     match = [(f, r) for f, r in saved if r.name == wanted.name]
     if not match:
+        if wanted.name in model_runs.unfinished(args.against, "--against"):
+            raise ValueError(
+                f"--against: the save of {wanted.name} in {args.against} did not finish; run the same --save again "
+                "to resume it (under the release it was started with)"
+            )
         held = ", ".join(r.name for _f, r in saved) or "nothing"
         raise ValueError(f"--against: {args.against} holds no save of {wanted.name} (it holds {held})")
     folder, previous = match[0]
@@ -364,32 +369,68 @@ def run_drift(plan_: Plan) -> dict:
 def run_effect(plan_: Plan) -> tuple[dict[str, dict], dict[str, str]]:
     """Record each effect model's runs (into --save, else --out) and judge them by their saved folder.
 
-    Returns (effect by family, error by family); Ctrl-C says what is saved."""
+    A trained effect model whose weights do not load under the installed release (tiny-scenes' norm_out bias
+    under mflux 0.21) is replaced by its family's random-weight model. Returns (effect by family, error by
+    family); Ctrl-C says what is saved."""
     root = plan_.save if plan_.save is not None else plan_.out
     log = model_runs.Log(root / "progress.log")
     effects: dict[str, dict] = {}
     errors: dict[str, str] = {}
     for runs, saved in plan_.effect:
         family = variants.get(runs.variant).family
-        folder = model_runs.folder_of(root, runs)
         try:
-            model_runs.record(runs, folder, log, rerun=plan_.save is not None)
-        except (KeyboardInterrupt, Interrupted) as exc:
-            done = len(list((folder / "runs").glob("*.json")))
-            raise Interrupted(f"interrupted: {done} of {len(runs.runs)} runs of {runs.name} are saved in "
-                              f"{folder / 'runs'}; run the same command again to resume") from exc  # fmt: skip
+            effect = _effect_of(plan_, runs, saved, root, log)
+        except model_runs.ModelUnavailable as exc:
+            fallback = dict((variants.get(v).family, v) for v in numbers.embedded_variants()).get(family)
+            if plan_.own_model or fallback in (None, runs.name):
+                errors[family] = str(exc)
+                continue
+            log(f"{exc}; the {family} effect model is {fallback} instead")
+            runs = model_runs.plan_model(fallback)
+            try:
+                effect = _effect_of(plan_, runs, _saved_for(plan_, runs), root, log)
+            except model_runs.ModelUnavailable as again:
+                errors[family] = str(again)
+                continue
         except Exception as exc:  # noqa: BLE001 - a release that breaks a family is a finding, not a crash
-            if type(exc).__name__ == "StopImageGenerationException":
-                raise Interrupted(f"interrupted: saved runs of {runs.name} are in {folder / 'runs'}") from exc
+            if isinstance(exc, Interrupted):
+                raise
             errors[family] = f"{runs.name}: {type(exc).__name__}: {exc}"
             log(f"{runs.name}: failed: {errors[family]}")
             continue
-        if plan_.save is not None:
-            model_runs.conclude(folder, runs, log, list(plan_.command))
-        if saved is not None:
-            effects[family] = model_runs.compare(saved, runs, folder) | {"own_model": plan_.own_model}
-            log(f"{runs.name}: {effects[family]['verdict']}")
+        if effect is not None:
+            effects[family] = effect
     return effects, errors
+
+
+def _saved_for(plan_: Plan, runs: model_runs.ModelRuns) -> Path | None:
+    """The finished save of exactly these runs in --against's folder (or the baseline's committed one)."""
+    root = plan_.against if plan_.against is not None else effect_references(plan_.baseline)
+    for folder, previous in model_runs.read_saved(root, "--against") if root.is_dir() else []:
+        if previous.name == runs.name and model_runs.mismatch(previous, runs) is None:
+            return folder
+    return None
+
+
+def _effect_of(plan_: Plan, runs: model_runs.ModelRuns, saved: Path | None, root: Path, log) -> dict | None:
+    folder = model_runs.folder_of(root, runs)
+    try:
+        model_runs.record(runs, folder, log, rerun=plan_.save is not None)
+    except KeyboardInterrupt as exc:
+        done = len(list((folder / "runs").glob("*.json")))
+        raise Interrupted(f"interrupted: {done} of {len(runs.runs)} runs of {runs.name} are saved in "
+                          f"{folder / 'runs'}; run the same command again to resume") from exc  # fmt: skip
+    except Exception as exc:
+        if type(exc).__name__ == "StopImageGenerationException":  # mflux's own word for Ctrl-C in its loop
+            raise Interrupted(f"interrupted: saved runs of {runs.name} are in {folder / 'runs'}") from exc
+        raise
+    if plan_.save is not None:
+        model_runs.conclude(folder, runs, log, list(plan_.command))
+    if saved is None:
+        return None
+    effect = model_runs.compare(saved, runs, folder) | {"own_model": plan_.own_model}
+    log(f"{runs.name}: {effect['verdict']}")
+    return effect
 
 
 def _run_drift(plan_: Plan) -> dict:

@@ -146,22 +146,34 @@ def folder_of(root: Path, runs: ModelRuns) -> Path:
 
 
 def read_saved(root: Path, arg: str) -> list[tuple[Path, ModelRuns]]:
-    """Every model folder a save wrote under ``root``, complete (its gate and tolerance are there)."""
+    """Every model folder a save finished under ``root`` (its traces, gate and tolerance are there); a model whose
+    save did not finish (it failed under that release, or was stopped) is left out: see :func:`unfinished`."""
+    found = []
+    for folder, runs in _settings(root, arg):
+        if all((folder / name).is_file() for name in ("traces.parquet", "gate.json", "tolerance.json")):
+            found.append((folder, runs))
+    return found
+
+
+def unfinished(root: Path, arg: str) -> list[str]:
+    """The names of the models whose save under ``root`` did not finish."""
+    done = {folder for folder, _ in read_saved(root, arg)}
+    return [runs.name for folder, runs in _settings(root, arg) if folder not in done]
+
+
+def _settings(root: Path, arg: str) -> list[tuple[Path, ModelRuns]]:
     found = []
     for path in sorted((root / "effect").glob("*/settings.json")):
         try:
-            data = read_json_object(path)
-            runs = ModelRuns.from_dict(data)
+            runs = ModelRuns.from_dict(read_json_object(path))
         except (ValueError, TypeError) as exc:
             raise ValueError(f"{arg}: {path} is not a drift save's settings ({exc})") from None
-        folder = path.parent
-        for name in ("traces.parquet", "gate.json", "tolerance.json"):
-            if not (folder / name).is_file():
-                raise ValueError(
-                    f"{arg}: {folder} holds no {name}: its save did not finish; run the same --save again to resume"
-                )
-        found.append((folder, runs))
+        found.append((path.parent, runs))
     return found
+
+
+class ModelUnavailable(RuntimeError):
+    """The model's weights do not load under the installed release."""
 
 
 class Log:
@@ -200,7 +212,10 @@ def record(runs: ModelRuns, folder: Path, log: Log, rerun: bool = True) -> None:
         f"{runs.width}x{runs.height}, guidance {runs.guidance:g} -> {folder}")  # fmt: skip
     if not todo and not want_rerun:
         return
-    model = arguments.load_model(runs.model, runs.base_model, runs.quantize)
+    try:
+        model = arguments.load_model(runs.model, runs.base_model, runs.quantize)
+    except Exception as exc:  # noqa: BLE001 - whatever keeps the weights from loading under this release
+        raise ModelUnavailable(f"{runs.name}: does not load under this release ({type(exc).__name__}: {exc})") from exc
     jobs = [(r, "runs") for r in todo] + ([(runs.runs[0], "rerun")] if want_rerun else [])
     for index, ((pid, text, seed), where) in enumerate(jobs, 1):
         frame, latents = _record_one(model, runs, pid, text, seed, apply_teacache)

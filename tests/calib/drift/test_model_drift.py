@@ -115,3 +115,16 @@ def test_a_release_that_changes_one_family_asks_a_refit_for_that_family_only(tmp
     assert by_family.pop("flux2") == {verdict.REFIT}, [v["line"] for v in report["verdicts"]]
     assert all(s <= {verdict.UNCHANGED, verdict.HOLDS} for s in by_family.values()), by_family
     assert result.returncode == 1
+
+
+def test_a_save_that_did_not_finish_is_named_so_and_never_judged_by(tmp_path, capsys):
+    folder = tmp_path / "A" / "effect" / "tiny-flux2"
+    folder.mkdir(parents=True)
+    from calib.drift import model_runs
+
+    (folder / "settings.json").write_text(json.dumps(model_runs.plan_model("tiny-flux2").to_dict()))
+    argv = ["drift", "--model", "tiny-flux2", "--against", str(tmp_path / "A"), "--out", str(tmp_path / "o")]
+    assert calib_main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "did not finish" in err[0] and "--save again" in err[0]
+    assert not (tmp_path / "o").exists() and [p.name for p in folder.iterdir()] == ["settings.json"]
