@@ -203,8 +203,12 @@ def _family_effect(args: argparse.Namespace) -> tuple:
     (none where that save recorded other runs)."""
     root = args.against if args.against is not None else effect_references(args.baseline or NEWEST_MFLUX)
     saved = {runs.name: folder for folder, runs in model_runs.read_saved(root, "--against")} if root.is_dir() else {}
+    random = {variants.get(v).family: v for v in numbers.embedded_variants()}
     found = []
     for name in effect_models():
+        family = variants.get(name).family
+        if name not in saved and random.get(family) in saved:  # the older release ran the random model instead
+            name = random[family]
         runs = model_runs.plan_model(name)
         if args.save is not None:
             _check_resumable(args.save, runs)

@@ -99,13 +99,35 @@ def _effect_text(effect: dict | None) -> str:
     return f"; on {effect['model']} with its gate ({effect['gate']}): {describe(effect)}"
 
 
+def _refit_reason(effect: dict | None) -> str:
+    """Which of the two questions asked for the refit: the gate's decisions, its fit, or both."""
+    if not effect:
+        return ""
+    decisions = [c for c in effect["thresholds"] if not c.get("within", True)]
+    fit = effect["fit"]
+    parts = []
+    if decisions:
+        parts.append(
+            "decisions differ beyond the tolerance at " + ", ".join(f"{c['threshold']:.3g}" for c in decisions)
+        )
+    if not fit.get("within", True):
+        before = fit["before"]["rmse"]
+        rise = fit["rmse_rise"] / before if before else float("inf")
+        parts.append(
+            f"the gate's RMSE rose {rise:+.1%} (allowed {fit['allowed_rmse_rise'] / before if before else 0:+.1%})"
+            + ("" if decisions else ", though no decision differs beyond its tolerance")
+        )
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def advice(status: str, has_coefficients: bool, evidence: FamilyEvidence) -> str:
     if status == BROKEN:
         failed = [c["name"] for c in (evidence.oracles or {}).get("checks", []) if not c["holds"]]
         why = evidence.error or f"no-op oracle failed: {', '.join(failed)}"
         return f"the integration does not hold ({why}): do not use TeaCache on this release"
     if status == REFIT:
-        return "refit recommended" if has_coefficients else "refit recommended for calibrations of this family"
+        why = _refit_reason(evidence.effect)
+        return ("refit recommended" if has_coefficients else "refit recommended for calibrations of this family") + why
     if status == HOLDS:
         return "the calibration holds: no refit needed"
     if status == MOVED_UNCHECKED:
