@@ -388,6 +388,7 @@ def run_effect(plan_: Plan) -> tuple[dict[str, dict], dict[str, str]]:
             fallback = dict((variants.get(v).family, v) for v in numbers.embedded_variants()).get(family)
             if plan_.own_model or fallback in (None, runs.name):
                 errors[family] = str(exc)
+                log(f"{runs.name}: failed: {exc}")
                 continue
             log(f"{exc}; the {family} effect model is {fallback} instead")
             runs = model_runs.plan_model(fallback)
@@ -395,6 +396,7 @@ def run_effect(plan_: Plan) -> tuple[dict[str, dict], dict[str, str]]:
                 effect = _effect_of(plan_, runs, _saved_for(plan_, runs), root, log)
             except model_runs.ModelUnavailable as again:
                 errors[family] = str(again)
+                log(f"{fallback}: failed: {again}")
                 continue
         except Exception as exc:  # noqa: BLE001 - a release that breaks a family is a finding, not a crash
             if isinstance(exc, Interrupted):
@@ -485,7 +487,7 @@ def _run_drift(plan_: Plan) -> dict:
     specs = variants.all_specs()
     if plan_.own_model:
         specs = [variants.get(r.variant) for r, _ in plan_.effect]
-    if plan_.own_model and plan_.save is not None:  # before the upgrade: nothing to judge yet
+    if plan_.own_model and plan_.save is not None and not effect_errors:  # before the upgrade: nothing to judge
         specs, evidence = [], {}
         for runs, _ in plan_.effect:
             print(f"{runs.name}: saved; after the upgrade: {PROG} --model {runs.model} --against {plan_.save}")

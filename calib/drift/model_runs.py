@@ -116,8 +116,21 @@ def plan_model(
     return ModelRuns(
         name=_slug(name), model=model, variant=spec.name, weights=weights_fingerprint(model, base_model),
         prompts=chosen, seeds=parse_seeds(seeds or DEFAULT_SEEDS), steps=steps_, width=width, height=height,
-        guidance=guidance_, base_model=base_model, quantize=quantize,
+        guidance=guidance_, base_model=base_model, quantize=quantize, dtype=compute_dtype(),
     )  # fmt: skip
+
+
+def compute_dtype() -> str:
+    """The dtype mflux will build and run in here: float32 on the CPU backend, else mflux's precision."""
+    import mlx.core as mx
+
+    from teacache._platform import _cuda_available
+
+    if mx.default_device() == mx.cpu or not (mx.metal.is_available() or _cuda_available(mx)):
+        return "float32"
+    from mflux.models.common.config.model_config import ModelConfig  # heavy (mflux): after the arguments
+
+    return str(ModelConfig.precision).removeprefix("mlx.core.")
 
 
 def _slug(name: str) -> str:

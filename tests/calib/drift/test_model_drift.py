@@ -128,3 +128,18 @@ def test_a_save_that_did_not_finish_is_named_so_and_never_judged_by(tmp_path, ca
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "did not finish" in err[0] and "--save again" in err[0]
     assert not (tmp_path / "o").exists() and [p.name for p in folder.iterdir()] == ["settings.json"]
+
+
+def test_a_save_whose_model_does_not_load_says_so_and_exits_1(tmp_path, capsys, monkeypatch):
+    from calib.run import arguments
+
+    def refuse(*_args):
+        raise RuntimeError("the weights do not fit this release")
+
+    monkeypatch.setattr(arguments, "load_model", refuse)
+    argv = ["drift", "--model", "tiny-flux2", "--save", str(tmp_path / "A"), "--out", str(tmp_path / "o")]
+    assert calib_main(argv) == 1
+    out = capsys.readouterr()
+    assert "tiny-flux2: integration-broken" in out.out and "the weights do not fit this release" in out.out
+    assert "saved; after the upgrade" not in out.out
+    assert "failed" in (tmp_path / "A" / "progress.log").read_text()
