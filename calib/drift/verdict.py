@@ -1,11 +1,13 @@
 """The verdict per variant: pure functions from the code report, the numbers comparison and the oracles.
 
-Statuses, worst first: ``integration-broken`` (a no-op oracle failed or a run raised), ``refit-recommended``
-(the change alters what a calibrated gate decides, or its fit, beyond the measured tolerance:
-:mod:`calib.drift.effect`), ``moved-calibration-holds`` (numbers or traces moved, the gate's decisions and fit
-stay within it), ``moved-effect-unchecked`` (the numbers moved above the noise floor and no before traces exist
-to judge the effect by), ``code-changed-integration-holds`` (hooked code differs, the oracles hold, nothing
-moved), ``numbers-unchecked`` (no reference for this hardware: code only), ``unchanged`` (bit-identical).
+Statuses, worst first:
+- ``integration-broken``: a no-op oracle failed or a run raised;
+- ``refit-recommended``: the change alters what a calibrated gate decides beyond the measured tolerance
+  (:mod:`calib.drift.effect`); a fit that moved beyond its noise is said beside it;
+- ``moved-calibration-holds``: numbers or traces moved, the gate's decisions stay within the tolerance;
+- ``moved-effect-unchecked``: the numbers moved above the noise floor, no before traces to judge the effect by;
+- ``code-changed-integration-holds``: hooked code differs, the oracles hold, nothing moved;
+- ``numbers-unchecked``: no reference for this hardware (code only); ``unchanged``: bit-identical.
 "The bits moved" alone never recommends a refit. Exit status: 1 when any variant is broken or needs a refit.
 """
 
@@ -114,8 +116,7 @@ def _refit_reason(effect: dict | None) -> str:
         before = fit["before"]["rmse"]
         rise = fit["rmse_rise"] / before if before else float("inf")
         parts.append(
-            f"the gate's RMSE rose {rise:+.1%} (allowed {fit['allowed_rmse_rise'] / before if before else 0:+.1%})"
-            + ("" if decisions else ", though no decision differs beyond its tolerance")
+            f"the gate's RMSE rose {rise:+.1%} (its noise {fit['allowed_rmse_rise'] / before if before else 0:.1%})"
         )
     return f" ({'; '.join(parts)})" if parts else ""
 
@@ -129,6 +130,13 @@ def advice(status: str, has_coefficients: bool, evidence: FamilyEvidence) -> str
         why = _refit_reason(evidence.effect)
         return ("refit recommended" if has_coefficients else "refit recommended for calibrations of this family") + why
     if status == HOLDS:
+        fit = (evidence.effect or {}).get("fit", {})
+        if fit and not fit.get("within", True) and fit["before"]["rmse"]:
+            rise = fit["rmse_rise"] / fit["before"]["rmse"]
+            return (
+                f"the calibration holds: no refit needed (no decision moved beyond its tolerance; the gate's RMSE "
+                f"rose {rise:+.2%}, beyond its noise of {fit['allowed_rmse_rise'] / fit['before']['rmse']:.2%})"
+            )
         return "the calibration holds: no refit needed"
     if status == MOVED_UNCHECKED:
         return (

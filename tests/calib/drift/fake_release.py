@@ -22,11 +22,12 @@ EDITS = {
         "hidden_states = hidden_states + mod_gate * attn_output",
         "hidden_states = hidden_states + mod_gate * attn_output * (1.0 + 2.0**-20)",
     ),
-    # the single blocks' attention doubled: what the denoiser does per step changes, and with it the gate's calls
+    # the modulation's shift, scale and gate half again as large: the signal the gate reads (block 0's modulated
+    # input) and what each step does both change, and with them the gate's calls
     "flux2-decisions": (
-        _FLUX2 / "single_transformer_block.py",
-        "hidden_states = hidden_states + mod_gate * attn_output",
-        "hidden_states = hidden_states + 2.0 * mod_gate * attn_output",
+        _FLUX2 / "modulation.py",
+        "mod = self.linear(mod)",
+        "mod = 1.5 * self.linear(mod)",
     ),
     # a hooked function that no longer runs as the adapters call it
     "flux2-broken": (

@@ -47,7 +47,8 @@ def test_a_fake_release_gets_the_verdict_its_effect_deserves(saved, kind, status
     if status == verdict.HOLDS:
         assert "traces moved" in found["line"] and "no refit needed" in found["line"]
         assert all(c["decisions_differ"] == 0 for c in found["effect"]["thresholds"])
-    if status == verdict.REFIT:
+    if status == verdict.REFIT:  # the gate's calls moved, not only its bits
+        assert any(not c["within"] for c in found["effect"]["thresholds"]), found["line"]
         assert found["commands"][0].startswith("teacache-calib record --model tiny-flux2")
     if status != verdict.BROKEN:  # the code fingerprints read the mflux that runs, not the distribution's folder
         assert found["changed_functions"], found["line"]
