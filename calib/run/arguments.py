@@ -132,18 +132,24 @@ def check_out_file(path: str | os.PathLike, arg: str = "--out", what: str = "fil
     return path
 
 
+def shown(value: object, limit: int = 80) -> str:
+    """A value as a message quotes it: whole when short, else its start and its length (one readable line)."""
+    text = str(value)
+    return repr(text) if len(text) <= limit else f"{text[: limit - 20]!r}... ({len(text)} characters)"
+
+
 def check_input_file(path: str | os.PathLike, arg: str) -> Path:
     """A file that exists and can be read."""
     path = Path(path)
-    if not path.exists():
-        raise ValueError(f"{arg}: {path} does not exist")
-    if not path.is_file():
-        raise ValueError(f"{arg}: {path} is not a file")
     try:
+        if not path.exists():
+            raise ValueError(f"{arg}: {path} does not exist")
+        if not path.is_file():
+            raise ValueError(f"{arg}: {path} is not a file")
         with path.open("rb") as handle:
             handle.read(1)
-    except OSError as exc:
-        raise ValueError(f"{arg}: cannot read {path} ({exc.strerror or exc})") from None
+    except OSError as exc:  # a name too long for the system, a folder we may not look into
+        raise ValueError(f"{arg}: cannot read {shown(path)} ({exc.strerror or exc})") from None
     return path
 
 

@@ -192,22 +192,41 @@ def pair_id(prompt_id: str, seed: int) -> str:
     return f"{prompt_id}-s{seed}"
 
 
+# A seed is what mflux's generators take (a uint32: 0..2^32-1); a larger one fails inside the first generation.
+MAX_SEED = 2**32 - 1
+# More seeds than any run could finish (each is one generation per prompt); also keeps '0-99999999999' from
+# building a list that fills the memory before the plan line prints.
+MAX_SEEDS = 1_000_000
+
+
 def parse_seeds(text: str) -> list[int]:
-    """'0,1,2' or '0-4' or a mix; refuses negatives and duplicates."""
+    """'0,1,2' or '0-4' or a mix of distinct seeds in 0..2^32-1; refuses anything else in one line."""
     seeds: list[int] = []
     try:
         for part in str(text).split(","):
             part = part.strip()
             if "-" in part[1:]:
-                lo, hi = part.split("-", 1)
-                seeds.extend(range(int(lo), int(hi) + 1))
+                lo, hi = (int(v) for v in part.split("-", 1))
+                _check_seed(lo, text)
+                _check_seed(hi, text)
+                if hi - lo + 1 + len(seeds) > MAX_SEEDS:
+                    raise ValueError(f"--seeds: at most {MAX_SEEDS} seeds, got {text!r}")
+                seeds.extend(range(lo, hi + 1))
             elif part:
-                seeds.append(int(part))
-    except ValueError:
+                seeds.append(_check_seed(int(part), text))
+    except ValueError as exc:
+        if str(exc).startswith("--seeds"):
+            raise
         raise ValueError(f"--seeds: expected integers like '0,1,2' or '0-4', got {text!r}") from None
     if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
         raise ValueError(f"--seeds: expected distinct non-negative integers, got {text!r}")
     return seeds
+
+
+def _check_seed(seed: int, text: str) -> int:
+    if seed > MAX_SEED:
+        raise ValueError(f"--seeds: a seed is at most 2^32-1 = {MAX_SEED} (what the generators take), got {text!r}")
+    return seed
 
 
 def parse_size(text: str) -> tuple[int, int]:

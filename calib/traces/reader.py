@@ -136,10 +136,18 @@ def _seed(value) -> int | None:
 def split_signal(path: str | os.PathLike) -> tuple[Path, str | None]:
     """``PATH#SIGNAL`` -> (PATH, SIGNAL) unless PATH#SIGNAL is itself a file."""
     text = str(path)
-    if "#" in text and not Path(text).exists():
+    if "#" in text and not _exists(Path(text)):
         base, signal = text.rsplit("#", 1)
         return Path(base), signal
     return Path(text), None
+
+
+def _exists(path: Path) -> bool:
+    """Path.exists, False for a name the system cannot hold (over 255 bytes), which names no file."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
 
 
 def read_table(path: str | os.PathLike) -> tuple[pd.DataFrame, dict | None]:
