@@ -19,7 +19,7 @@ import numpy as np
 
 from calib.fit import safety
 from calib.fit.command import FitError, import_module_from_path, read_fit, rescale_from_fit
-from calib.run.arguments import CommandParser, check_out_file, path_argument
+from calib.run.arguments import CommandParser, check_out_file, check_variant_name, path_argument
 from teacache import variants
 from teacache.coefficients import PACKAGED_MODULES, module_name
 from teacache.io import write_text
@@ -481,6 +481,8 @@ def emit_calibration(args: argparse.Namespace) -> int:
     from teacache.io import write_json
 
     try:
+        if args.variant is not None:
+            check_variant_name(args.variant)
         if args.out is not None:
             check_out_file(args.out, what=".json file")
         fit = read_fit(args.fit)

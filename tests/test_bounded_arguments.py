@@ -14,6 +14,7 @@ from tests import ROOT
 from tests.conftest import refused
 
 TRACES = str(ROOT / "results/cpu-amd-epyc-2c/tiny-shapes/0.24.0/traces/traces.parquet")  # 28 steps
+FIT = str(ROOT / "results/cpu-amd-epyc-2c/tiny-shapes/0.24.0/fit/fit.json")
 WEIGHTS = str(ROOT / "teacache/models/weights")  # tiny-shapes.safetensors and .json
 LONG_NUMBERS = ",".join(["0.123456789012345"] * 20)  # 359 characters: longer than a file name may be
 LONG_BAD = "0.1," * 80 + "x"
@@ -45,6 +46,22 @@ CASES = [
     ("teacache-bench adherence", [*ADHERENCE, "--steps", "0"], "--steps: expected at least 1"),
     ("teacache-bench adherence", [*ADHERENCE, "--guidance", "-3"], "--guidance: expected a finite number >= 0"),
     ("teacache-bench adherence", [*ADHERENCE, "--prompt-seed", "-1"], "--prompt-seed: "),
+    # accepted but wrong
+    ("teacache-calib fit", [TRACES, "--variant", "nope", "--out", "{out}"],
+     "--variant: unknown variant 'nope'; known: flux1-dev, flux1-schnell"),
+    ("teacache-calib emit", [FIT, "--format", "mlx-teacache", "--variant", "nope", "--out", "{out}.json"],
+     "--variant: unknown variant 'nope'; known: "),
+    ("teacache-bench replay", [TRACES, "--thresholds", "0.1", "--variant", "nope"], "--variant: unknown variant"),
+    ("teacache-bench replay", [TRACES, "--thresholds", "0.1", "--skip-first", "1000"], "--skip-first 1000"),
+    ("teacache-bench replay", [TRACES, "--thresholds", "0.1", "--skip-last", "27"], "--skip-last 27"),
+    ("teacache-bench replay", [TRACES, "--thresholds", "0.1", "--skip-first", "14", "--skip-last", "14"],
+     "leave no step the gate could skip in the traces' 28-step runs"),
+    ("teacache-bench replay", [TRACES, "--thresholds", "0.1", "--skip-first", "-1"], "--skip-first: expected"),
+    ("teacache-bench replay", [TRACES, "--thresholds", "0.1", "--max-consecutive-skips", "0"],
+     "--max-consecutive-skips: expected"),
+    ("teacache-calib record", ["--model", "tiny-shapes", "--guidance", "-3", "--out", "{out}"], "--guidance: "),
+    ("teacache-bench sweep", [*SWEEP, "--guidance", "-3", "--out", "{out}"], "--guidance: "),
+    ("teacache-bench fullsize", ["--models", "random-z-image", "--guidance", "-3", "--out", "{out}"], "--guidance"),
 ]  # fmt: skip
 
 

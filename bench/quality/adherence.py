@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from collections.abc import Iterable, Sequence
 
@@ -218,8 +217,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     if not 1 <= args.n <= available:
         raise ValueError(f"--n: expected 1 to {available} held-out prompts (that many exist), got {args.n}")
     arguments.check_at_least(args.steps, 1, "--steps")
-    if not math.isfinite(args.guidance) or args.guidance < 0:
-        raise ValueError(f"--guidance: expected a finite number >= 0, got {args.guidance:g}")
+    arguments.check_guidance(args.guidance)
     arguments.check_at_least(args.prompt_seed, 0, "--prompt-seed")
 
 

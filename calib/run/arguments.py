@@ -230,6 +230,21 @@ def check_at_least(value: int, minimum: int, arg: str, why: str = "") -> int:
     return value
 
 
+def check_guidance(value: float, arg: str = "--guidance") -> float:
+    """A guidance scale: finite and >= 0 (0 turns guidance off; a negative one steers away from the prompt, which
+    no model here is meant to run)."""
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{arg}: expected a finite number >= 0, got {value:g}")
+    return float(value)
+
+
+def check_variant_name(name: str, arg: str = "--variant") -> str:
+    """A variant the registry knows (or one of its aliases), else one line naming the known ones."""
+    if variants.find(name) is None:
+        raise ValueError(f"{arg}: unknown variant {name!r}; known: {', '.join(variants.names())}")
+    return name
+
+
 def generation_settings(
     model: str, base_model: str | None, steps: int | None, size: str | None, guidance: float | None,
     min_steps: int, why: str,
@@ -244,7 +259,5 @@ def generation_settings(
         )
     steps = steps if steps is not None else defaults["steps"]
     check_at_least(steps, min_steps, "--steps", why)
-    guidance = guidance if guidance is not None else defaults["guidance"]
-    if not math.isfinite(guidance):
-        raise ValueError(f"--guidance: expected a finite number, got {guidance}")
-    return steps, width, height, float(guidance)
+    guidance = check_guidance(guidance if guidance is not None else defaults["guidance"])
+    return steps, width, height, guidance
