@@ -8,6 +8,7 @@ the same bytes and a diff of the module shows exactly what a refit changed.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import math
 import sys
@@ -18,7 +19,7 @@ import numpy as np
 
 from calib.fit import safety
 from calib.fit.command import FitError, import_module_from_path, read_fit, rescale_from_fit
-from calib.run.arguments import CommandParser, check_out_file, path_argument
+from calib.run.arguments import CommandParser, check_out_file, check_variant_name, path_argument
 from teacache import variants
 from teacache.coefficients import PACKAGED_MODULES, module_name
 from teacache.io import write_text
@@ -34,6 +35,47 @@ _NESTED = ("recipe", "settings", "config", "generation")
 def target_path(variant: str) -> Path:
     """Where the packaged module of ``variant`` lives (teacache/coefficients/<module>.py)."""
     return COEFFICIENTS_DIR / f"{module_name(variant)}.py"
+
+
+def importers(module: str) -> dict[str, set[str]]:
+    """{file name: names} of the coefficient modules that import names from ``module``: rewriting it must keep
+    those names, or they stop importing (and every variant served through them with them)."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(COEFFICIENTS_DIR.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == f"teacache.coefficients.{module}":
+                found.setdefault(path.name, set()).update(alias.name for alias in node.names)
+    return found
+
+
+def served_variants(module: str) -> list[str]:
+    """Every variant whose packaged function comes from ``module``: its spec names it, or names a module that
+    imports from it (tiny-flux1's once took FLUX.1-dev's this way)."""
+    modules, todo = {module}, [module]
+    while todo:
+        for name in importers(todo.pop()):
+            stem = name.removesuffix(".py")
+            if stem not in modules:
+                modules.add(stem)
+                todo.append(stem)
+    return sorted(v for v, m in PACKAGED_MODULES.items() if m in modules)
+
+
+def check_importers(module: str, text: str) -> None:
+    """Refuse a new text for ``module`` that lacks a name another coefficient module imports from it."""
+    defined = set()
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.Assign):
+            defined.update(target.id for target in node.targets if isinstance(target, ast.Name))
+        elif isinstance(node, ast.ImportFrom):
+            defined.update(alias.asname or alias.name for alias in node.names)
+    for name, names in importers(module).items():
+        missing = sorted(names - defined)
+        if missing:
+            raise ValueError(
+                f"--variant: {name} imports {', '.join(missing)} from module {module}, which this fit's module "
+                f"would not define; make {name} import from a module emit does not rewrite (or write with --out)"
+            )
 
 
 def check_variant(variant: str) -> str:
@@ -59,7 +101,7 @@ def emit_module(fit: dict, variant: str) -> str:
     data = fit.get("data") or {}
     fitp = fit.get("provenance") or {}
     trace = (fit.get("input") or {}).get("provenance") or {}
-    shared = sorted(v for v, m in PACKAGED_MODULES.items() if m == module)
+    shared = served_variants(module)
 
     rescale_notes = [
         GENERATED,
@@ -397,6 +439,8 @@ def main(argv: list[str] | None = None) -> int:
             check_out_file(args.out, what="coefficient module")
         fit = read_fit(args.fit)
         text = emit_module(fit, args.variant)
+        if args.out is None:
+            check_importers(module_name(args.variant), text)
     except (FitError, ValueError, KeyError) as exc:
         msg = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
         print(f"teacache-calib emit: error: {msg}", file=sys.stderr)
@@ -423,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
         new_recipe = recipe_from_fit(fit)
         if old is not None and old_recipe != new_recipe:
             print(f"  recipe: {old_recipe} -> {new_recipe}")
-    shared = sorted(v for v, m in PACKAGED_MODULES.items() if m == module_name(args.variant))
+    shared = served_variants(module_name(args.variant))
     if len(shared) > 1:
         print(f"  note: module {module_name(args.variant)} serves {', '.join(shared)}")
     write_text(path, text)
@@ -437,6 +481,8 @@ def emit_calibration(args: argparse.Namespace) -> int:
     from teacache.io import write_json
 
     try:
+        if args.variant is not None:
+            check_variant_name(args.variant)
         if args.out is not None:
             check_out_file(args.out, what=".json file")
         fit = read_fit(args.fit)

@@ -16,19 +16,22 @@ import argparse
 import json
 import time
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
 import PIL.Image
 from scipy import ndimage
 
+from calib.run import arguments
 from teacache.io import write_json
 from teacache.models import shapes
 from teacache.models.shapes import PALETTE, POSITIONS, ShapeSpec, parse_prompt
 from teacache.models.train_shapes import write_model_card
 from teacache.provenance import device_info
 
+PROG = "teacache-bench adherence"
+WEIGHTS_NAME = "tiny-shapes.safetensors"
+MANIFEST_NAME = "tiny-shapes.json"
 MAIN_ATTRIBUTES = ("color", "background", "position")
 ALL_ATTRIBUTES = (*MAIN_ATTRIBUTES, "shape")
 MIN_SHAPE_PIXELS = 6  # fewer non-background pixels than this: no shape was drawn
@@ -187,11 +190,12 @@ def evaluate_pipeline(
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.quality.adherence",
-        description="Score tiny-shapes on held-out prompts and write the figures into its manifest and card.",
+    parser = arguments.CommandParser(
+        prog=PROG, description="Score tiny-shapes on held-out prompts and write the figures into its manifest and card."
     )
-    parser.add_argument("--model-dir", type=Path, required=True, help="folder with tiny-shapes.safetensors/.json")
+    parser.add_argument(
+        "--model-dir", type=arguments.path_argument, required=True, help=f"folder with {WEIGHTS_NAME} and its .json"
+    )
     parser.add_argument("--n", type=int, default=64, help="held-out prompts, one seed each (default 64)")
     parser.add_argument("--steps", type=int, default=28)
     parser.add_argument("--guidance", type=float, default=1.0)
@@ -200,13 +204,34 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_arguments(args: argparse.Namespace) -> None:
+    """Every argument, before the model loads: a tiny-shapes folder, as many held-out prompts as exist."""
+    folder = args.model_dir
+    if not folder.is_dir():
+        raise ValueError(f"--model-dir: {folder} is not a folder with {WEIGHTS_NAME} and {MANIFEST_NAME}")
+    arguments.check_input_file(folder / WEIGHTS_NAME, "--model-dir")
+    arguments.check_input_file(folder / MANIFEST_NAME, "--model-dir")
+    if not args.no_card:
+        arguments.check_out_dir(folder, "--model-dir")  # the manifest and the card are rewritten there
+    available = len(shapes.split_specs("held_out"))
+    if not 1 <= args.n <= available:
+        raise ValueError(f"--n: expected 1 to {available} held-out prompts (that many exist), got {args.n}")
+    arguments.check_at_least(args.steps, 1, "--steps")
+    arguments.check_guidance(args.guidance)
+    arguments.check_at_least(args.prompt_seed, 0, "--prompt-seed")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
+    try:
+        check_arguments(args)
+    except ValueError as exc:
+        return arguments.fail(PROG, str(exc))
     # heavy (mflux): loaded after the arguments are checked
     from mflux.models.common.config.model_config import ModelConfig
 
     ModelConfig.precision = mx.float32  # the card's figures are float32 on every backend, as on a CPU
-    weights = args.model_dir / "tiny-shapes.safetensors"
+    weights = args.model_dir / WEIGHTS_NAME
     pipeline = shapes.load_tiny_shapes(weights)
     specs = shapes.evaluation_specs(args.n, seed=args.prompt_seed)
     start = time.perf_counter()

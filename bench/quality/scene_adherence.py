@@ -27,7 +27,6 @@ apart along the relation's axis, the extents 2 px apart, a striped object's shad
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -235,8 +234,7 @@ def check_arguments(args: argparse.Namespace) -> dict:
     arguments.check_out_dir(folder, "--model-dir")  # the manifest and the card are rewritten there
     arguments.check_at_least(args.prompts, 1, "--prompts")
     arguments.check_at_least(args.steps, 1, "--steps")
-    if not math.isfinite(args.guidance) or args.guidance < 0:
-        raise ValueError(f"--guidance: expected a finite number >= 0, got {args.guidance:g}")
+    arguments.check_guidance(args.guidance)
     try:
         manifest = read_json_object(folder / MANIFEST_NAME, ValueError)
     except ValueError as exc:

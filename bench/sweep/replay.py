@@ -22,7 +22,7 @@ from bench.common import parse_thresholds
 from bench.peer import gate as peer_gate
 from calib.fit.coefficient_sources import parse_x_range, resolve_coefficients
 from calib.fit.errors import FitError
-from calib.run.arguments import CommandParser, check_out_file, path_argument
+from calib.run.arguments import CommandParser, check_at_least, check_out_file, check_variant_name, path_argument
 from calib.traces.reader import REPLAY_COLUMNS, RunTrace, Traces, load_traces
 from teacache import variants
 from teacache.gate import GateConfig
@@ -81,6 +81,34 @@ def gate_defaults(variant: str | None) -> tuple[int, int, str]:
     if spec is None:
         return skip_first, skip_last, f"gate defaults ({variant!r} is not a known variant)"
     return spec.skip_first_n_steps, skip_last, f"variant {spec.name}"
+
+
+def check_step_rules(args: argparse.Namespace) -> None:
+    """--variant, --skip-first, --skip-last and --max-consecutive-skips, before any trace is read."""
+    if args.variant is not None:
+        check_variant_name(args.variant)
+    for arg, value in (("--skip-first", args.skip_first), ("--skip-last", args.skip_last)):
+        if value is not None:
+            check_at_least(value, 0, arg)
+    check_at_least(args.max_consecutive_skips, 1, "--max-consecutive-skips")
+
+
+def check_gated_steps(args: argparse.Namespace, skip_first: int, skip_last: int, num_steps: list[int]) -> None:
+    """Given --skip-first/--skip-last leave the gate a step it may skip in every run: else each schedule would be
+    'compute everything', whatever the thresholds. The gate never skips step 0 (it has no previous step)."""
+    given = [
+        f"{arg} {v}" for arg, v in (("--skip-first", args.skip_first), ("--skip-last", args.skip_last)) if v is not None
+    ]
+    if not given:
+        return
+    for n in sorted(num_steps):
+        lo, hi = max(skip_first, 1), n - 1 - skip_last
+        if hi < lo:
+            raise ValueError(
+                f"{' '.join(given)}: skip first {skip_first} / last {skip_last} leave no step the gate could skip "
+                f"in the traces' {n}-step runs (it may skip steps {lo}..{hi}: none); expected skip-first + "
+                f"skip-last below {n}"
+            )
 
 
 def read_replay_traces(
@@ -212,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         thresholds = parse_thresholds(args.thresholds)
         x_range = parse_x_range(args.x_range)
+        check_step_rules(args)
         if args.out is not None:
             check_out_file(args.out, what="CSV file")
         traces = read_replay_traces(args.traces, args.num_steps, args.variant, args.branch)
@@ -223,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         skip_first = skip_first if args.skip_first is None else args.skip_first
         skip_last = skip_last if args.skip_last is None else args.skip_last
         configs = {t: GateConfig(t, rescale, skip_first, skip_last, args.max_consecutive_skips) for t in thresholds}
+        check_gated_steps(args, skip_first, skip_last, traces.num_steps["values"])
         peer_for = peer_settings(args, rescale) if args.gate == "mlx-teacache" else None
     except (ValueError, FitError) as exc:
         print(f"teacache-bench replay: error: {exc}", file=sys.stderr)

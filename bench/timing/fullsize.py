@@ -44,7 +44,7 @@ import teacache
 from bench.common import parse_numbers, parse_thresholds
 from bench.peer import arm as peer
 from bench.peer import gate as peer_gate
-from calib.run.arguments import CommandParser, check_out_dir, path_argument
+from calib.run.arguments import CommandParser, check_guidance, check_out_dir, path_argument
 from calib.run.generation import generate
 from calib.run.interleave import Turn, interleave
 from calib.run.interrupts import interruptions
@@ -145,8 +145,8 @@ def validate(args) -> dict:
         raise ValueError("--out: --blocks builds models that are not full size; name a folder outside results/")
     if args.out is not None:
         check_out_dir(args.out)
-    if args.guidance is not None and (math.isnan(args.guidance) or args.guidance < 0):
-        raise ValueError(f"--guidance: expected a number >= 0, got {args.guidance}")
+    if args.guidance is not None:
+        check_guidance(args.guidance)
     if args.budget_s is not None and not args.budget_s > 0:
         raise ValueError(f"--budget-s: expected seconds > 0, got {args.budget_s}")
     thresholds = None if args.thresholds is None else [t for t in parse_thresholds(args.thresholds) if t > 0]

@@ -9,6 +9,7 @@ Files carry their calibrated range; bare numbers get theirs from ``--x-range`` o
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import json
 import math
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from calib.fit.errors import FitError
 from calib.fit.file import read_fit, rescale_from_fit
+from calib.run.arguments import shown
 from calib.traces import mlx_teacache
 from calib.traces.reader import split_signal
 from teacache.coefficients import load_packaged, module_name
@@ -39,6 +41,21 @@ def parse_x_range(text: str | None, arg: str = "--x-range") -> tuple[float, floa
     return lo, hi
 
 
+def _kind(path: Path, arg: str) -> str | None:
+    """'dir', 'file', 'other' or None (nothing there). A name the system cannot hold (over 255 bytes: a long
+    list of numbers reads as one) names nothing; another failure to look is one line about ``arg``."""
+    try:
+        if path.is_dir():
+            return "dir"
+        if path.exists():
+            return "file" if path.is_file() else "other"
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            return None
+        raise FitError(f"{arg}: cannot look at {shown(path)} ({exc.strerror or exc})") from None
+    return None
+
+
 def resolve_coefficients(
     source: str,
     variant: str | None,
@@ -51,13 +68,14 @@ def resolve_coefficients(
         _no_range(x_range, arg, "packaged coefficients")
         return _packaged(variant, arg)
     path, signal = split_signal(source)
-    if path.suffix == ".json" or path.is_dir():
+    kind = _kind(path, arg)
+    if path.suffix == ".json" or kind == "dir":
         _no_range(x_range, arg, str(path))
-        return _from_json(path, signal, arg)
+        return _from_json(path, signal, arg, kind)
     if path.suffix == ".py":
         _no_range(x_range, arg, str(path))
-        if not path.is_file():
-            raise FitError(f"{arg}: {path} does not exist")
+        if kind != "file":
+            raise FitError(f"{arg}: {shown(path)} does not exist")
         module = import_module_from_path(path)
         rescale = getattr(module, "RESCALE", None)
         if not isinstance(rescale, RescaleFunction):
@@ -68,7 +86,7 @@ def resolve_coefficients(
     except ValueError:
         raise FitError(
             f"{arg}: expected 'packaged', a fit.json path, an mlx-teacache calibration .json, a coefficient "
-            f"module (.py) or comma-separated numbers highest power first; got {source!r}"
+            f"module (.py) or comma-separated numbers highest power first; got {shown(source)}"
         ) from None
     try:
         rescale = RescaleFunction(
@@ -119,9 +137,9 @@ def packaged_numeric_change(variant: str | None, trace_provenance: dict | None) 
     return note
 
 
-def _from_json(path: Path, signal: str | None, arg: str) -> tuple[RescaleFunction, str]:
+def _from_json(path: Path, signal: str | None, arg: str, kind: str | None) -> tuple[RescaleFunction, str]:
     """A fit.json (or folder holding one) or an mlx-teacache calibration, told apart by content."""
-    if path.is_file():
+    if kind == "file":
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
@@ -132,8 +150,8 @@ def _from_json(path: Path, signal: str | None, arg: str) -> tuple[RescaleFunctio
             except ValueError as exc:
                 raise FitError(f"{arg}: {path.name}: {exc}") from None
             return rescale, rescale.provenance["source"]
-    elif not path.exists():
-        raise FitError(f"{arg}: {path} does not exist")
+    elif kind is None:
+        raise FitError(f"{arg}: {shown(path)} does not exist")
     if signal is not None:
         raise FitError(f"{arg}: '#{signal}' names a signal of an mlx-teacache calibration; {path} is not one")
     try:

@@ -74,7 +74,7 @@ from calib.fit.selection import (  # noqa: F401
     select,
     time_input,
 )
-from calib.run.arguments import CommandParser, check_out_dir, path_argument
+from calib.run.arguments import CommandParser, check_out_dir, check_variant_name, path_argument
 from calib.traces.reader import TraceError, Traces, load_traces
 from teacache.io import FORMAT_VERSION, atomic_path, write_json
 from teacache.provenance import collect
@@ -227,6 +227,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, dict[str, byte
 
 def _checked_options(args: argparse.Namespace) -> tuple[float, float] | None:
     """The options checked before any trace is read; returns --x-range parsed."""
+    if args.variant is not None:
+        check_variant_name(args.variant)
     if args.margin < 0 or not math.isfinite(args.margin):
         raise FitError(f"--margin: expected a finite number >= 0, got {args.margin!r}")
     out = Path(args.out)

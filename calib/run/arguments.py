@@ -132,18 +132,24 @@ def check_out_file(path: str | os.PathLike, arg: str = "--out", what: str = "fil
     return path
 
 
+def shown(value: object, limit: int = 80) -> str:
+    """A value as a message quotes it: whole when short, else its start and its length (one readable line)."""
+    text = str(value)
+    return repr(text) if len(text) <= limit else f"{text[: limit - 20]!r}... ({len(text)} characters)"
+
+
 def check_input_file(path: str | os.PathLike, arg: str) -> Path:
     """A file that exists and can be read."""
     path = Path(path)
-    if not path.exists():
-        raise ValueError(f"{arg}: {path} does not exist")
-    if not path.is_file():
-        raise ValueError(f"{arg}: {path} is not a file")
     try:
+        if not path.exists():
+            raise ValueError(f"{arg}: {path} does not exist")
+        if not path.is_file():
+            raise ValueError(f"{arg}: {path} is not a file")
         with path.open("rb") as handle:
             handle.read(1)
-    except OSError as exc:
-        raise ValueError(f"{arg}: cannot read {path} ({exc.strerror or exc})") from None
+    except OSError as exc:  # a name too long for the system, a folder we may not look into
+        raise ValueError(f"{arg}: cannot read {shown(path)} ({exc.strerror or exc})") from None
     return path
 
 
@@ -224,6 +230,21 @@ def check_at_least(value: int, minimum: int, arg: str, why: str = "") -> int:
     return value
 
 
+def check_guidance(value: float, arg: str = "--guidance") -> float:
+    """A guidance scale: finite and >= 0 (0 turns guidance off; a negative one steers away from the prompt, which
+    no model here is meant to run)."""
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{arg}: expected a finite number >= 0, got {value:g}")
+    return float(value)
+
+
+def check_variant_name(name: str, arg: str = "--variant") -> str:
+    """A variant the registry knows (or one of its aliases), else one line naming the known ones."""
+    if variants.find(name) is None:
+        raise ValueError(f"{arg}: unknown variant {name!r}; known: {', '.join(variants.names())}")
+    return name
+
+
 def generation_settings(
     model: str, base_model: str | None, steps: int | None, size: str | None, guidance: float | None,
     min_steps: int, why: str,
@@ -238,7 +259,5 @@ def generation_settings(
         )
     steps = steps if steps is not None else defaults["steps"]
     check_at_least(steps, min_steps, "--steps", why)
-    guidance = guidance if guidance is not None else defaults["guidance"]
-    if not math.isfinite(guidance):
-        raise ValueError(f"--guidance: expected a finite number, got {guidance}")
-    return steps, width, height, float(guidance)
+    guidance = check_guidance(guidance if guidance is not None else defaults["guidance"])
+    return steps, width, height, guidance

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import re
 from pathlib import Path
 
 from teacache import variants
@@ -110,29 +111,77 @@ def _file_id(text: str) -> str:
     return "file-" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:8]
 
 
+# Ids name files (<id>-s<seed>.parquet, images/<id>-...): letters, digits, '.', '_' and '-' only, not starting
+# with '.', so no id is a path ('../x', 'a/b'), a hidden file or '..'; 128 leaves room for the seed and the
+# suffix under the 255-byte limit of a file name.
+ID_ALPHABET = "A-Z a-z 0-9 . _ -"
+MAX_ID_LENGTH = 128
+_SAFE_ID = re.compile(rf"[A-Za-z0-9_-][A-Za-z0-9._-]{{0,{MAX_ID_LENGTH - 1}}}")
+
+
+def check_prompt_id(prompt_id: str, where: str = "--prompts") -> str:
+    """An id that is a safe file name, else ValueError naming ``where`` (file and row) and the alphabet."""
+    if not isinstance(prompt_id, str) or _SAFE_ID.fullmatch(prompt_id) is None:
+        raise ValueError(
+            f"{where}: id {prompt_id!r} is not a safe file name (ids name files: 1 to {MAX_ID_LENGTH} characters "
+            f"of {ID_ALPHABET}, not starting with '.')"
+        )
+    return prompt_id
+
+
+def _json_rows(path: Path) -> list[tuple[object, object]]:
+    """[(id, text)] of {id: text} or [{id, text}], duplicate keys kept (json.loads keeps only the last)."""
+    data = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=lambda pairs: pairs)
+    if isinstance(data, list) and all(isinstance(row, list) for row in data):  # [{id, text}], each as its pairs
+        rows = [dict(row) for row in data]
+        return [(row["id"], row["text"]) for row in rows]
+    if isinstance(data, list):  # {id: text}, as its pairs
+        return list(data)
+    raise TypeError(f"expected {{id: text}} or [{{id, text}}], got {type(data).__name__}")
+
+
+def _rows(path: Path) -> tuple[str, list[tuple[int, object, object]]]:
+    """(what a row is called, [(row number, id, text)]) of a prompt file, in file order."""
+    if path.suffix == ".json":
+        return "entry", [(n, k, v) for n, (k, v) in enumerate(_json_rows(path), start=1)]
+    if path.suffix == ".csv":
+        with path.open(newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            if not reader.fieldnames or not {"id", "text"} <= set(reader.fieldnames):
+                raise ValueError(f"--prompts: {path} needs the columns id,text; found {reader.fieldnames}")
+            return "line", [(reader.line_num, row["id"], row["text"]) for row in reader]
+    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    return "line", [
+        (n, _file_id(line), line) for n, line in enumerate(lines, start=1) if line and not line.startswith("#")
+    ]
+
+
 def load_prompts(spec: str) -> dict[str, str]:
     """A built-in set name, or a file.
 
-    Files: .txt (one prompt per line), .json ({id: text} or [{id, text}]), .csv (id,text).
+    Files: .txt (one prompt per line), .json ({id: text} or [{id, text}]), .csv (id,text). Every id must be a
+    safe file name (check_prompt_id) and come once: a file is refused naming the row, never read in part.
     """
     if spec in SETS:
         return dict(SETS[spec])
     path = Path(spec)
     if not path.exists():
         raise ValueError(f"--prompts: {spec!r} is neither a built-in set ({', '.join(SETS)}) nor an existing file")
-    if path.suffix == ".json":
-        data = json.loads(path.read_text(encoding="utf-8"))
-        prompts = data if isinstance(data, dict) else {row["id"]: row["text"] for row in data}
-    elif path.suffix == ".csv":
-        with path.open(newline="", encoding="utf-8") as handle:
-            reader = csv.DictReader(handle)
-            if not reader.fieldnames or not {"id", "text"} <= set(reader.fieldnames):
-                raise ValueError(f"--prompts: {path} needs the columns id,text; found {reader.fieldnames}")
-            prompts = {row["id"]: row["text"] for row in reader}
-    else:
-        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
-        prompts = {_file_id(line): line for line in lines if line and not line.startswith("#")}
-    prompts = {str(k): str(v) for k, v in prompts.items() if str(v).strip()}
+    row, rows = _rows(path)
+    rows_word = {"entry": "entries", "line": "lines"}[row]
+    prompts: dict[str, str] = {}
+    first_row: dict[str, int] = {}
+    for number, raw_id, text in rows:
+        number_id = isinstance(raw_id, int | float) and not isinstance(raw_id, bool)  # JSON's {"id": 7}
+        prompt_id = check_prompt_id(str(raw_id) if number_id else raw_id, f"--prompts: {path} {row} {number}")
+        if prompt_id in first_row:
+            raise ValueError(
+                f"--prompts: {path} {rows_word} {first_row[prompt_id]} and {number}: the id {prompt_id!r} comes "
+                "twice (an id names its prompt's files and rows: each must be unique)"
+            )
+        first_row[prompt_id] = number
+        if str(text).strip():
+            prompts[prompt_id] = str(text)
     if not prompts:
         raise ValueError(f"--prompts: {spec} holds no prompts")
     return prompts
@@ -143,22 +192,41 @@ def pair_id(prompt_id: str, seed: int) -> str:
     return f"{prompt_id}-s{seed}"
 
 
+# A seed is what mflux's generators take (a uint32: 0..2^32-1); a larger one fails inside the first generation.
+MAX_SEED = 2**32 - 1
+# More seeds than any run could finish (each is one generation per prompt); also keeps '0-99999999999' from
+# building a list that fills the memory before the plan line prints.
+MAX_SEEDS = 1_000_000
+
+
 def parse_seeds(text: str) -> list[int]:
-    """'0,1,2' or '0-4' or a mix; refuses negatives and duplicates."""
+    """'0,1,2' or '0-4' or a mix of distinct seeds in 0..2^32-1; refuses anything else in one line."""
     seeds: list[int] = []
     try:
         for part in str(text).split(","):
             part = part.strip()
             if "-" in part[1:]:
-                lo, hi = part.split("-", 1)
-                seeds.extend(range(int(lo), int(hi) + 1))
+                lo, hi = (int(v) for v in part.split("-", 1))
+                _check_seed(lo, text)
+                _check_seed(hi, text)
+                if hi - lo + 1 + len(seeds) > MAX_SEEDS:
+                    raise ValueError(f"--seeds: at most {MAX_SEEDS} seeds, got {text!r}")
+                seeds.extend(range(lo, hi + 1))
             elif part:
-                seeds.append(int(part))
-    except ValueError:
+                seeds.append(_check_seed(int(part), text))
+    except ValueError as exc:
+        if str(exc).startswith("--seeds"):
+            raise
         raise ValueError(f"--seeds: expected integers like '0,1,2' or '0-4', got {text!r}") from None
     if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
         raise ValueError(f"--seeds: expected distinct non-negative integers, got {text!r}")
     return seeds
+
+
+def _check_seed(seed: int, text: str) -> int:
+    if seed > MAX_SEED:
+        raise ValueError(f"--seeds: a seed is at most 2^32-1 = {MAX_SEED} (what the generators take), got {text!r}")
+    return seed
 
 
 def parse_size(text: str) -> tuple[int, int]:

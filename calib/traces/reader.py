@@ -34,6 +34,11 @@ PROVENANCE_NAME = "provenance.json"
 NUM_STEPS_TABLE = "table"
 NUM_STEPS_ARGUMENT = "--num-steps"  # the default name of the argument that gives num_steps
 NUM_STEPS_INFERRED = "inferred"
+# The largest rel-L1 change a row may hold. A step's change is mean|a - b| / mean|b|: every committed table
+# stays under 0.5. 1e6, an output a million times its own size in one step, is a broken recording; and a fit of
+# degree 4 raises x to the 4th and 8th powers (its normal equations), so values far above it overflow float64
+# or drown every other row in rounding (LAPACK's "SVD did not converge"), without naming the row.
+MAX_REL_L1 = 1e6
 _FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".json": "json", ".jsonl": "jsonl"}
 
 
@@ -131,10 +136,18 @@ def _seed(value) -> int | None:
 def split_signal(path: str | os.PathLike) -> tuple[Path, str | None]:
     """``PATH#SIGNAL`` -> (PATH, SIGNAL) unless PATH#SIGNAL is itself a file."""
     text = str(path)
-    if "#" in text and not Path(text).exists():
+    if "#" in text and not _exists(Path(text)):
         base, signal = text.rsplit("#", 1)
         return Path(base), signal
     return Path(text), None
+
+
+def _exists(path: Path) -> bool:
+    """Path.exists, False for a name the system cannot hold (over 255 bytes), which names no file."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
 
 
 def read_table(path: str | os.PathLike) -> tuple[pd.DataFrame, dict | None]:
@@ -385,6 +398,12 @@ def _checked_signal(data: pd.DataFrame, key: list[str], source: str, warnings: l
             f"columns {'/'.join(signal_columns)}: {int(bad.sum())} row(s) with NaN or inf "
             "besides the first step of a run "
             f"(expected finite numbers): {_describe(data, bad)}"
+        )
+    huge = (data[signal_columns] > MAX_REL_L1).any(axis=1)
+    if huge.any():
+        raise TraceError(
+            f"columns {'/'.join(signal_columns)}: {int(huge.sum())} row(s) above {MAX_REL_L1:g} (expected a "
+            f"relative L1 change of one step, at most {MAX_REL_L1:g}): {_describe(data, huge)}"
         )
     negative = (data[signal_columns] < 0).any(axis=1)
     if negative.any():

@@ -3,7 +3,8 @@
 Each module defines ``RESCALE`` (a :class:`teacache.rescale.RescaleFunction`), ``FITTED_ON`` (the mflux
 release and dtype its traces were recorded on, as far as its source says) and may define ``RECIPE`` (the
 generation settings it was fitted on). Modules written by ``teacache-calib emit`` carry the fit's provenance
-as comments next to each constant.
+as comments next to each constant. A published function that several modules use lives in ``_upstream``,
+which emit never writes: no module imports from a variant's module, which a refit may rewrite.
 """
 
 from __future__ import annotations

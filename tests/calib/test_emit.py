@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import teacache.coefficients
 from calib import emit as emitmod
 from calib.fit.command import rescale_from_fit
-from teacache.coefficients import module_name
+from teacache.coefficients import PACKAGED_MODULES, load_packaged, module_name
 from teacache.rescale import RescaleFunction
 from tests.calib.conftest import TRACE_PROVENANCE, make_fit, traces
 
@@ -105,8 +108,11 @@ def test_time_aware_fit_emits_an_equal_rescale(tmp_path, capsys):
 
 
 def test_changes_against_the_previous_module_are_printed(tmp_path, capsys, fit_path):
-    previous = tmp_path / "flux1_copy.py"
-    shutil.copy(Path(emitmod.COEFFICIENTS_DIR) / "flux1.py", previous)
+    previous = tmp_path / "flux1_copy.py"  # flux1.py as committed: the published FLUX.1-dev tuple and recipe
+    previous.write_text(
+        "from teacache.coefficients._upstream import FLUX1_DEV_RECIPE as RECIPE\n"
+        "from teacache.coefficients._upstream import FLUX1_DEV_RESCALE as RESCALE\n"
+    )
     old_module = import_path(previous)
     old = old_module.RESCALE
     rc, out, _ = emit([fit_path, "--variant", "tiny-flux1", "--out", previous], capsys)
@@ -150,3 +156,68 @@ def test_default_target_is_the_packaged_module():
     path = emitmod.target_path("flux1-krea-dev")
     assert path.name == f"{module_name('flux1-krea-dev')}.py" and path.parent.name == "coefficients"
     assert path.parent == Path(emitmod.COEFFICIENTS_DIR)
+
+
+# ------------------------------------------------------------------ emitting into the package itself
+
+
+@pytest.fixture
+def package_copy(tmp_path, monkeypatch):
+    """teacache/coefficients copied to a folder that emit writes into and imports come from, as a user's checkout
+    would after ``emit`` without --out; the real package and its loaded modules come back afterwards."""
+    copy = tmp_path / "coefficients"
+    shutil.copytree(emitmod.COEFFICIENTS_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(emitmod, "COEFFICIENTS_DIR", copy)
+    package = teacache.coefficients
+    monkeypatch.setattr(package, "__path__", [str(copy)])
+    prefix = package.__name__ + "."
+    for name in [n for n in sys.modules if n.startswith(prefix)]:
+        monkeypatch.setattr(package, name.removeprefix(prefix), sys.modules[name])
+        monkeypatch.delitem(sys.modules, name)
+    yield copy
+    for name in [n for n in sys.modules if n.startswith(prefix)]:
+        del sys.modules[name]  # the copy's; monkeypatch puts the package's own back
+
+
+def _fit_for(fit_path: Path, variant: str, folder: Path) -> Path:
+    fit = json.loads(fit_path.read_text())
+    fit["input"]["variants"] = [variant]
+    path = folder / f"fit-{variant}.json"
+    path.write_text(json.dumps(fit))
+    return path
+
+
+@pytest.mark.parametrize("variant", ["flux1-dev", "tiny-flux1"])
+def test_emitting_a_module_in_place_keeps_every_coefficient_module_importable(variant, package_copy, fit_path,
+                                                                             tmp_path, capsys):  # fmt: skip
+    """The refit journey (fit, then emit without --out) rewrites one module; every other still imports, and every
+    variant still loads its packaged function (a safe fit defines no UNSAFE_X, which no other module may need)."""
+    path = _fit_for(fit_path, variant, tmp_path)
+    rc, out, err = emit([path, "--variant", variant], capsys)
+    assert rc == 0, err
+    written = package_copy / f"{module_name(variant)}.py"
+    assert written.read_text() == emitmod.emit_module(json.loads(path.read_text()), variant)
+    assert "UNSAFE_X" not in written.read_text()
+    for module in sorted(p.stem for p in package_copy.glob("*.py") if p.stem != "__init__"):
+        importlib.import_module(f"teacache.coefficients.{module}")
+    for name in PACKAGED_MODULES:
+        assert isinstance(load_packaged(name), RescaleFunction), name
+    assert load_packaged(variant) == rescale_from_fit(path)
+
+
+def test_emit_names_every_variant_a_module_serves_and_keeps_what_others_import(package_copy, fit_path, tmp_path,
+                                                                                capsys):  # fmt: skip
+    """A module another imports from serves that one's variants too: emit names them, and refuses (exit 2,
+    nothing written) a module that lacks a name the other imports."""
+    (package_copy / "tiny_flux1.py").write_text("from teacache.coefficients.flux1 import FITTED_ON, RECIPE, RESCALE\n")
+    path = _fit_for(fit_path, "flux1-dev", tmp_path)
+    rc, out, err = emit([path, "--variant", "flux1-dev"], capsys)
+    assert rc == 0, err
+    assert "note: module flux1 serves flux1-dev, flux1-schnell, tiny-flux1" in out
+    assert "used by flux1-dev, flux1-schnell, tiny-flux1" in (package_copy / "flux1.py").read_text()
+    before = (package_copy / "flux1.py").read_bytes()
+    (package_copy / "tiny_flux1.py").write_text("from teacache.coefficients.flux1 import RESCALE, UNSAFE_X\n")
+    rc, out, err = emit([path, "--variant", "flux1-dev"], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert "--variant: tiny_flux1.py imports UNSAFE_X from module flux1" in err
+    assert (package_copy / "flux1.py").read_bytes() == before

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from calib.fit import safety
-from teacache.coefficients import PACKAGED_MODULES, load_packaged, load_recipe
+from teacache.coefficients import PACKAGED_MODULES, _upstream, load_packaged, load_recipe
 from teacache.gate import REASON_ABOVE_RANGE, GateConfig, replay
 from teacache.gate_batch import replay_skip_masks
 from teacache.rescale import RescaleFunction
@@ -39,15 +39,23 @@ def test_unsafe_packaged_modules_say_where(module):
     assert getattr(mod, "UNSAFE_X", None) == expected
 
 
+# Whether each published tuple decreases somewhere (README: Safety), by the module that defines it.
+DECREASING_AS_PUBLISHED = {"flux1_krea": True, "flux2_klein_4b": True, "flux2_klein_9b": True,
+                           "flux2_klein_base_4b": True, "qwen_image": True, "qwen_image_2512": False}  # fmt: skip
+
+
 def test_published_tuples_that_decrease_are_flagged():
-    """The published polynomials the safety check finds decreasing (README: Safety)."""
-    flagged = {
-        m
-        for m in set(PACKAGED_MODULES.values())
-        if getattr(importlib.import_module(f"teacache.coefficients.{m}"), "UNSAFE_X", None)
-    }
-    assert {"flux1", "flux1_krea", "flux2_klein_4b", "flux2_klein_9b", "flux2_klein_base_4b", "qwen_image"} <= flagged
-    assert "qwen_image_2512" not in flagged
+    """Pinned where each tuple is defined: the upstream FLUX.1-dev one in _upstream (flux1 and tiny-flux1 use it),
+    each mlx-teacache one in its module while that module still holds it (a local emit replaces it by a fit)."""
+    upstream = _upstream.FLUX1_DEV_RESCALE
+    assert upstream.coefficients == (4.98651651e02, -2.83781631e02, 5.58554382e01, -3.82021401e00, 2.64230861e-01)
+    assert safety.flagged_intervals(upstream) == _upstream.FLUX1_DEV_UNSAFE_X
+    assert _upstream.FLUX1_DEV_UNSAFE_X["decreasing"]
+    for module, decreasing in DECREASING_AS_PUBLISHED.items():
+        mod = importlib.import_module(f"teacache.coefficients.{module}")
+        if mod.RESCALE.provenance.get("status") != "published":
+            continue  # refit on this machine: a fit, not the published tuple
+        assert bool(getattr(mod, "UNSAFE_X", None)) is decreasing, module
 
 
 def test_gate_evaluates_a_decreasing_published_polynomial_as_published():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import shutil
 
@@ -21,7 +22,7 @@ from calib.fit.command import (
     rescale_from_fit,
 )
 from calib.traces.tables import load_traces, step_fraction
-from teacache.coefficients import load_packaged
+from teacache.coefficients import _upstream, load_packaged, module_name
 from teacache.gate import GateConfig
 from teacache.rescale import FORM_POLY_SIGMA, FORM_POLY_STEP, RescaleFunction
 from tests import ROOT
@@ -393,7 +394,11 @@ def _packaged_traces(scale: float) -> pd.DataFrame:
 
 
 @pytest.mark.parametrize(("scale", "verdict"), [(1.0, fitmod.VERDICT_OK), (1.5, fitmod.VERDICT_REFIT)])
-def test_compare_packaged_verdicts(tmp_path, capsys, scale, verdict):
+def test_compare_packaged_verdicts(tmp_path, capsys, monkeypatch, scale, verdict):
+    # flux1-dev's packaged function as committed, the published FLUX.1-dev tuple, set from where it is defined
+    # (a local emit --variant flux1-dev rewrites teacache/coefficients/flux1.py)
+    packaged = importlib.import_module(f"teacache.coefficients.{module_name('flux1-dev')}")
+    monkeypatch.setattr(packaged, "RESCALE", _upstream.FLUX1_DEV_RESCALE)
     traces = write(_packaged_traces(scale), tmp_path / "t.parquet")
     rc, out, err = run_fit([traces, "--out", tmp_path / "o", "--compare", "packaged", "--no-plots"], capsys)
     assert rc == 0, err

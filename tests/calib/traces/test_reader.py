@@ -263,6 +263,10 @@ def _bad_tables(root) -> dict:
     inf = good.copy()
     inf.loc[9, "x_rel_l1"] = np.inf
     cases["inf"] = (inf, "NaN or inf")
+    huge = good.copy()
+    huge.loc[12, "x_rel_l1"] = 1e300  # finite, but no step's change: a fit's powers of it overflow
+    cases["huge"] = (huge, "1 row(s) above 1e+06 (expected a relative L1 change of one step, at most 1e+06): "
+                           f"prompt_id={good.loc[12, 'prompt_id']} step={good.loc[12, 'step']}")  # fmt: skip
     cases["duplicates"] = (pd.concat([good, good.iloc[:3]]), "duplicate (run, step) keys")
     cases["missing column"] = (good.drop(columns="x_rel_l1"), "lacks column(s) x_rel_l1")
     cases["zero rows"] = (good.iloc[:0], "empty input")
@@ -277,7 +281,7 @@ def _bad_tables(root) -> dict:
     return out
 
 
-BAD = ["nan", "inf", "duplicates", "missing column", "zero rows", "unreadable"]
+BAD = ["nan", "inf", "huge", "duplicates", "missing column", "zero rows", "unreadable"]
 
 
 def _one_line(err: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import warnings
 
 import mlx.core as mx
@@ -13,6 +14,7 @@ from bench.tolerances.derive import check_run
 from calib.run.generation import generate
 from teacache import NeverSkipsWarning, apply_teacache
 from teacache.adapters.flux1 import TeaCacheFlux1Transformer
+from teacache.coefficients import _upstream, module_name
 from teacache.rescale import RescaleFunction
 from tests.tolerances import measured_case
 
@@ -30,7 +32,8 @@ def test_threshold_zero_is_a_bit_exact_no_op_in_reverse_order(tiny_flux1, flux1_
 def test_active_proxy_that_skips_nothing_is_bit_exact(tiny_flux1, flux1_generate):
     """The re-walked forward, the signal and the kept residual must not change a single bit."""
     vanilla = flux1_generate(seed=1)
-    with pytest.warns(NeverSkipsWarning), apply_teacache(tiny_flux1, rel_l1_thresh=0.05) as handle:
+    upstream = _upstream.FLUX1_DEV_RESCALE  # its minimum, ~0.180, is above 0.05: the gate never skips
+    with pytest.warns(NeverSkipsWarning), apply_teacache(tiny_flux1, 0.05, coefficients=upstream) as handle:
         wrapped = flux1_generate(seed=1)
         assert isinstance(tiny_flux1.transformer, TeaCacheFlux1Transformer)
     assert handle.stats.computed == 10 and handle.stats.skipped == 0
@@ -113,8 +116,12 @@ def test_calibration_mode_records_every_step_and_never_skips(tiny_flux1, flux1_g
     assert all(r["residual_norm"] > 0 for r in rows)
 
 
-def test_packaged_coefficients_outside_their_recipe_warn_once(tiny_flux1, flux1_generate):
-    # tiny-flux1's packaged module reuses the FLUX.1-dev recipe: 28 steps, 1024x1024, guidance 3.5
+def test_packaged_coefficients_outside_their_recipe_warn_once(tiny_flux1, flux1_generate, monkeypatch):
+    # tiny-flux1's packaged module holds the FLUX.1-dev tuple and recipe (28 steps, 1024x1024, guidance 3.5) as
+    # committed; set from where they are defined, so a local refit of tiny-flux1 does not change this test
+    module = importlib.import_module(f"teacache.coefficients.{module_name('tiny-flux1')}")
+    monkeypatch.setattr(module, "RESCALE", _upstream.FLUX1_DEV_RESCALE)
+    monkeypatch.setattr(module, "RECIPE", _upstream.FLUX1_DEV_RECIPE)
     expect = pytest.warns(teacache.RecipeMismatchWarning, match="28 steps, this generation 10")
     with expect as caught, apply_teacache(tiny_flux1, rel_l1_thresh=0.3):
         flux1_generate(seed=7)
