@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from bench.report import files as report_files
 from bench.sweep import command as sweep_stage
 from calib import record as record_stage
-from calib.run import arguments, fingerprint, shard
+from calib.fit import files as fit_files
+from calib.run import arguments, fingerprint, outputs, shard
 from calib.run.command import run_guarded
 from calib.run.folder_lock import FolderLocked, folder_lock
 from calib.run.interrupts import interruptions
@@ -32,6 +34,13 @@ from teacache.provenance import hardware_slug
 PROG = "teacache-bench campaign"
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# A campaign folder: its four stages, each checked as that stage's own folder, and the studies filed beside them
+# in results/<hardware>/<variant>/<mflux>/ (baselines, criteria, decision, gap check, packaged fit).
+STAGES = {"traces": record_stage.WRITES, "fit": fit_files.WRITES, "sweep": sweep_stage.WRITES,
+          "report": report_files.WRITES}  # fmt: skip
+COMPANIONS = ("baselines", "criteria", "decision", "gapcheck", "packaged")
+# Its purpose is the committed results/: it regenerates them there, and says so.
+WRITES = arguments.Writes(PROG, names=(*STAGES, *COMPANIONS), regenerates=("results",))
 
 
 def campaign_models() -> list[str]:
@@ -107,13 +116,15 @@ def plan_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swe
     if model not in campaign_models():
         raise ValueError(f"--model: expected one of {', '.join(campaign_models())}, got {model!r}")
     cfg = variants.get(model).campaign
-    out = arguments.check_out_dir(out)
+    out = arguments.check_out_dir(out, writes=WRITES)
+    for stage, writes in STAGES.items():  # each stage's folder is that stage's own; the stages run unchecked in it
+        outputs.check_folder_is_own(out / stage, writes)
     traces = out / "traces"
-    with _named("--seeds", "--record-seeds"):
+    with outputs.granted(out), _named("--seeds", "--record-seeds"):
         record = record_stage.plan(
             model, traces, prompts=cfg.record_prompts, seeds=record_seeds or cfg.record_seeds, force_new=force_new
         )
-    with _named("--seeds", "--sweep-seeds"), _named("--prompts", "--sweep-prompts"):
+    with outputs.granted(out), _named("--seeds", "--sweep-seeds"), _named("--prompts", "--sweep-prompts"):
         sweep = sweep_stage.plan(
             model,
             thresholds or cfg.thresholds,

@@ -19,6 +19,7 @@ from rich.table import Table
 from bench.report import baselines as report_baselines
 from bench.report import plots, stats
 from bench.report.compute import DEFAULT_FLOOR, DEFAULT_METRIC, analyse, validate_floor
+from bench.report.files import PROG, WRITES
 from bench.report.input import DECISION_COLUMNS, RUN_COLUMNS, ReportInputError, Sweep, load_sweep, validate_runs
 from bench.report.markdown import num, ratio
 from bench.report.render import OUTPUTS, render_files
@@ -105,7 +106,7 @@ def print_summary(summary: dict, console=None) -> None:
 
 def setup_arg_parser() -> argparse.ArgumentParser:
     parser = CommandParser(
-        prog="teacache-bench report",
+        prog=PROG,
         description="Distribution tables, speed/quality plots and report.md from a sweep folder.",
     )
     parser.add_argument(
@@ -138,10 +139,10 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
     try:
-        check_out_dir(args.out)
+        check_out_dir(args.out, writes=WRITES)
         summary = build_report(args.runs, args.out, ssim_floor=args.floor, metric=args.metric)
     except (ReportInputError, ValueError) as exc:
-        print(f"teacache-bench report: {exc}", file=sys.stderr)
+        print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
     print_summary(summary)
     return 0

@@ -50,6 +50,8 @@ OUTPUTS = ("pairs", "images", "runs.parquet", "decisions.parquet", "noop.parquet
 # What shows that a folder holds a sweep's results (images and shard folders alone are no sweep to check)
 RESULTS = ("pairs", "runs.parquet", "decisions.parquet", "noop.parquet", "provenance.json")
 EXTENDABLE = ("seeds", "thresholds")  # settings a rerun may add to
+# What the output rule (calib.run.outputs) lets it write: a sweep, in a folder its fingerprint names it in.
+WRITES = arguments.Writes(PROG, names=(*OUTPUTS, fingerprint.FILE), marker=fingerprint.FILE)
 ARMS_ONLY = ("arm", "arm_setting", "rescale", "steps_run")  # columns the plain sweep's runs table leaves out
 # A pair is the unit of a sharded sweep: its parts under <folder>/pairs, its images under OUT/images
 LAYOUT = shard.UnitLayout("pairs", ".runs.parquet", shared=("images/{key}-*.png",))
@@ -192,7 +194,7 @@ def plan(
         height=height,
         guidance=float(guidance),
         repeats=repeats,
-        out=arguments.check_out_dir(out),
+        out=arguments.check_out_dir(out, writes=WRITES),
         coefficients=coefficients,
         traces=traces,
         x_range=_parse_x_range(x_range),

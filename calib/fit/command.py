@@ -55,8 +55,9 @@ from calib.fit.decision_folds import (
 )
 from calib.fit.errors import FitError
 from calib.fit.file import FIT_KIND, describe_data, read_fit, rescale_from_fit  # noqa: F401
+from calib.fit.files import PLOT_FILES, PROG, WRITES  # noqa: F401  (what it writes, where)
 from calib.fit.monotone import fit_monotone  # noqa: F401
-from calib.fit.plots import PLOT_FILES, render_plots  # noqa: F401
+from calib.fit.plots import render_plots  # noqa: F401
 from calib.fit.selection import (  # noqa: F401
     DEFAULT_FOLDS,
     DEFAULT_MARGIN,
@@ -110,7 +111,7 @@ def load_comparison(
 
 def setup_arg_parser() -> argparse.ArgumentParser:
     parser = CommandParser(
-        prog="teacache-calib fit",
+        prog=PROG,
         description="Fit rescale functions to trace tables; choose one by leave-prompts-out CV.",
     )
     parser.add_argument(
@@ -412,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     try:
-        check_out_dir(args.out)
+        check_out_dir(args.out, writes=WRITES)
         fit, plots = run(args, argv)
     except (TraceError, FitError, ValueError) as exc:
         print(f"teacache-calib fit: error: {exc}", file=sys.stderr)

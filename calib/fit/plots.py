@@ -11,17 +11,11 @@ import numpy as np
 import pandas as pd
 
 from calib.fit import safety
-from calib.fit.decision import PLOT_FILE as DECISION_PLOT_FILE
 from calib.fit.file import rescale_from_fit
+from calib.fit.files import PLOT_FILES  # noqa: F401  (re-exported: the names of the plots drawn here)
 from calib.fit.selection import time_input
 from teacache.rescale import FORM_POLY, FORM_POLY_STEP
 
-PLOT_FILES = {
-    "scatter": "fit_scatter.png",
-    "residuals": "fit_residuals.png",
-    "cv": "fit_cv.png",
-    "decision": DECISION_PLOT_FILE,  # drawn by calib.fit.decision.plot_decision_curves from the decision result
-}
 CV_PLOT_MAX = 30  # candidates shown in fit_cv.png: the best by cv RMSE (and always the selected one)
 
 
