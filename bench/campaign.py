@@ -289,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.report import command as report
 
     report.print_summary(summary)
+    report.print_warnings(summary, PROG)
     print(f"\ncampaign done in {time.perf_counter() - start:.0f} s -> {summary['report_path']}")
     return 0
 

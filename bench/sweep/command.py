@@ -692,6 +692,7 @@ def _write_tables(
         rescale_floor=configs[thresholds[-1]].rescale_floor(settings.steps),
         default_threshold=measured.default_threshold,
         skip_first_n_steps=measured.skip_first,
+        max_consecutive_skips=configs[thresholds[-1]].max_consecutive_skips,
         quantization=settings.quantize,
         timing="denoising loop, before_loop to after_loop callbacks, after a warm-up"
         + (f"; {TIMING_ISOLATED}" if settings.isolate else ""),
@@ -719,10 +720,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     # heavy (pandas): loaded after the arguments are checked
     from bench.sweep import records
+    from bench.sweep.schedules import same_schedule_warnings
 
-    runs = records.read_table(path, records.RUNS)
+    found = records.read_sweep(path.parent)
+    runs = found.runs
     table = runs[runs["kind"] == "teacache"].groupby("threshold")[["skipped", "speedup", "ssim", "cosine"]].median()
     print(table.to_string(float_format=lambda v: f"{v:.4f}"))
+    for warning in same_schedule_warnings(runs, found.decisions, found.provenance):
+        print(f"{PROG}: warning: {warning}", file=sys.stderr)
     print(f"wrote {path}")
     return 0
 
