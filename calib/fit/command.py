@@ -57,7 +57,7 @@ from calib.fit.errors import FitError
 from calib.fit.file import FIT_KIND, describe_data, read_fit, rescale_from_fit  # noqa: F401
 from calib.fit.files import PLOT_FILES, PROG, WRITES  # noqa: F401  (what it writes, where)
 from calib.fit.monotone import fit_monotone  # noqa: F401
-from calib.fit.plots import render_plots  # noqa: F401
+from calib.fit.plots import SHOWN_BEST, render_plots  # noqa: F401
 from calib.fit.selection import (  # noqa: F401
     DEFAULT_FOLDS,
     DEFAULT_MARGIN,
@@ -311,7 +311,7 @@ def print_summary(fit: dict, path: Path) -> None:
     console = Console(width=max(100, Console().width))
     data = fit["data"]
     cands = fit["candidates"]
-    best = sorted(cands, key=lambda c: c["rmse"])[:20]
+    best = sorted(cands, key=lambda c: c["rmse"])[:SHOWN_BEST]  # as many as fit_cv.png shows
     by = fit["selection"].get("selected_by") or {}
     picks = [c for c in cands if c not in best and (c["selected"] or c["label"] == by.get("decision_excess"))]
     shown = best + picks
