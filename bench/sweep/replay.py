@@ -24,7 +24,14 @@ from bench.peer import gate as peer_gate
 from calib.fit.coefficient_sources import parse_x_range, resolve_coefficients
 from calib.fit.errors import FitError
 from calib.run.arguments import CommandParser, Writes, check_out_file, path_argument
-from calib.traces.reader import REPLAY_COLUMNS, RunTrace, Traces, load_traces
+from calib.traces.reader import (
+    NUM_STEPS_INFERRED,
+    NUM_STEPS_TABLE,
+    REPLAY_COLUMNS,
+    RunTrace,
+    Traces,
+    load_traces,
+)
 from teacache import variants
 from teacache.gate import GateConfig
 from teacache.gate_batch import longest_streaks, replay_skip_masks, skipped_counts
@@ -80,6 +87,17 @@ def output_paths(out: Path, peer: bool) -> list[Path]:
     """--out and the files written beside it: the provenance and, with --gate mlx-teacache, the two comparisons."""
     paths = [out, out.with_name(f"{out.stem}.provenance.json")]
     return paths + ([out.with_name(out.stem + suffix) for suffix in PEER_SUFFIXES] if peer else [])
+
+
+def num_steps_origin(source: str) -> str:
+    """Where the schedules' lengths came from, in words: "table", "inferred", the argument, or several by '+'."""
+    words = {NUM_STEPS_TABLE: "from the table", NUM_STEPS_INFERRED: "inferred as max(step) + 1"}
+    return "num_steps " + " and ".join(words.get(part, f"from {part}") for part in source.split("+"))
+
+
+def coefficients_origin(source: str) -> str:
+    """The rescale function's source as a phrase: "coefficients 0.5,1.2,0.01" or "coefficients from fit PATH"."""
+    return source if source.startswith("coefficients ") else f"coefficients from {source}"
 
 
 def gate_defaults(variant: str | None) -> tuple[int, int, str]:
@@ -250,8 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     steps = "/".join(str(n) for n in sorted(schedules["num_steps"].unique()))
     print(
         f"{variant or 'variant unknown'}: {schedules['run_id'].nunique()} runs, {steps} steps "
-        f"(num_steps from {traces.num_steps_source}), skip first {skip_first} / last {skip_last} "
-        f"({'arguments' if args.skip_first is not None else defaults_from}); coefficients {source}; "
+        f"({num_steps_origin(traces.num_steps_source)}), skip first {skip_first} / last {skip_last} "
+        f"({'arguments' if args.skip_first is not None else defaults_from}); {coefficients_origin(source)}; "
         f"replayed in {1000 * elapsed:.1f} ms"
     )
     print(summary.to_string())
