@@ -14,6 +14,7 @@ A refusal is one ValueError line that names the argument; it creates and changes
 from __future__ import annotations
 
 import contextlib
+import errno
 import fnmatch
 import functools
 import json
@@ -214,7 +215,8 @@ def check_writable_under(path: Path, arg: str) -> None:
         with tempfile.TemporaryFile(dir=existing, prefix=".write-probe-"):
             pass
     except OSError as exc:
-        reason = exc.strerror or exc
+        # the folder is there, so "No such file or directory" means a system folder (/proc) that takes no files
+        reason = "it takes no new files" if exc.errno == errno.ENOENT else exc.strerror or exc
         raise ValueError(f"{arg}: cannot write in {existing} ({reason}); choose a writable folder") from None
 
 

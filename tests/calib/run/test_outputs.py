@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -114,3 +115,12 @@ def test_what_a_checked_command_runs_in_its_folder_is_not_checked_again(checkout
 def test_outside_a_git_checkout_only_the_folder_rule_applies(tmp_path, monkeypatch):
     monkeypatch.setattr(outputs, "CHECKOUT", tmp_path)
     check_out_dir(tmp_path / "anything", writes=REPORT)
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="a /proc file system")
+def test_a_system_folder_that_takes_no_files_is_said_so_not_no_such_file(capsys):
+    with pytest.raises(ValueError) as refused:
+        check_out_dir("/proc/x", writes=REPORT)
+    message = str(refused.value)
+    assert "No such file or directory" not in message and message.startswith("--out: cannot write in /proc ")
+    assert "takes no new files" in message
