@@ -52,7 +52,7 @@ def default_out(variant: str) -> Path:
     return PROJECT_ROOT / "results" / hardware_slug() / variant / metadata.version("mflux")
 
 
-def setup_arg_parser() -> argparse.ArgumentParser:
+def setup_arg_parser(prog: str = PROG) -> argparse.ArgumentParser:
     per_model = "\n".join(
         f"  {name}: record {c.record_prompts} x seeds {c.record_seeds}; sweep {c.sweep_prompts} x seeds "
         f"{c.sweep_seeds}, thresholds {c.thresholds}, {c.repeats} repeats"
@@ -60,7 +60,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
         for c in [variants.get(name).campaign]
     )
     parser = arguments.CommandParser(
-        prog=PROG, description=__doc__.split("\n\n")[0], epilog=f"campaign settings per model:\n{per_model}"
+        prog=prog, description=__doc__.split("\n\n")[0], epilog=f"campaign settings per model:\n{per_model}"
     )
     parser.add_argument(
         "--model", default=variants.default_model(), choices=campaign_models(), help="the embedded model to campaign"
@@ -268,17 +268,18 @@ def run_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swee
     return summary
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = setup_arg_parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    """``prog``: the command the user ran, which every message names (``teacache-demo`` runs a campaign)."""
+    args = setup_arg_parser(prog).parse_args(argv)
     start = time.perf_counter()
     try:
-        code, summary = run_guarded(PROG, lambda: run_campaign(
+        code, summary = run_guarded(prog, lambda: run_campaign(
             args.model, args.out or default_out(args.model), args.thresholds, args.record_seeds, args.sweep_seeds,
             args.repeats, args.ssim_floor, args.sweep_prompts, args.force_new,
         ))  # fmt: skip
     except interruptions():
         print(
-            f"{PROG}: interrupted; traces and sweep pairs are kept, the rest is rebuilt: run it again", file=sys.stderr
+            f"{prog}: interrupted; traces and sweep pairs are kept, the rest is rebuilt: run it again", file=sys.stderr
         )
         return arguments.EXIT_INTERRUPTED
     if code:
@@ -289,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.report import command as report
 
     report.print_summary(summary)
-    report.print_warnings(summary, PROG)
+    report.print_warnings(summary, prog)
     print(f"\ncampaign done in {time.perf_counter() - start:.0f} s -> {summary['report_path']}")
     return 0
 
