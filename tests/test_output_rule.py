@@ -111,7 +111,7 @@ def test_no_command_writes_into_the_checkouts_tracked_samples(name, tmp_path, mo
     before = tree(ROOT / "samples")
     for out in (ROOT / "samples", ROOT / "samples" / "new"):
         line = refused(command, [*argv, "--out", str(out)], tmp_path, monkeypatch, capsys)
-        assert "checkout" in line and "samples/" in line
+        assert "checkout" in line and "samples" in line
     assert tree(ROOT / "samples") == before
 
 

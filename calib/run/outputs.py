@@ -139,13 +139,21 @@ def _check_checkout(path: Path, writes: Writes, arg: str, folder: bool) -> str |
         return None
     relative, where = found
     if any(relative == r or relative.startswith(r.rstrip("/") + "/") for r in writes.regenerates):
-        tracked = "the checkout's root" if where == "." else f"{where}/"
-        return (f"{writes.command}: regenerating {relative} in this checkout, where git tracks {tracked} (git status "
-                "and git diff show what changed)")  # fmt: skip
-    place = "the checkout's root" if where == "." else f"{where}/"
+        return (
+            f"{writes.command}: regenerating {relative} in this project's checkout (git status and git diff show "
+            "what changed)"
+        )
+    if relative == ".":
+        place = "the root of this project's checkout, where git tracks files"
+    elif where == relative:
+        place = "committed in this project's checkout (git tracks files in it)"
+    elif where == ".":
+        place = "in the root of this project's checkout, where git tracks files"
+    else:
+        place = f"in {where}/ of this project's checkout, which git tracks"
     raise ValueError(
-        f"{arg}: {path} is inside this project's checkout, where git tracks files ({place}); {writes.command} "
-        "does not regenerate them: write under runs/ (ignored) or outside the checkout"
+        f"{arg}: {path} is {place}; {writes.command} does not regenerate them: write under runs/ (ignored) or "
+        "outside the checkout"
     )
 
 
