@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from bench.report import files as report_files
 from bench.sweep import command as sweep_stage
 from calib import record as record_stage
-from calib.run import arguments, fingerprint, shard
+from calib.fit import files as fit_files
+from calib.run import arguments, fingerprint, outputs, shard
 from calib.run.command import run_guarded
 from calib.run.folder_lock import FolderLocked, folder_lock
 from calib.run.interrupts import interruptions
@@ -32,6 +34,13 @@ from teacache.provenance import hardware_slug
 PROG = "teacache-bench campaign"
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# A campaign folder: its four stages, each checked as that stage's own folder, and the studies filed beside them
+# in results/<hardware>/<variant>/<mflux>/ (baselines, criteria, decision, gap check, packaged fit).
+STAGES = {"traces": record_stage.WRITES, "fit": fit_files.WRITES, "sweep": sweep_stage.WRITES,
+          "report": report_files.WRITES}  # fmt: skip
+COMPANIONS = ("baselines", "criteria", "decision", "gapcheck", "packaged")
+# Its purpose is the committed results/: it regenerates them there, and says so.
+WRITES = arguments.Writes(PROG, names=(*STAGES, *COMPANIONS), regenerates=("results",))
 
 
 def campaign_models() -> list[str]:
@@ -43,7 +52,7 @@ def default_out(variant: str) -> Path:
     return PROJECT_ROOT / "results" / hardware_slug() / variant / metadata.version("mflux")
 
 
-def setup_arg_parser() -> argparse.ArgumentParser:
+def setup_arg_parser(prog: str = PROG) -> argparse.ArgumentParser:
     per_model = "\n".join(
         f"  {name}: record {c.record_prompts} x seeds {c.record_seeds}; sweep {c.sweep_prompts} x seeds "
         f"{c.sweep_seeds}, thresholds {c.thresholds}, {c.repeats} repeats"
@@ -51,7 +60,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
         for c in [variants.get(name).campaign]
     )
     parser = arguments.CommandParser(
-        prog=PROG, description=__doc__.split("\n\n")[0], epilog=f"campaign settings per model:\n{per_model}"
+        prog=prog, description=__doc__.split("\n\n")[0], epilog=f"campaign settings per model:\n{per_model}"
     )
     parser.add_argument(
         "--model", default=variants.default_model(), choices=campaign_models(), help="the embedded model to campaign"
@@ -107,13 +116,15 @@ def plan_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swe
     if model not in campaign_models():
         raise ValueError(f"--model: expected one of {', '.join(campaign_models())}, got {model!r}")
     cfg = variants.get(model).campaign
-    out = arguments.check_out_dir(out)
+    out = arguments.check_out_dir(out, writes=WRITES)
+    for stage, writes in STAGES.items():  # each stage's folder is that stage's own; the stages run unchecked in it
+        outputs.check_folder_is_own(out / stage, writes)
     traces = out / "traces"
-    with _named("--seeds", "--record-seeds"):
+    with outputs.granted(out), _named("--seeds", "--record-seeds"):
         record = record_stage.plan(
             model, traces, prompts=cfg.record_prompts, seeds=record_seeds or cfg.record_seeds, force_new=force_new
         )
-    with _named("--seeds", "--sweep-seeds"), _named("--prompts", "--sweep-prompts"):
+    with outputs.granted(out), _named("--seeds", "--sweep-seeds"), _named("--prompts", "--sweep-prompts"):
         sweep = sweep_stage.plan(
             model,
             thresholds or cfg.thresholds,
@@ -257,17 +268,18 @@ def run_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swee
     return summary
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = setup_arg_parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    """``prog``: the command the user ran, which every message names (``teacache-demo`` runs a campaign)."""
+    args = setup_arg_parser(prog).parse_args(argv)
     start = time.perf_counter()
     try:
-        code, summary = run_guarded(PROG, lambda: run_campaign(
+        code, summary = run_guarded(prog, lambda: run_campaign(
             args.model, args.out or default_out(args.model), args.thresholds, args.record_seeds, args.sweep_seeds,
             args.repeats, args.ssim_floor, args.sweep_prompts, args.force_new,
         ))  # fmt: skip
     except interruptions():
         print(
-            f"{PROG}: interrupted; traces and sweep pairs are kept, the rest is rebuilt: run it again", file=sys.stderr
+            f"{prog}: interrupted; traces and sweep pairs are kept, the rest is rebuilt: run it again", file=sys.stderr
         )
         return arguments.EXIT_INTERRUPTED
     if code:
@@ -278,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.report import command as report
 
     report.print_summary(summary)
+    report.print_warnings(summary, prog)
     print(f"\ncampaign done in {time.perf_counter() - start:.0f} s -> {summary['report_path']}")
     return 0
 

@@ -17,15 +17,17 @@ from bench.campaign import main as campaign_main
 from calib.run.dispatch import refuse_unsupported_mflux
 from teacache import variants
 
+PROG = "teacache-demo"  # what `make demo` runs: every message names it, not the campaign behind it
+
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    refused = refuse_unsupported_mflux("teacache-demo")
+    refused = refuse_unsupported_mflux(PROG)
     if refused is not None:
         return refused
     if "--out" not in argv:
         argv += ["--out", str(PROJECT_ROOT / "results" / "demo" / variants.default_model())]
-    return campaign_main(argv)
+    return campaign_main(argv, prog=PROG)
 
 
 if __name__ == "__main__":

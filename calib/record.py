@@ -39,6 +39,8 @@ OUTPUTS = (*RESULTS, shard.SHARDS)  # what --force-new removes
 # A run is the unit of a sharded recording: OUT/shards/rank-<r>/runs/<run_id>.parquet
 LAYOUT = shard.UnitLayout("runs", ".parquet", noun="runs")
 EXTENDABLE = ("seeds",)
+# What the output rule (calib.run.outputs) lets it write: a recording, in a folder its fingerprint names it in.
+WRITES = arguments.Writes(PROG, names=(*OUTPUTS, fingerprint.FILE), marker=fingerprint.FILE)
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -112,7 +114,7 @@ def plan(
         width=width,
         height=height,
         guidance=float(guidance),
-        out=arguments.check_out_dir(out),
+        out=arguments.check_out_dir(out, writes=WRITES),
         base_model=base_model,
         quantize=quantize,
         overhead_pairs=overhead_pairs,

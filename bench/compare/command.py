@@ -25,13 +25,15 @@ from bench.compare.input import PROJECT_ROOT, CompareError
 from bench.compare.render import render_markdown, render_plot
 from bench.report.compute import validate_floor
 from bench.report.input import ReportInputError
-from calib.run.arguments import CommandParser, check_out_dir, path_argument
+from calib.run.arguments import CommandParser, Writes, check_out_dir, path_argument
 from teacache.io import atomic_path, write_json, write_text
 from teacache.provenance import collect
 
 __all__ = ["KIND", "PLOT", "CompareError", "build", "default_out", "main", "render_markdown", "render_plot"]
 
 PLOT = "speedup_vs_threshold.png"
+# Its files, in a folder of its own; its default, results/comparisons/, is what it exists to regenerate.
+WRITES = Writes(KIND, names=("compare.md", "compare.json", PLOT), regenerates=("results/comparisons",))
 
 
 def default_out(result: dict) -> Path:
@@ -56,10 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
     try:
         if args.out is not None:
-            check_out_dir(args.out)
+            check_out_dir(args.out, writes=WRITES)
         validate_floor(args.ssim_floor)
         result = build(args.a, args.b, args.ssim_floor)
-        out = check_out_dir(args.out or default_out(result))
+        out = args.out if args.out is not None else check_out_dir(default_out(result), writes=WRITES)
     except (CompareError, ReportInputError, ValueError) as exc:
         print(f"{KIND}: {exc}", file=sys.stderr)
         return 2

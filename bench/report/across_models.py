@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from calib.run.arguments import CommandParser, check_out_dir, path_argument
+from calib.run.arguments import CommandParser, Writes, check_out_dir, path_argument
 from teacache.io import atomic_path, write_json, write_text
 from teacache.provenance import collect
 from teacache.templating import template_environment
@@ -111,6 +111,21 @@ def fronts_png(baselines: pd.DataFrame) -> bytes:
     return figure_png(fig)
 
 
+def _is_evidence(path: Path) -> bool:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and {"criteria", "supported_rule"} <= set(data)
+
+
+# Its tables, plot and summary, in a folder of its own (its evidence.json marks it: a RUN.md beside is kept); the
+# committed comparisons in results/comparisons/ are its to regenerate.
+WRITES = Writes(PROG, names=("baselines.csv", "fronts.png", "criteria.csv", "evidence.json", "provenance.json",
+                             "summary.md"), marker="evidence.json", is_own=_is_evidence,
+                regenerates=("results/comparisons",))  # fmt: skip
+
+
 def setup_arg_parser() -> argparse.ArgumentParser:
     parser = CommandParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", action="append", required=True, metavar="NAME=CRITERIA_DIR=BASELINES_REPORT_DIR")
@@ -122,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = setup_arg_parser().parse_args(argv)
     try:
-        check_out_dir(args.out)
+        check_out_dir(args.out, writes=WRITES)
         models = [parse_model(v) for v in args.model]
     except ValueError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

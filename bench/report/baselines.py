@@ -15,19 +15,10 @@ import numpy as np
 import pandas as pd
 
 from bench.report import front, front_plots, plots, stats
+from bench.report.files import BASELINES_OUTPUTS
 from bench.report.markdown import render
 
-OUTPUTS = frozenset(
-    {
-        "baselines_front.png",
-        "baselines_front_ideal.png",
-        "rescale_fronts.png",
-        "rescale_fronts_ideal.png",
-        "baselines_comparison.csv",
-        "baselines_points.csv",
-        "isolation.csv",
-    }
-)
+OUTPUTS = BASELINES_OUTPUTS  # the files this section adds to a report
 SPEEDS = (("ideal_speedup_median", "equal work (ideal speedup N / computed)"),
           ("speedup_median", "measured speed (median paired speedup)"))  # fmt: skip
 

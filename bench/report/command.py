@@ -19,9 +19,11 @@ from rich.table import Table
 from bench.report import baselines as report_baselines
 from bench.report import plots, stats
 from bench.report.compute import DEFAULT_FLOOR, DEFAULT_METRIC, analyse, validate_floor
+from bench.report.files import PROG, WRITES
 from bench.report.input import DECISION_COLUMNS, RUN_COLUMNS, ReportInputError, Sweep, load_sweep, validate_runs
 from bench.report.markdown import num, ratio
 from bench.report.render import OUTPUTS, render_files
+from bench.sweep.schedules import same_schedule_warnings
 from calib.run.arguments import CommandParser, check_out_dir, path_argument
 from teacache.io import atomic_path, write_text
 
@@ -38,6 +40,7 @@ __all__ = [
     "main",
     "plots",
     "print_summary",
+    "print_warnings",
     "render",
     "validate_runs",
 ]
@@ -56,11 +59,13 @@ def build_report(
     """Read a sweep folder, write the report into ``out_dir`` and return its summary.
 
     ``ssim_floor`` is the floor for ``metric`` (SSIM by default). Raises ReportInputError on bad input,
-    before anything is written.
+    before anything is written. The summary's ``warnings``: thresholds that gave one schedule, and why.
     """
     validate_floor(ssim_floor, metric)
     sweep = load_sweep(runs_dir)
     files, summary = render(sweep, ssim_floor, metric)
+    tables = report_baselines.for_threshold_tables(sweep)
+    warnings = same_schedule_warnings(tables.runs, tables.decisions, tables.provenance)
     out_dir = Path(out_dir)
     for name, data in files.items():
         if name == "report.md":
@@ -70,7 +75,7 @@ def build_report(
     write_text(out_dir / "report.md", files["report.md"].decode("utf-8"))  # last: its links then resolve
     for name in OUTPUTS - set(files):  # a rebuild that omits a plot must not leave the old one behind
         (out_dir / name).unlink(missing_ok=True)
-    return {**summary, "out_dir": str(out_dir), "report": str(out_dir / "report.md")}
+    return {**summary, "out_dir": str(out_dir), "report": str(out_dir / "report.md"), "warnings": warnings}
 
 
 # ---------------------------------------------------------------------------------------------- CLI
@@ -103,9 +108,15 @@ def print_summary(summary: dict, console=None) -> None:
     console.print(f"Report: {summary['report']}")
 
 
+def print_warnings(summary: dict, prog: str = PROG) -> None:
+    """The sweep's thresholds that gave one schedule (bench.sweep.schedules), on stderr."""
+    for warning in summary.get("warnings", []):
+        print(f"{prog}: warning: {warning}", file=sys.stderr)
+
+
 def setup_arg_parser() -> argparse.ArgumentParser:
     parser = CommandParser(
-        prog="teacache-bench report",
+        prog=PROG,
         description="Distribution tables, speed/quality plots and report.md from a sweep folder.",
     )
     parser.add_argument(
@@ -138,12 +149,13 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
     try:
-        check_out_dir(args.out)
+        check_out_dir(args.out, writes=WRITES)
         summary = build_report(args.runs, args.out, ssim_floor=args.floor, metric=args.metric)
     except (ReportInputError, ValueError) as exc:
-        print(f"teacache-bench report: {exc}", file=sys.stderr)
+        print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
     print_summary(summary)
+    print_warnings(summary)
     return 0
 
 

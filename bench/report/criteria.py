@@ -31,7 +31,8 @@ from bench.report import decision_check
 from bench.sweep import command as sweep_command
 from calib.fit import command as fit_command
 from calib.fit.file import read_fit, rescale_from_fit
-from calib.run.arguments import CommandParser, check_out_dir, path_argument
+from calib.run.arguments import CommandParser, Writes, check_out_dir, path_argument
+from calib.run.outputs import granted
 from teacache import variants
 from teacache.gate import GateConfig, replay
 from teacache.io import file_sha256, write_json
@@ -128,6 +129,12 @@ def read_json(path: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+# Its settings, the refitted candidates and their sweeps, and the decision check it runs into the same folder; a
+# campaign's criteria/ in results/ is its to regenerate.
+WRITES = Writes(PROG, names=(SETTINGS_NAME, "plan.json", "candidates", "sweeps", *decision_check.WRITES.names),
+                regenerates=("results",))  # fmt: skip
+
+
 def setup_arg_parser() -> argparse.ArgumentParser:
     parser = CommandParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="the variant the traces were recorded on")
@@ -144,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = setup_arg_parser().parse_args(argv)
     try:
-        check_out_dir(args.out)
+        check_out_dir(args.out, writes=WRITES)
         spec = variants.get(args.model)
         fit = read_fit(args.fit)
         if not args.traces.is_file():
@@ -161,6 +168,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, KeyError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
+    with granted(args.out):  # the fits, sweeps and decision check it runs write into the folder it checked
+        return _compare(args, spec, fit, chosen, options, prompts, settings, levels)
+
+
+def _compare(args, spec, fit: dict, chosen: dict, options: dict, prompts: str, settings: dict, levels) -> int:
+    """Refit each chosen candidate, sweep it at the thresholds that reach ``levels`` and run the decision check."""
     write_json(args.out / SETTINGS_NAME, settings)
     min_step = str(fit["options"].get("min_step", spec.skip_first_n_steps))
     traces = pd.read_parquet(args.traces)

@@ -33,7 +33,7 @@ import pandas as pd
 
 from bench.report import front, stats
 from bench.sweep.baselines import TEACACHE
-from calib.run.arguments import CommandParser, check_out_dir, path_argument
+from calib.run.arguments import CommandParser, Writes, check_out_dir, path_argument
 from teacache.io import atomic_path, write_json, write_text
 from teacache.provenance import collect
 
@@ -247,6 +247,11 @@ def fronts_png(points: pd.DataFrame, scores: pd.DataFrame) -> bytes:
     return buf.getvalue()
 
 
+# Its tables, plot and comparison, in a folder of its own (or a criteria check's, which runs it there).
+WRITES = Writes(PROG, names=("points.csv", "paired.csv", "fronts.png", "provenance.json", "verdicts.json",
+                             "areas.csv", "comparison.md"))  # fmt: skip
+
+
 def setup_arg_parser() -> argparse.ArgumentParser:
     parser = CommandParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--candidate", action="append", required=True, metavar="LABEL=SWEEP_DIR=FIT_JSON")
@@ -262,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = setup_arg_parser().parse_args(argv)
     try:
-        check_out_dir(args.out)
+        check_out_dir(args.out, writes=WRITES)
         candidates = [parse_candidate(v) for v in args.candidate]
         levels = parse_levels(args.levels)
     except ValueError as exc:

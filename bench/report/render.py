@@ -10,22 +10,9 @@ import json
 from bench.report import baselines as report_baselines
 from bench.report import markdown, plots, stats
 from bench.report.compute import Analysis, measured_by, summary
+from bench.report.files import OUTPUTS
 
-# Every file a report can write; a rebuild removes those it no longer produces and never touches others.
-OUTPUTS = frozenset(
-    {
-        "report.md",
-        "summary.json",
-        "distribution.csv",
-        "predicted_vs_actual.csv",
-        "speedup_vs_ssim.png",
-        "speedup_vs_cosine.png",
-        "skips_vs_threshold.png",
-        "x_traces.png",
-        "skip_heatmap.png",
-    }
-    | report_baselines.OUTPUTS
-)
+# OUTPUTS (bench.report.files): every file a report can write; a rebuild removes those it no longer produces.
 
 
 def draw_plots(analysis: Analysis) -> tuple[dict[str, bytes], dict[str, str], list[str]]:

@@ -50,6 +50,8 @@ OUTPUTS = ("pairs", "images", "runs.parquet", "decisions.parquet", "noop.parquet
 # What shows that a folder holds a sweep's results (images and shard folders alone are no sweep to check)
 RESULTS = ("pairs", "runs.parquet", "decisions.parquet", "noop.parquet", "provenance.json")
 EXTENDABLE = ("seeds", "thresholds")  # settings a rerun may add to
+# What the output rule (calib.run.outputs) lets it write: a sweep, in a folder its fingerprint names it in.
+WRITES = arguments.Writes(PROG, names=(*OUTPUTS, fingerprint.FILE), marker=fingerprint.FILE)
 ARMS_ONLY = ("arm", "arm_setting", "rescale", "steps_run")  # columns the plain sweep's runs table leaves out
 # A pair is the unit of a sharded sweep: its parts under <folder>/pairs, its images under OUT/images
 LAYOUT = shard.UnitLayout("pairs", ".runs.parquet", shared=("images/{key}-*.png",))
@@ -192,7 +194,7 @@ def plan(
         height=height,
         guidance=float(guidance),
         repeats=repeats,
-        out=arguments.check_out_dir(out),
+        out=arguments.check_out_dir(out, writes=WRITES),
         coefficients=coefficients,
         traces=traces,
         x_range=_parse_x_range(x_range),
@@ -690,6 +692,7 @@ def _write_tables(
         rescale_floor=configs[thresholds[-1]].rescale_floor(settings.steps),
         default_threshold=measured.default_threshold,
         skip_first_n_steps=measured.skip_first,
+        max_consecutive_skips=configs[thresholds[-1]].max_consecutive_skips,
         quantization=settings.quantize,
         timing="denoising loop, before_loop to after_loop callbacks, after a warm-up"
         + (f"; {TIMING_ISOLATED}" if settings.isolate else ""),
@@ -717,10 +720,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     # heavy (pandas): loaded after the arguments are checked
     from bench.sweep import records
+    from bench.sweep.schedules import same_schedule_warnings
 
-    runs = records.read_table(path, records.RUNS)
+    found = records.read_sweep(path.parent)
+    runs = found.runs
     table = runs[runs["kind"] == "teacache"].groupby("threshold")[["skipped", "speedup", "ssim", "cosine"]].median()
     print(table.to_string(float_format=lambda v: f"{v:.4f}"))
+    for warning in same_schedule_warnings(runs, found.decisions, found.provenance):
+        print(f"{PROG}: warning: {warning}", file=sys.stderr)
     print(f"wrote {path}")
     return 0
 

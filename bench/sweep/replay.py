@@ -14,6 +14,7 @@ import dataclasses
 import json
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -22,8 +23,15 @@ from bench.common import parse_thresholds
 from bench.peer import gate as peer_gate
 from calib.fit.coefficient_sources import parse_x_range, resolve_coefficients
 from calib.fit.errors import FitError
-from calib.run.arguments import CommandParser, check_at_least, check_out_file, check_variant_name, path_argument
-from calib.traces.reader import REPLAY_COLUMNS, RunTrace, Traces, load_traces
+from calib.run.arguments import CommandParser, Writes, check_at_least, check_out_file, check_variant_name, path_argument
+from calib.traces.reader import (
+    NUM_STEPS_INFERRED,
+    NUM_STEPS_TABLE,
+    REPLAY_COLUMNS,
+    RunTrace,
+    Traces,
+    load_traces,
+)
 from teacache import variants
 from teacache.gate import GateConfig
 from teacache.gate_batch import longest_streaks, replay_skip_masks, skipped_counts
@@ -34,11 +42,14 @@ SCHEDULE_COLUMNS = [
     "run_id", "prompt_id", "seed", "threshold", "num_steps", "predicted_skipped", "longest_streak",
     "predicted_skipped_steps",
 ]  # fmt: skip
+PROG = "teacache-bench replay"
+WRITES = Writes(PROG)  # one CSV and the files beside it: each new, or replaced with --force (calib.run.outputs)
+PEER_SUFFIXES = (".mlx-teacache.csv", ".mlx-teacache-steps.csv")
 _GATE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(GateConfig) if f.default is not dataclasses.MISSING}
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
-    parser = CommandParser(prog="teacache-bench replay", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "traces",
         nargs="+",
@@ -68,7 +79,25 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--out", type=path_argument, default=None, help="write the schedules as CSV (and provenance beside)"
     )
+    parser.add_argument("--force", action="store_true", help="replace --out and the files beside it if they exist")
     return parser
+
+
+def output_paths(out: Path, peer: bool) -> list[Path]:
+    """--out and the files written beside it: the provenance and, with --gate mlx-teacache, the two comparisons."""
+    paths = [out, out.with_name(f"{out.stem}.provenance.json")]
+    return paths + ([out.with_name(out.stem + suffix) for suffix in PEER_SUFFIXES] if peer else [])
+
+
+def num_steps_origin(source: str) -> str:
+    """Where the schedules' lengths came from, in words: "table", "inferred", the argument, or several by '+'."""
+    words = {NUM_STEPS_TABLE: "from the table", NUM_STEPS_INFERRED: "inferred as max(step) + 1"}
+    return "num_steps " + " and ".join(words.get(part, f"from {part}") for part in source.split("+"))
+
+
+def coefficients_origin(source: str) -> str:
+    """The rescale function's source as a phrase: "coefficients 0.5,1.2,0.01" or "coefficients from fit PATH"."""
+    return source if source.startswith("coefficients ") else f"coefficients from {source}"
 
 
 def gate_defaults(variant: str | None) -> tuple[int, int, str]:
@@ -242,7 +271,10 @@ def main(argv: list[str] | None = None) -> int:
         x_range = parse_x_range(args.x_range)
         check_step_rules(args)
         if args.out is not None:
-            check_out_file(args.out, what="CSV file")
+            main_out, *beside = output_paths(args.out, args.gate == "mlx-teacache")
+            check_out_file(main_out, what="CSV file", writes=WRITES, force=args.force)
+            for path in beside:
+                check_out_file(path, what="file", writes=WRITES, force=args.force, beside=main_out.name)
         traces = read_replay_traces(args.traces, args.num_steps, args.variant, args.branch)
         variant = args.variant or (traces.variants[0] if len(traces.variants) == 1 else None)
         rescale, source = resolve_coefficients(args.coefficients, variant, x_range)
@@ -255,10 +287,10 @@ def main(argv: list[str] | None = None) -> int:
         check_gated_steps(args, skip_first, skip_last, traces.num_steps["values"])
         peer_for = peer_settings(args, rescale) if args.gate == "mlx-teacache" else None
     except (ValueError, FitError) as exc:
-        print(f"teacache-bench replay: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     for warning in traces.warnings:
-        print(f"teacache-bench replay: warning: {warning}", file=sys.stderr)
+        print(f"{PROG}: warning: {warning}", file=sys.stderr)
     start = time.perf_counter()
     schedules = predict_schedules(traces, configs)
     elapsed = time.perf_counter() - start
@@ -266,8 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     steps = "/".join(str(n) for n in sorted(schedules["num_steps"].unique()))
     print(
         f"{variant or 'variant unknown'}: {schedules['run_id'].nunique()} runs, {steps} steps "
-        f"(num_steps from {traces.num_steps_source}), skip first {skip_first} / last {skip_last} "
-        f"({'arguments' if args.skip_first is not None else defaults_from}); coefficients {source}; "
+        f"({num_steps_origin(traces.num_steps_source)}), skip first {skip_first} / last {skip_last} "
+        f"({'arguments' if args.skip_first is not None else defaults_from}); {coefficients_origin(source)}; "
         f"replayed in {1000 * elapsed:.1f} ms"
     )
     print(summary.to_string())
@@ -279,8 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         write_text(args.out, schedules.to_csv(index=False))
         if peer_tables is not None:
-            for table, suffix in zip(peer_tables, (".mlx-teacache.csv", ".mlx-teacache-steps.csv"), strict=True):
-                write_text(args.out.with_name(args.out.stem + suffix), table.to_csv(index=False))
+            for table, path in zip(peer_tables, output_paths(args.out, True)[2:], strict=True):
+                write_text(path, table.to_csv(index=False))
         provenance = collect(
             ["teacache-bench", "replay", *argv],
             inputs=[{k: f[k] for k in ("path", "name", "sha256", "rows")} for f in traces.files],
@@ -298,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
             gate=args.gate,
             **(peer_provenance(peer_for, configs) if peer_for is not None else {}),
         )
-        path = args.out.with_name(f"{args.out.stem}.provenance.json")
+        path = output_paths(args.out, False)[1]
         write_json(path, provenance)
         extra = ", .mlx-teacache.csv, .mlx-teacache-steps.csv" if peer_tables is not None else ""
         print(f"wrote {args.out} and {path.name}{extra}")

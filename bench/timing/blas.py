@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 
+from calib.run.arguments import CommandParser
 from teacache import variants
 
 # the embedded FLUX.1 pipeline: its random weights time a real mflux step loop at any size
@@ -45,8 +46,8 @@ print(json.dumps({"blas": _platform.PRELOADED_BLAS, "gflops": gflops,
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="teacache-bench blas", description=__doc__)
-    parser.add_argument("--steps", type=int, default=6)
+    parser = CommandParser(prog="teacache-bench blas", description=__doc__)
+    parser.add_argument("--steps", type=int, default=6, help="denoising steps per probe")
     parser.add_argument("--size", type=int, default=256, help="image side in pixels")
     return parser
 

@@ -44,7 +44,7 @@ import teacache
 from bench.common import parse_numbers, parse_thresholds
 from bench.peer import arm as peer
 from bench.peer import gate as peer_gate
-from calib.run.arguments import CommandParser, check_guidance, check_out_dir, path_argument
+from calib.run.arguments import CommandParser, Writes, check_guidance, check_out_dir, path_argument
 from calib.run.generation import generate
 from calib.run.interleave import Turn, interleave
 from calib.run.interrupts import interruptions
@@ -74,8 +74,21 @@ SUMMARY_COLUMNS = (
     "full_size", "rescale", "tag", "hardware", "note",
 )  # fmt: skip
 CONFIG_KEY = ("model", "quantize", "resolution", "steps", "tag")
+
+
 # runs.csv: one row per generation (or per arm that could not run: note); the columns before "kind" are
 # those of campaigns measured before runs.csv held every field the summary is derived from
+def _is_fullsize_provenance(path: Path) -> bool:
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("note") == MEANINGLESS
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+# Its tables, merged run after run, in a folder of its own (its provenance.json marks it: RUN.md and logs beside it
+# are kept); results/<hardware>/fullsize is what it exists to regenerate.
+WRITES = Writes("teacache-bench fullsize", names=("runs.csv", "summary.csv", "provenance.json"),
+                marker="provenance.json", is_own=_is_fullsize_provenance, regenerates=("results",))  # fmt: skip
 RUN_COLUMNS = (
     "model", "quantize", "resolution", "steps", "tag", "repeat", "position", "arm", "loop_s", "total_s", "skipped",
     "peak_memory_gib", "cache_memory_mib", "kind", "threshold", "predicted_skipped", "exact", "max_abs_diff",
@@ -144,7 +157,7 @@ def validate(args) -> dict:
     if args.blocks is not None and args.out is None:
         raise ValueError("--out: --blocks builds models that are not full size; name a folder outside results/")
     if args.out is not None:
-        check_out_dir(args.out)
+        check_out_dir(args.out, writes=WRITES)
     if args.guidance is not None:
         check_guidance(args.guidance)
     if args.budget_s is not None and not args.budget_s > 0:
@@ -590,7 +603,8 @@ def main(argv: list[str] | None = None) -> int:
     hardware = prov.hardware_slug()
     out = args.out or PROJECT_ROOT / "results" / hardware / "fullsize"
     try:
-        check_out_dir(out)
+        if args.out is None:  # a given --out was checked with the other arguments
+            check_out_dir(out, writes=WRITES)
     except ValueError as exc:
         print(f"teacache-bench fullsize: {exc}", file=sys.stderr)
         return 2

@@ -25,8 +25,16 @@ import numpy as np
 import pandas as pd
 
 from bench.sweep.records import NOOP, RecordError, read_sweep
-from bench.tolerances.module import PROJECT_ROOT, TOLERANCES_DIR, complete, module_path, prefix, render_module
-from calib.run.arguments import CommandParser, check_out_file, path_argument
+from bench.tolerances.module import (
+    GENERATED,
+    PROJECT_ROOT,
+    TOLERANCES_DIR,
+    complete,
+    module_path,
+    prefix,
+    render_module,
+)
+from calib.run.arguments import CommandParser, Writes, check_out_file, path_argument
 from teacache.io import write_text
 from teacache.provenance import hardware_slug
 
@@ -187,6 +195,19 @@ def measured_cases(runs: pd.DataFrame) -> tuple[tuple[str, str, int], ...]:
     return tuple((str(r.prompt_id), str(r.prompt), int(r.seed)) for r in pairs.itertuples())
 
 
+def _is_generated(path: Path) -> bool:
+    """A module this command generated (its docstring says so): rewriting it keeps its other variants."""
+    try:
+        with path.open(encoding="utf-8") as handle:
+            return GENERATED.lower() in handle.read(2000).lower()
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+# One module: new, one it generated, or --force; tests/tolerances/ in the checkout is what it exists to regenerate.
+WRITES = Writes("teacache-bench tolerances", is_own=_is_generated, regenerates=("tests/tolerances",))
+
+
 def setup_arg_parser() -> argparse.ArgumentParser:
     parser = CommandParser(prog="teacache-bench tolerances", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, metavar="RUNS", help="sweep folders (one per variant)")
@@ -197,6 +218,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="label every derived constant provisional (whatever the number of pairs measured)",
     )
+    parser.add_argument("--force", action="store_true", help="replace --out even if this command did not write it")
     return parser
 
 
@@ -238,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
     try:
         if args.out is not None:
-            check_out_file(args.out, what=".py module")
+            check_out_file(args.out, what=".py module", writes=WRITES, force=args.force)
         derived = [derive(path, args.threshold, args.provisional) for path in args.runs]
         hardware = {d["hardware"] for d in derived}
         if len(hardware) > 1:
@@ -246,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         variants = [d["variant"] for d in derived]
         if len(set(variants)) != len(variants):
             raise ValueError(f"RUNS: two sweeps of the same variant ({', '.join(variants)})")
-        out = check_out_file(args.out or module_path(derived[0]["hardware"]), what=".py module")
+        out = args.out or check_out_file(module_path(derived[0]["hardware"]), what=".py module", writes=WRITES)
         kept, provisional_from = complete(derived, out, TOLERANCES_DIR)
         text = render_module(derived, kept, provisional_from)
         compile(text, "<tolerances>", "exec")

@@ -25,7 +25,7 @@ from bench.report import markdown
 from bench.tolerances.derive import PROJECT_ROOT, check_run, load_module, prefix
 from bench.tolerances.mutants import MUTANTS, Mutant, apply_mutant, leftovers
 from calib.run import arguments
-from calib.run.arguments import CommandParser, check_out_dir, path_argument
+from calib.run.arguments import CommandParser, Writes, check_out_dir, path_argument
 from calib.run.generation import generate
 from calib.run.progress import track
 from calib.run.prompts import pair_id, parse_seeds
@@ -219,10 +219,14 @@ def rerender(folder: Path) -> str:
         raise ValueError(f"--out: cannot rebuild from {path}: {exc}") from None
 
 
+# Its report and its data, in a folder of its own; a campaign's gapcheck/ in results/ is its to regenerate.
+WRITES = Writes("teacache-bench gapcheck", names=("gapcheck.md", "gapcheck.json"), regenerates=("results",))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
     try:
-        check_out_dir(args.out)
+        check_out_dir(args.out, writes=WRITES)
     except ValueError as exc:
         print(f"teacache-bench gapcheck: {exc}", file=sys.stderr)
         return 2

@@ -55,8 +55,9 @@ from calib.fit.decision_folds import (
 )
 from calib.fit.errors import FitError
 from calib.fit.file import FIT_KIND, describe_data, read_fit, rescale_from_fit  # noqa: F401
+from calib.fit.files import PLOT_FILES, PROG, WRITES  # noqa: F401  (what it writes, where)
 from calib.fit.monotone import fit_monotone  # noqa: F401
-from calib.fit.plots import PLOT_FILES, render_plots  # noqa: F401
+from calib.fit.plots import SHOWN_BEST, render_plots  # noqa: F401
 from calib.fit.selection import (  # noqa: F401
     DEFAULT_FOLDS,
     DEFAULT_MARGIN,
@@ -110,7 +111,7 @@ def load_comparison(
 
 def setup_arg_parser() -> argparse.ArgumentParser:
     parser = CommandParser(
-        prog="teacache-calib fit",
+        prog=PROG,
         description="Fit rescale functions to trace tables; choose one by leave-prompts-out CV.",
     )
     parser.add_argument(
@@ -312,7 +313,7 @@ def print_summary(fit: dict, path: Path) -> None:
     console = Console(width=max(100, Console().width))
     data = fit["data"]
     cands = fit["candidates"]
-    best = sorted(cands, key=lambda c: c["rmse"])[:20]
+    best = sorted(cands, key=lambda c: c["rmse"])[:SHOWN_BEST]  # as many as fit_cv.png shows
     by = fit["selection"].get("selected_by") or {}
     picks = [c for c in cands if c not in best and (c["selected"] or c["label"] == by.get("decision_excess"))]
     shown = best + picks
@@ -414,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     try:
-        check_out_dir(args.out)
+        check_out_dir(args.out, writes=WRITES)
         fit, plots = run(args, argv)
     except (TraceError, FitError, ValueError) as exc:
         print(f"teacache-calib fit: error: {exc}", file=sys.stderr)

@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from calib.fit.candidates import FittedModel
+from calib.fit.files import PLOT_FILES
 from calib.fit.selection import group_folds, time_input
 from calib.traces.tables import run_key_columns
 from teacache.gate import GateConfig
@@ -60,7 +61,7 @@ CHANGE_OUTPUT = "output"
 _CHANGE_COLUMNS = {CHANGE_RESIDUAL: ("residual_rel_l1", "residual_norm"), CHANGE_OUTPUT: ("y_rel_l1", "y_norm")}
 CRITERION = "decision_excess"
 DEFAULT_THRESHOLDS = 200
-PLOT_FILE = "fit_decision.png"
+PLOT_FILE = PLOT_FILES["decision"]
 
 
 @dataclass(frozen=True)

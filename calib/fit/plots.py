@@ -11,18 +11,12 @@ import numpy as np
 import pandas as pd
 
 from calib.fit import safety
-from calib.fit.decision import PLOT_FILE as DECISION_PLOT_FILE
 from calib.fit.file import rescale_from_fit
+from calib.fit.files import PLOT_FILES  # noqa: F401  (re-exported: the names of the plots drawn here)
 from calib.fit.selection import time_input
 from teacache.rescale import FORM_POLY, FORM_POLY_STEP
 
-PLOT_FILES = {
-    "scatter": "fit_scatter.png",
-    "residuals": "fit_residuals.png",
-    "cv": "fit_cv.png",
-    "decision": DECISION_PLOT_FILE,  # drawn by calib.fit.decision.plot_decision_curves from the decision result
-}
-CV_PLOT_MAX = 30  # candidates shown in fit_cv.png: the best by cv RMSE (and always the selected one)
+SHOWN_BEST = 20  # candidates fit_cv.png and the console table show: the best by cv RMSE (and the selected one)
 
 
 def render_plots(fit: dict, frame: pd.DataFrame) -> dict[str, bytes]:
@@ -96,13 +90,13 @@ def residuals_figure(fit: dict, frame: pd.DataFrame):
 
 
 def cv_figure(fit: dict):
-    """Cross-validated RMSE of the best candidates (at most CV_PLOT_MAX), the selected one highlighted."""
+    """Cross-validated RMSE of the best candidates (at most SHOWN_BEST), the selected one highlighted."""
     # heavy (matplotlib): loaded after the arguments are checked
     from matplotlib.figure import Figure
 
     sel = fit["selected"]
     every = fit["candidates"]
-    order = sorted(range(len(every)), key=lambda i: every[i]["rmse"])[:CV_PLOT_MAX]
+    order = sorted(range(len(every)), key=lambda i: every[i]["rmse"])[:SHOWN_BEST]
     chosen = next((i for i, c in enumerate(every) if c["selected"]), None)
     if chosen is not None and chosen not in order:
         order[-1] = chosen
@@ -134,8 +128,8 @@ def cv_figure(fit: dict):
     left = errors.min() - max(spread * 0.15, errors.min() * 1e-3)
     ax.set_xlim(left, errors.max() + max(spread, errors.min() * 1e-3) * 0.8)
     shown = f"{len(cands)} best of {len(every)}" if len(cands) < len(every) else f"{len(every)}"
-    ax.set_xlabel(
-        "cross-validated RMSE (prompts held out; lower is better; the axis starts near the best); hatched: unsafe"
+    ax.set_xlabel(  # two lines: one is wider than the figure
+        "cross-validated RMSE (prompts held out; lower is better)\nthe axis starts near the best; hatched: unsafe"
     )
     ax.set_title(f"candidates ({shown}), selected {sel['label']} (cv R^2 {sel['cv_r2']:.4f})", fontsize=9)
     return fig

@@ -12,10 +12,10 @@ import math
 import numbers
 import os
 import sys
-import tempfile
 import textwrap
 from pathlib import Path
 
+from calib.run.outputs import Writes, check_out_dir, check_out_file  # noqa: F401  (the output rule, re-exported)
 from calib.run.prompts import SETS, default_set, load_prompts, parse_size
 from teacache import load_model as _load
 from teacache import variants
@@ -73,63 +73,12 @@ def fail(prog: str, message: str) -> int:
     return EXIT_BAD_INPUT
 
 
-def _nearest_existing(path: Path) -> Path:
-    for folder in (path, *path.parents):
-        if folder.exists():
-            return folder
-    return Path.cwd()
-
-
 def path_argument(text: str) -> Path:
     """argparse ``type`` of every path argument: an empty string is refused, since ``Path("")`` is the
     current folder and a command would write its files there."""
     if not str(text).strip():
         raise argparse.ArgumentTypeError("expected a path, got an empty string")
     return Path(text)
-
-
-def _checked_path(path: str | os.PathLike, arg: str) -> Path:
-    if isinstance(path, str) and not path.strip():
-        raise ValueError(f"{arg}: expected a path, got an empty string")
-    return Path(path)
-
-
-def _check_writable_under(path: Path, arg: str) -> None:
-    """The nearest existing folder above ``path`` takes a new file (probed: a permission check alone says yes
-    to root on a read-only or immutable folder). Creates nothing that stays."""
-    existing = _nearest_existing(path)
-    if not existing.is_dir():
-        raise ValueError(f"{arg}: cannot create {path}: {existing} is a file, not a folder")
-    try:
-        with tempfile.TemporaryFile(dir=existing, prefix=".write-probe-"):
-            pass
-    except OSError as exc:
-        reason = exc.strerror or exc
-        raise ValueError(f"{arg}: cannot write in {existing} ({reason}); choose a writable folder") from None
-
-
-def check_out_dir(path: str | os.PathLike, arg: str = "--out") -> Path:
-    """A folder this command may write into: a folder or nothing yet, under a folder we can write to.
-
-    Every command that writes a folder checks it here, before it reads or computes anything else.
-    """
-    path = _checked_path(path, arg)
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"{arg}: {path} is a file; expected a folder (a new one, or one this command wrote)")
-    _check_writable_under(path, arg)
-    return path
-
-
-def check_out_file(path: str | os.PathLike, arg: str = "--out", what: str = "file") -> Path:
-    """A file this command may write (``what`` names it in the message): not a folder, in a folder we can
-    create or write to. Every command that writes one file checks it here, before any work."""
-    path = _checked_path(path, arg)
-    if path.is_dir():
-        raise ValueError(f"{arg}: {path} is a folder; expected the path of the {what} to write")
-    if path.exists() and not os.access(path, os.W_OK):
-        raise ValueError(f"{arg}: cannot overwrite {path} (not writable); choose another path")
-    _check_writable_under(path.parent, arg)
-    return path
 
 
 def shown(value: object, limit: int = 80) -> str:

@@ -18,11 +18,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from calib.run.arguments import CommandParser, check_input_file, check_out_file, fail, path_argument
+from calib.run.arguments import CommandParser, Writes, check_input_file, check_out_file, fail, path_argument
 from calib.traces import mlx_teacache_format as fmt
 from teacache.io import write_json, write_text
 
 PROG = "python -m calib.traces.sample_calibration"
+# Two files, each new or replaced with --force; the samples/ that ship are what it exists to regenerate.
+WRITES = Writes(PROG, regenerates=("samples",))
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -32,6 +34,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--table", type=path_argument, default=None, help="also write the pairs as this CSV")
     parser.add_argument("--prompts", type=int, default=8, help="the first N prompts of the recording")
     parser.add_argument("--seed", type=int, default=0, help="the recording's seed to take")
+    parser.add_argument("--force", action="store_true", help="replace --out and --table if they exist")
     return parser
 
 
@@ -74,9 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
     try:
         check_input_file(args.traces, "TRACES")
-        check_out_file(args.out, what="calibration .json")
+        check_out_file(args.out, what="calibration .json", writes=WRITES, force=args.force)
         if args.table is not None:
-            check_out_file(args.table, "--table", what="CSV file")
+            check_out_file(args.table, "--table", what="CSV file", writes=WRITES, force=args.force)
         data, table = calibration(args.traces, args.prompts, args.seed)
     except ValueError as exc:
         return fail(PROG, str(exc))

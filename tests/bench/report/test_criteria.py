@@ -155,3 +155,10 @@ def test_a_folder_made_with_other_settings_is_refused_before_anything_is_written
     assert "was made with other settings" in err and "seeds" in err and len(err.splitlines()) == 1
     assert [p.name for p in out.iterdir()] == [criteria.SETTINGS_NAME]
     assert json.loads((out / criteria.SETTINGS_NAME).read_text()) == earlier
+
+
+def test_across_models_on_one_model_says_model_not_models(tmp_path):
+    argv = ["--model", _criteria_folder(tmp_path, "one", 0.004), "--out", str(tmp_path / "out")]
+    assert across_models.main(argv) == 0
+    title = (tmp_path / "out" / "summary.md").read_text().splitlines()[0]
+    assert title.endswith("on 1 trained model"), title

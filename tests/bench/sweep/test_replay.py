@@ -72,3 +72,15 @@ def test_predict_schedules_replays_configs_that_differ_beyond_the_threshold(tmp_
     schedules = replay_cmd.predict_schedules(traces, configs)
     assert cli_rows(schedules) == reference_rows(traces, configs)
     assert list(schedules.columns) == replay_cmd.SCHEDULE_COLUMNS
+
+
+def test_replay_says_once_where_its_coefficients_and_num_steps_come_from(capsys):
+    argv = [str(ROOT / "samples" / "traces.csv"), "--coefficients", "0.5,1.2,0.01", "--x-range", "0.02,0.4",
+            "--thresholds", "0.1"]  # fmt: skip
+    assert replay_cmd.main(argv) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert "coefficients coefficients" not in line and "from inferred" not in line, line
+    assert "num_steps inferred as max(step) + 1" in line and "coefficients 0.5,1.2,0.01" in line, line
+    assert replay_cmd.main([str(TRACES), "--thresholds", "0.1"]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert "num_steps from the table" in line and "coefficients from packaged" in line, line

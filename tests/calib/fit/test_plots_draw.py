@@ -49,3 +49,23 @@ def test_the_cv_plot_shows_differences_between_nearly_equal_candidates_best_firs
     left = ax.get_xlim()[0]
     visible = {bar.get_width() - left for bar in ax.patches}
     assert left > 0 and max(visible) / min(visible) > 2  # 0.00280 vs 0.00271 reads as a difference
+
+
+def test_the_cv_plot_keeps_its_x_label_whole_and_shows_the_candidates_the_console_lists(capsys):
+    import json
+    import re
+
+    from calib.fit.command import print_summary
+    from calib.fit.plots import cv_figure
+    from tests import ROOT
+
+    path = ROOT / "results/cpu-amd-epyc-2c/tiny-shapes/0.24.0/fit/fit.json"
+    fit = json.loads(path.read_text())
+    print_summary(fit, path)
+    listed = int(re.search(r"the (\d+) best of (\d+) candidates", capsys.readouterr().out).group(1))
+    fig = cv_figure(fit)
+    renderer = _drawn(fig)
+    ax = fig.axes[0]
+    assert f"{listed} best of {len(fit['candidates'])}" in ax.get_title()
+    label = ax.xaxis.label.get_window_extent(renderer)
+    assert fig.bbox.x0 <= label.x0 and label.x1 <= fig.bbox.x1, (label, fig.bbox)
