@@ -87,6 +87,8 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# what drift writes in --out and in --save (calib.run.outputs: a folder new, empty or drift's own)
+WRITES = arguments.Writes(PROG, names=("verdict.json", "numbers.json", "noise_floor.json", "effect", "progress.log"))
 GENERATION_OPTIONS = ("prompts", "seeds", "steps", "size", "guidance", "quantize")
 DATA = Path(__file__).with_name("data")
 
@@ -176,10 +178,10 @@ def plan(args: argparse.Namespace, command: list[str] | None = None) -> Plan:
             raise ValueError(f"--against: {args.against} holds {'full-size' if args.fullsize is False else 'tiny'} "
                              "numbers; run with the same --fullsize")  # fmt: skip
     if args.save is not None:
-        arguments.check_out_dir(args.save, "--save")
+        arguments.check_out_dir(args.save, "--save", writes=WRITES)
         if args.model is None and (args.save / "numbers.json").exists():
             raise ValueError(f"--save: {args.save} already holds numbers.json; choose a new folder")
-    out = arguments.check_out_dir(args.out or Path("runs") / f"drift-mflux-{version}")
+    out = arguments.check_out_dir(args.out or Path("runs") / f"drift-mflux-{version}", writes=WRITES)
     return Plan(version=version, out=out, baseline=baseline, table=table, dtypes=dtypes, fullsize=args.fullsize,
                 code_only=args.code_only, oracles=args.oracles, against=args.against, save=args.save,
                 floor_processes=args.floor_processes, command=tuple(command or PROG.split()), effect=effect,
