@@ -1,11 +1,11 @@
 """The release series judged by effect: what each release did to every family's numbers and calibrated gate.
 
-``python -m calib.drift.effect_report DIR... --out FOLDER`` reads the ``verdict.json`` of drift runs that were
-each made with ``--against`` the previous release's ``--save`` (``run.sh`` beside the report chains them), and
-writes ``FOLDER/report.md`` and ``FOLDER/summary.json``: per release step and family, the hooked functions that
-changed, whether the numbers moved (float32, against the previous release's numbers and noise floor), and the
-effect on the family's effect model's gate (decisions differing against the measured tolerance, the nearest
-unchanged call, the gate's RMSE before and after) with the verdict it gives.
+``python -m calib.drift.effect_report DIR... --out FOLDER`` reads the ``verdict.json`` of drift runs, the first
+the series' start, each later one made with ``--against`` the previous release's ``--save`` (``run.sh`` beside
+the report chains them), and writes ``FOLDER/report.md`` and ``FOLDER/summary.json``: per release step and family,
+the hooked functions that changed, whether the numbers moved (float32, against the previous release's numbers and
+noise floor), and the effect on the family's effect model's gate (decisions differing against the measured
+tolerance, the nearest unchanged call, the gate's RMSE before and after) with the verdict it gives.
 """
 
 from __future__ import annotations
@@ -70,6 +70,9 @@ def render(runs: list[dict], rows: list[dict], notes: str = "") -> str:
     lines = [
         "# Releases judged by effect: " + " -> ".join(f"mflux {r['mflux']} / MLX {r['mlx']}" for r in runs),
         "",
+        f"Each row is one step: the newer release's runs against the previous one's save, starting from mflux "
+        f"{first['mflux']} / MLX {first['mlx']}.",
+        "",
         f"Hardware `{first['hardware']}`, float32. Derived by `python -m calib.drift.effect_report` from the "
         "`verdict.json` of each step (`drift/`), each made under the newer release with `teacache-calib drift "
         "--against` the older one's `--save` (`run.sh`). Decisions are counted at the variant's default threshold "
@@ -104,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from teacache.io import write_json, write_text
 
-    rows = rows_of(runs)
+    rows = rows_of(runs[1:])  # the first run is where the series starts: its save is what the second judges
     notes = (args.out / "notes.md").read_text(encoding="utf-8") if (args.out / "notes.md").is_file() else ""
     write_text(args.out / "report.md", render(runs, rows, notes))
     write_json(args.out / "summary.json", {"format_version": 1, "rows": rows, "runs": [r["folder"] for r in runs]})

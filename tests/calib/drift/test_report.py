@@ -54,3 +54,25 @@ def test_a_folder_without_a_verdict_is_refused_in_one_line(tmp_path, capsys):
     assert report.main([str(tmp_path), "--out", str(tmp_path / "out")]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+EFFECT = ROOT / "results" / "releases" / "effect-cpu-amd-epyc-2c"
+
+
+def test_the_effect_report_rebuilds_from_its_drift_outputs(tmp_path):
+    from calib.drift import effect_report
+
+    shutil.copy(EFFECT / "notes.md", tmp_path / "notes.md")
+    runs = sorted(str(p) for p in (EFFECT / "drift").iterdir())
+    assert effect_report.main([*runs, "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "report.md").read_text() == (EFFECT / "report.md").read_text()
+
+
+def test_the_effect_report_says_no_gate_decision_moved_between_the_releases():
+    """mflux 0.21 -> 0.24 and MLX 0.32.2 -> 0.32.4 on this CPU: the bits of FLUX.1, Qwen-Image and Z-Image move at
+    0.22.0, yet no effect model's gate changes a decision beyond its tolerance at any step."""
+    rows = json.loads((EFFECT / "summary.json").read_text())["rows"]
+    judged = [r for r in rows if r["model"] is not None]
+    assert {r["family"] for r in judged} == {"FLUX.1", "FLUX.2", "Qwen-Image", "Z-Image"}
+    assert all("**" not in r["decisions"] for r in judged)
+    assert not any("refit-recommended" in r["statuses"] or "integration-broken" in r["statuses"] for r in judged)
