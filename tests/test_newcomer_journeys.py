@@ -195,9 +195,9 @@ def test_readme_journeys_read_only_files_that_ship_or_an_earlier_step_writes():
         for line in lines:
             words = shlex.split(line)
             outs = [words[i + 1] for i, w in enumerate(words[:-1]) if w in ("--out", ">")]  # --out, a redirection
-            for word in words:
-                path = word.split("#", 1)[0]
-                if "$" in path or not path.endswith(INPUT_SUFFIXES) or path in outs or word.startswith("-"):
+            for path in (part for word in words if not word.startswith("-") for part in word.split(",")):
+                path = path.split("#", 1)[0]  # a comma-separated list names one path per item
+                if "$" in path or not path.endswith(INPUT_SUFFIXES) or path in outs:
                     continue
                 earlier = any(path == o or path.startswith(o.rstrip("/") + "/") for o in written)
                 if not (ROOT / path).exists() and not earlier:

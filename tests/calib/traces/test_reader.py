@@ -41,7 +41,7 @@ def replay_csv(tmp_path, capsys, frame: pd.DataFrame, *extra: str) -> tuple[pd.D
     path = tmp_path / "traces.csv"
     frame.to_csv(path, index=False)
     out = tmp_path / "schedules.csv"
-    args = [str(path), "--coefficients", LINE, "--x-range", "0.01,0.5", "--out", str(out), *extra]
+    args = [str(path), "--coefficients", LINE, "--x-range", "0.01,0.5", "--out", str(out), "--force", *extra]
     assert replay_cmd.main(args) == 0, capsys.readouterr().err
     err = capsys.readouterr().err
     provenance = json.loads((tmp_path / "schedules.provenance.json").read_text())
@@ -168,7 +168,7 @@ def test_replay_gives_the_schedule_the_gate_gives_inside_a_generation(tiny_flux1
         pd.DataFrame(rows).to_csv(tmp_path / "log.csv", index=False)
         out = tmp_path / "s.csv"
         argv = [str(tmp_path / "log.csv"), "--coefficients", LINE, "--x-range", "0.005,0.8", "--thresholds",
-                str(threshold), "--variant", "tiny-flux1", "--out", str(out)]  # fmt: skip
+                str(threshold), "--variant", "tiny-flux1", "--out", str(out), "--force"]  # fmt: skip
         assert replay_cmd.main(argv) == 0, capsys.readouterr().err
         row = pd.read_csv(out).iloc[0]
         assert json.loads(row["predicted_skipped_steps"]) == handle.stats.skipped_steps
