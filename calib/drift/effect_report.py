@@ -10,11 +10,9 @@ tolerance, the nearest unchanged call, the gate's RMSE before and after) with th
 
 from __future__ import annotations
 
-import argparse
 import sys
-from pathlib import Path
 
-from calib.drift.report import FAMILY_LABELS, family_numbers, load_runs
+from calib.drift.report import FAMILY_LABELS, family_numbers, parse_report_arguments
 
 
 def _numbers(entry: dict | None) -> str:
@@ -96,14 +94,8 @@ def render(runs: list[dict], rows: list[dict], notes: str = "") -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m calib.drift.effect_report", description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", type=Path, metavar="DIR", help="folders teacache-calib drift wrote")
-    parser.add_argument("--out", type=Path, required=True, help="folder for report.md and summary.json")
-    args = parser.parse_args(argv)
-    try:
-        runs = load_runs(args.runs)
-    except ValueError as exc:
-        print(f"python -m calib.drift.effect_report: {exc}", file=sys.stderr)
+    args, runs = parse_report_arguments("python -m calib.drift.effect_report", __doc__.split("\n\n")[0], argv)
+    if runs is None:
         return 2
     from teacache.io import write_json, write_text
 

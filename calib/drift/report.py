@@ -174,15 +174,24 @@ def render(
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m calib.drift.report", description=__doc__.split("\n\n")[0])
+def parse_report_arguments(
+    prog: str, description: str, argv: list[str] | None
+) -> tuple[argparse.Namespace, list | None]:
+    """DIR... --out FOLDER of a report over drift runs, and the runs read (None: refused, one line printed)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("runs", nargs="+", type=Path, metavar="DIR", help="folders teacache-calib drift wrote")
     parser.add_argument("--out", type=Path, required=True, help="folder for report.md and summary.json")
     args = parser.parse_args(argv)
     try:
-        runs = load_runs(args.runs)
+        return args, load_runs(args.runs)
     except ValueError as exc:
-        print(f"python -m calib.drift.report: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return args, None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, runs = parse_report_arguments("python -m calib.drift.report", __doc__.split("\n\n")[0], argv)
+    if runs is None:
         return 2
     from calib.drift import noise
     from teacache.io import write_json, write_text
