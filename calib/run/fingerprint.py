@@ -142,15 +142,29 @@ def _show_both(stored, current) -> tuple[str, str]:
     return _show(stored, 17), _show(current, 17)
 
 
+def _list_difference(key: str, stored: list, current: list) -> str:
+    """Two lists by their lengths and their first difference, which a shortened list would hide."""
+    at = next((i for i, (a, b) in enumerate(zip(stored, current, strict=False)) if not _same(a, b)), None)
+    if at is None:
+        at = min(len(stored), len(current))
+    old, new = _show_both(stored[at] if at < len(stored) else None, current[at] if at < len(current) else None)
+    return (
+        f"{key}: {len(stored)} (this run: {len(current)}), first different at item {at + 1}: {old} "
+        f"(this run: {new})"
+    )
+
+
 def _difference(key: str, stored, current) -> str:
     if key == "prompts" and isinstance(stored, dict) and isinstance(current, dict):
         if list(stored) != list(current):
-            return f"prompts {_show(list(stored))} (this run: {_show(list(current))})"
+            return _list_difference("prompts", list(stored), list(current))
         changed = [k for k in stored if stored[k] != current[k]]
         return f"prompts: the text of {_show(changed)} (this run: other text)"
     if isinstance(stored, dict) and isinstance(current, dict):
         keys = [k for k in {**stored, **current} if not _same(stored.get(k), current.get(k))]
         return "; ".join(_difference(f"{key}.{k}", stored.get(k), current.get(k)) for k in keys)
+    if isinstance(stored, list) and isinstance(current, list) and max(len(stored), len(current)) > MAX_SHOWN:
+        return _list_difference(key, stored, current)
     old, new = _show_both(stored, current)
     return f"{key} {old} (this run: {new})"
 
