@@ -35,7 +35,8 @@ COLUMNS = [
     "x_rel_l1", "y_rel_l1", "residual_rel_l1", "x_norm", "y_norm", "residual_norm",
 ]  # fmt: skip
 RESULTS = ("runs", "traces.parquet", "provenance.json")  # what shows that a folder holds a recording
-OUTPUTS = (*RESULTS, shard.SHARDS)  # what --force-new removes
+LOG = "progress.log"  # a line per recorded run (calib.run.progress)
+OUTPUTS = (*RESULTS, shard.SHARDS, LOG)  # what --force-new removes
 # A run is the unit of a sharded recording: OUT/shards/rank-<r>/runs/<run_id>.parquet
 LAYOUT = shard.UnitLayout("runs", ".parquet", noun="runs")
 EXTENDABLE = ("seeds",)
@@ -275,7 +276,7 @@ def _record(settings: RecordSettings, run: shard.ShardedRun) -> dict:
         print(describe_overhead(overhead))
     fields = world.row_fields()
     label = "recording" if world.size == 1 else f"recording rank {world.rank}"
-    with apply_teacache(model, calibrate=True) as handle, track(label, len(todo), "runs") as progress:
+    with apply_teacache(model, calibrate=True) as handle, track(label, len(todo), "runs", log=folder / LOG) as progress:
         for pid, text, seed in todo:
             frame, _ = record_run(model, handle, gen_settings, pid, text, seed, variant)
             write_parquet(parts / f"{run_id(pid, seed)}.parquet", frame.assign(**fields))

@@ -46,7 +46,8 @@ from teacache.provenance import authorship, collect, read_previous
 
 PROG = "teacache-bench sweep"
 # What the sweep writes into its folder: --force-new removes exactly these.
-OUTPUTS = ("pairs", "images", "runs.parquet", "decisions.parquet", "noop.parquet", "provenance.json", shard.SHARDS)
+LOG = "progress.log"  # a line per measured pair (calib.run.progress)
+OUTPUTS = ("pairs", "images", "runs.parquet", "decisions.parquet", "noop.parquet", "provenance.json", shard.SHARDS, LOG)
 # What shows that a folder holds a sweep's results (images and shard folders alone are no sweep to check)
 RESULTS = ("pairs", "runs.parquet", "decisions.parquet", "noop.parquet", "provenance.json")
 EXTENDABLE = ("seeds", "thresholds")  # settings a rerun may add to
@@ -627,7 +628,8 @@ def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale, traces
     arms_record = None
     if settings.arms_mode:
         tc_arms, grid, arms_record = _plan_arms(settings, model, rescales, configs_for, traces, skip_first)
-    with track("sweep" if world.size == 1 else f"sweep rank {world.rank}", len(todo), "pairs") as progress:
+    label = "sweep" if world.size == 1 else f"sweep rank {world.rank}"
+    with track(label, len(todo), "pairs", log=folder / LOG) as progress:
         for pair, missing in todo:
             if settings.arms_mode:
                 rows, decisions, noop = sweep_arms.run_pair_arms(

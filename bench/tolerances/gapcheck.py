@@ -132,7 +132,8 @@ def run_gapcheck(args) -> dict:
     width, height = (int(v) for v in settings["resolution"].split("x"))
     pairs = [(pid, text, s) for pid, text in list(prompts.items())[: args.max_prompts] for s in seeds]
     rows = []
-    with track("gapcheck", len(pairs) * (len(MUTANTS) + 1), "wrapper runs") as progress:
+    log = Path(args.out) / "progress.log"
+    with track("gapcheck", len(pairs) * (len(MUTANTS) + 1), "wrapper runs", log=log) as progress:
         for pid, text, seed in pairs:
             gen_args = (text, seed, settings["steps"], width, height, settings["guidance"])
             generate(model, *gen_args)  # warm-up: the first run after an eager one can differ (see README)
@@ -220,7 +221,9 @@ def rerender(folder: Path) -> str:
 
 
 # Its report and its data, in a folder of its own; a campaign's gapcheck/ in results/ is its to regenerate.
-WRITES = Writes("teacache-bench gapcheck", names=("gapcheck.md", "gapcheck.json"), regenerates=("results",))
+WRITES = Writes(
+    "teacache-bench gapcheck", names=("gapcheck.md", "gapcheck.json", "progress.log"), regenerates=("results",)
+)
 
 
 def main(argv: list[str] | None = None) -> int:

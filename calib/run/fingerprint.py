@@ -148,10 +148,7 @@ def _list_difference(key: str, stored: list, current: list) -> str:
     if at is None:
         at = min(len(stored), len(current))
     old, new = _show_both(stored[at] if at < len(stored) else None, current[at] if at < len(current) else None)
-    return (
-        f"{key}: {len(stored)} (this run: {len(current)}), first different at item {at + 1}: {old} "
-        f"(this run: {new})"
-    )
+    return f"{key}: {len(stored)} (this run: {len(current)}), first different at item {at + 1}: {old} (this run: {new})"
 
 
 def _difference(key: str, stored, current) -> str:

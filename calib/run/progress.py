@@ -3,7 +3,8 @@
 A bar redrawn in place says nothing to a log file or a CI job until the command exits; there each
 finished unit (a run, a pair) prints one line with done / total and the ETA, at most one line per
 ``MIN_INTERVAL_S`` seconds (the last one always), flushed at once. Nothing left to do prints nothing,
-not an empty bar.
+not an empty bar. With ``log``, every unit also appends a timestamped line to that file (``progress.log``
+in the output folder), so a long run can be watched from anywhere, terminal or not.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import contextlib
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TextIO
 
 from rich.progress import Progress
@@ -74,13 +76,43 @@ class _Nothing:
         pass
 
 
+class _Logged:
+    """Advances what the terminal shows and appends each unit's line to the log file."""
+
+    def __init__(self, shown, lines: ProgressLines, path: Path) -> None:
+        self.shown, self.lines, self.path = shown, lines, path
+
+    def advance(self, n: int = 1) -> None:
+        self.shown.advance(n)
+        self.lines.done += n
+        append_log(self.path, self.lines.line())
+
+
+def append_log(path: Path, line: str) -> None:
+    """One timestamped line (UTC) at the end of a log file, written at once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(f"{stamp} {line}\n")
+
+
 @contextlib.contextmanager
-def track(label: str, total: int, noun: str, stream: TextIO | None = None) -> Iterator[ProgressLines | _Bar | _Nothing]:
-    """The progress of ``total`` units: ``.advance()`` after each one."""
+def track(
+    label: str, total: int, noun: str, stream: TextIO | None = None, log: Path | None = None
+) -> Iterator[ProgressLines | _Bar | _Nothing | _Logged]:
+    """The progress of ``total`` units: ``.advance()`` after each one (and a line into ``log`` for each)."""
     if total <= 0:
         yield _Nothing()
         return
     stream = stream or sys.stdout
+    if log is not None:
+        append_log(log, f"{label}: {total} {noun} to do")
+    with _shown(label, total, noun, stream) as shown:
+        yield shown if log is None else _Logged(shown, ProgressLines(label, total, noun, stream), log)
+
+
+@contextlib.contextmanager
+def _shown(label: str, total: int, noun: str, stream: TextIO) -> Iterator[ProgressLines | _Bar]:
     if not stream.isatty():
         yield ProgressLines(label, total, noun, stream)
         return

@@ -55,3 +55,18 @@ def test_a_resume_with_nothing_left_prints_no_empty_bar(tmp_path):
     again = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     assert "-:--:--" not in again.stdout + again.stderr and "0%" not in again.stdout
+
+
+def test_a_log_gets_the_plan_and_a_timestamped_line_for_every_unit(tmp_path):
+    import io
+
+    from calib.run.progress import track
+
+    log = tmp_path / "out" / "progress.log"
+    with track("sweep", 3, "pairs", stream=io.StringIO(), log=log) as progress:
+        for _ in range(3):
+            progress.advance()
+    lines = log.read_text().splitlines()
+    assert lines[0].endswith("sweep: 3 pairs to do") and len(lines) == 4
+    assert lines[-1].split(" ", 1)[1].startswith("sweep: 3/3 pairs done")
+    assert all(line[:4].isdigit() and line[10] == "T" for line in lines)
