@@ -85,8 +85,15 @@ def same_schedule_warnings(runs: pd.DataFrame, decisions: pd.DataFrame | None, p
             at = rows[rows["threshold"] == group[0]]
             skipped = f"{int(at['skipped'].median())} of {int(at['num_steps'].median())} steps skipped, median of pairs"
             which = f" of {rescale}" if several and rescale else ""
+            cause = _cause(sorted(group), rows, decisions, provenance)
+            if 0.0 in group:  # 0 turns TeaCache off: the others are the ones that cannot skip
+                others = [t for t in sorted(group) if t > 0]
+                named = f"threshold{'s' if len(others) > 1 else ''} {_thresholds(others)}{which}"
+                lines.append(f"{named} skip{'' if len(others) > 1 else 's'} nothing on every pair, like 0 (TeaCache "
+                             f"off): {cause}; choose thresholds above it")  # fmt: skip
+                continue
             lines.append(
                 f"thresholds {_thresholds(sorted(group))}{which} give the same schedule on every pair ({skipped}): "
-                f"{_cause(sorted(group), rows, decisions, provenance)}; choose thresholds that give distinct schedules"
+                f"{cause}; choose thresholds that give distinct schedules"
             )
     return lines

@@ -64,7 +64,7 @@ def test_the_cap_is_found_from_the_streaks_without_a_decision_log():
 def test_thresholds_at_or_below_the_rescale_floor_are_named_with_the_floor():
     runs = _runs({0.0: [], 0.004: [], 0.01: [4, 8]})
     warnings = same_schedule_warnings(runs, None, {"rescale_floor": 0.0056})
-    assert len(warnings) == 1 and "thresholds 0, 0.004 give the same schedule" in warnings[0]
+    assert len(warnings) == 1 and "threshold 0.004 skips nothing on every pair, like 0 (TeaCache off)" in warnings[0]
     assert "every step computed" in warnings[0] and "rescale floor 0.0056" in warnings[0]
 
 
@@ -84,7 +84,7 @@ def test_report_warns_about_the_committed_sweeps_thresholds_that_compute_every_s
 
     assert report_cmd.main([str(SWEEP), "--out", str(tmp_path / "report")]) == 0
     err = capsys.readouterr().err
-    assert "teacache-bench report: warning: thresholds 0, 0.005 give the same schedule" in err
+    assert "teacache-bench report: warning: threshold 0.005 skips nothing on every pair, like 0 (TeaCache off)" in err
     assert "every step computed" in err
 
 
