@@ -47,11 +47,17 @@ def preload_openblas() -> str | None:
     return PRELOADED_BLAS
 
 
-def use_float32_on_cpu() -> None:
-    """mflux builds modules in ModelConfig.precision (bfloat16): switch to float32 on the CPU backend."""
+def on_cpu_backend() -> bool:
+    """Whether MLX computes on the CPU here (the default device, or no Metal and no CUDA to use)."""
     import mlx.core as mx  # never at this module's top: it must come after preload_openblas()
 
-    if mx.default_device() == mx.cpu or not (mx.metal.is_available() or _cuda_available(mx)):
+    return mx.default_device() == mx.cpu or not (mx.metal.is_available() or _cuda_available(mx))
+
+
+def use_float32_on_cpu() -> None:
+    """mflux builds modules in ModelConfig.precision (bfloat16): switch to float32 on the CPU backend."""
+    if on_cpu_backend():
+        import mlx.core as mx
         from mflux.models.common.config.model_config import ModelConfig  # heavy (mflux): loaded only when this runs
 
         ModelConfig.precision = mx.float32

@@ -257,7 +257,9 @@ def matched_thresholds(gate: Gate, signals: Signals, fractions: np.ndarray) -> n
     return np.array([THRESHOLD_GRID[int(np.argmin(np.abs(grid - f)))] for f in fractions])
 
 
-def measure_tolerance(gate: Gate, before: Signals, thresholds: list[dict], rerun: Signals | None = None) -> dict:
+def measure_tolerance(
+    gate: Gate, before: Signals, thresholds: list[dict], rerun: Signals | None = None, fresh: tuple | None = None
+) -> dict:
     """What the calibration itself cannot tell apart, measured on the before traces.
 
     - ``resampling``: per threshold, the largest fraction of decisions that a fresh fit with one prompt left out
@@ -268,13 +270,15 @@ def measure_tolerance(gate: Gate, before: Signals, thresholds: list[dict], rerun
     - ``fit``: the calibrated function's RMSE may rise by the larger of ``FIT_SE_BAND`` standard errors of its
       mean over the prompts and the rise in RMSE (on every run) that leaving one prompt out of a fresh fit costs
       (a fresh fit's cv R^2 and its standard error beside it).
+
+    ``fresh``: :func:`fresh_fit` of ``before`` where the caller has it already.
     """
     from calib.fit.candidates import FittedModel
     from calib.fit.selection import group_folds, time_input
 
     ts = np.array([t["threshold"] for t in thresholds])
     fractions = skip_fraction(replay(gate, before, ts))
-    selected, refit, spec = fresh_fit(before)
+    selected, refit, spec = fresh if fresh is not None else fresh_fit(before)
     refit_gate = Gate(refit, "fresh fit", gate.skip_first_n_steps, gate.skip_last_n_steps, gate.max_consecutive_skips)
     matched = matched_thresholds(refit_gate, before, fractions)
     full = replay(refit_gate, before, matched)

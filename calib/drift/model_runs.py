@@ -15,11 +15,11 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from calib.drift import effect
+from calib.run.progress import append_log
 from teacache.io import read_json_object, write_json, write_parquet
 
 SETTINGS_FORMAT = 1
@@ -122,11 +122,9 @@ def plan_model(
 
 def compute_dtype() -> str:
     """The dtype mflux will build and run in here: float32 on the CPU backend, else mflux's precision."""
-    import mlx.core as mx
+    from teacache._platform import on_cpu_backend
 
-    from teacache._platform import _cuda_available
-
-    if mx.default_device() == mx.cpu or not (mx.metal.is_available() or _cuda_available(mx)):
+    if on_cpu_backend():  # where teacache.load_model builds in float32
         return "float32"
     from mflux.models.common.config.model_config import ModelConfig  # heavy (mflux): after the arguments
 
@@ -198,10 +196,7 @@ class Log:
     def __call__(self, line: str) -> None:
         print(line, file=sys.stderr, flush=True)
         if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            with self.path.open("a", encoding="utf-8") as handle:
-                handle.write(f"{stamp} {line}\n")
+            append_log(self.path, line)
 
 
 def record(runs: ModelRuns, folder: Path, log: Log, rerun: bool = True) -> None:
@@ -273,8 +268,9 @@ def latents(folder: Path, runs: ModelRuns, where: str = "runs") -> dict[str, dic
     return out
 
 
-def calibrated_gate(runs: ModelRuns, before: effect.Signals) -> effect.Gate:
-    """The packaged rescale function of the model's variant, else one fitted on the before traces."""
+def calibrated_gate(runs: ModelRuns, fresh: tuple) -> effect.Gate:
+    """The packaged rescale function of the model's variant, else the fresh fit of the before traces
+    (``fresh``: :func:`calib.drift.effect.fresh_fit` of them)."""
     from teacache import coefficients, variants
 
     spec = variants.get(runs.variant)
@@ -282,7 +278,7 @@ def calibrated_gate(runs: ModelRuns, before: effect.Signals) -> effect.Gate:
     if spec.coefficients:
         rescale = coefficients.load_packaged(spec.name)
         return effect.Gate(rescale, f"packaged {spec.name} (teacache.coefficients.{spec.coefficients})", **steps)
-    _selected, rescale, spec_ = effect.fresh_fit(before)
+    _selected, rescale, spec_ = fresh
     return effect.Gate(rescale, f"fitted on the before traces ({spec_.label})", **steps)
 
 
@@ -293,10 +289,11 @@ def conclude(folder: Path, runs: ModelRuns, log: Log, command: list[str]) -> dic
 
     table = traces(folder, runs)
     before = effect.Signals.from_frame(table)
-    gate = calibrated_gate(runs, before)
+    fresh = effect.fresh_fit(before)  # the tolerance needs it, and it is the gate where nothing is packaged
+    gate = calibrated_gate(runs, fresh)
     thresholds = effect.thresholds_that_matter(gate, before, variants.get(runs.variant).default_threshold)
     rerun = effect.Signals.from_frame(traces(folder, runs, "rerun")) if (folder / "rerun").is_dir() else None
-    tolerance = effect.measure_tolerance(gate, before, thresholds, rerun)
+    tolerance = effect.measure_tolerance(gate, before, thresholds, rerun, fresh)
     tolerance["provenance"] = collect(command, model=runs.model, variant=runs.variant, steps=runs.steps,
                                       resolution=f"{runs.width}x{runs.height}", guidance=runs.guidance,
                                       seeds=runs.seeds, prompts=list(runs.prompts), n=len(runs.runs))  # fmt: skip
