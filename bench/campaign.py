@@ -144,7 +144,31 @@ def plan_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swe
             f"(got {', '.join(f'{t:g}' for t in sweep.thresholds)})"
         )
     floor = arguments.check_fraction(ssim_floor, "--ssim-floor")
+    check_sweep_against_fit(sweep, out / "fit" / "fit.json")
     return Campaign(model, out, record, sweep, floor)
+
+
+def check_sweep_against_fit(sweep: sweep_stage.SweepSettings, fit: Path) -> None:
+    """Refuse, before the record and fit stages run, a sweep folder whose pairs were measured with another
+    rescale function than the fit.json beside it: the sweep stage would refuse it after minutes of work.
+
+    A kept fit.json is what the sweep stage reads, and a refit that selects another function is refused while
+    the sweep holds pairs, so a sweep measured with another function than ``fit`` cannot resume either way.
+    """
+    if sweep.force_new or not fit.is_file() or not fingerprint.has_results(sweep.out, sweep_stage.RESULTS):
+        return
+    # heavy (pandas): loaded after the arguments are checked
+    from calib.fit.coefficient_sources import resolve_coefficients
+
+    try:
+        rescale = resolve_coefficients(str(fit), None, None)[0]
+    except ValueError:
+        return  # unreadable: the fit stage replaces it, and the sweep stage then checks the new one
+    with _named("--out", "sweep: --out"):
+        fingerprint.check(
+            sweep.out, sweep_stage.fingerprint_settings(sweep, rescale), sweep_stage.RESULTS, sweep.extendable,
+            command=sweep_stage.PROG,
+        )  # fmt: skip
 
 
 def fit_stage(
