@@ -220,6 +220,25 @@ def rerender(folder: Path) -> str:
         raise ValueError(f"--out: cannot rebuild from {path}: {exc}") from None
 
 
+# What a rerun may change without measuring anything else: when and from which checkout it ran.
+RUN_FIELDS = ("command", "date_utc", "git")
+
+
+def same_measurement(path: Path, data: dict) -> bool:
+    """Whether ``path`` holds the values and settings ``data`` measured: then the earlier file (and the report
+    made from it) stays as it is, so rerunning a committed gap check leaves the checkout clean."""
+    try:
+        earlier = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+
+    def measured(d: dict) -> tuple:
+        provenance = {k: v for k, v in d.get("provenance", {}).items() if k not in RUN_FIELDS}
+        return d.get("summary"), d.get("runs"), provenance
+
+    return isinstance(earlier, dict) and measured(earlier) == measured(json.loads(json.dumps(data)))
+
+
 # Its report and its data, in a folder of its own; a campaign's gapcheck/ in results/ is its to regenerate.
 WRITES = Writes(
     "teacache-bench gapcheck", names=("gapcheck.md", "gapcheck.json", "progress.log"), regenerates=("results",)
@@ -249,9 +268,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     summary = summarize(result)
     provenance = collect(model=args.model, variant=result["variant"], settings=result["settings"])
-    write_text(args.out / "gapcheck.md", render_markdown(summary, provenance))
-    write_json(args.out / "gapcheck.json", {"summary": summary, "provenance": provenance,
-                                            "runs": json.loads(result["frame"].to_json(orient="records"))})  # fmt: skip
+    data = {"summary": summary, "provenance": provenance, "runs": json.loads(result["frame"].to_json(orient="records"))}
+    if same_measurement(args.out / "gapcheck.json", data):
+        print(f"kept {args.out / 'gapcheck.json'}: this run measured the same values with the same settings")
+    else:
+        write_text(args.out / "gapcheck.md", render_markdown(summary, provenance))
+        write_json(args.out / "gapcheck.json", data)
     table = Table(title=f"gap check: {result['variant']}")
     table.add_column("tolerance")
     table.add_column("noise passes")

@@ -45,3 +45,13 @@ def test_gapcheck_render_only_names_a_missing_field(tmp_path, capsys):
     (tmp_path / "gapcheck.json").write_text("{}")
     assert gapcheck.main(["--render-only", "--out", str(tmp_path)]) == 2
     assert "lacks the field 'summary'" in capsys.readouterr().err
+
+
+def test_gapcheck_run_again_keeps_its_files_and_says_so(tmp_path, capsys):
+    argv = ["--model", "tiny-flux1", "--max-prompts", "1", "--out", str(tmp_path)]
+    assert gapcheck.main(argv) == 0
+    files = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    capsys.readouterr()
+    assert gapcheck.main(argv) == 0
+    assert "kept" in capsys.readouterr().out
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == files
