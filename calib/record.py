@@ -18,11 +18,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from calib.run import arguments, fingerprint, shard
+from calib.run import arguments, estimate, fingerprint, shard
 from calib.run.command import run_guarded
 from calib.run.generation import generate, implausible, paired_overhead, settings_fingerprint
 from calib.run.interleave import Turn, interleave
-from calib.run.progress import track
+from calib.run.progress import append_log, track
 from calib.run.prompts import pair_id, parse_seeds
 from teacache import apply_teacache, variants
 from teacache.io import FORMAT_VERSION, write_json, write_parquet
@@ -58,6 +58,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--force-new", action="store_true", help="discard what DIR holds from an earlier recording and start afresh"
     )
+    parser.add_argument("--yes", action="store_true", help="run even if a timed run estimates over an hour of work")
     return parser
 
 
@@ -77,6 +78,7 @@ class RecordSettings:
     quantize: int | None = None
     overhead_pairs: int = 3
     force_new: bool = False
+    yes: bool = False  # run work estimated over an hour (calib.run.estimate)
 
     @property
     def runs(self) -> list[tuple[str, str, int]]:
@@ -95,6 +97,7 @@ def plan(
     quantize: int | None = None,
     overhead_pairs: int = 3,
     force_new: bool = False,
+    yes: bool = False,
 ) -> RecordSettings:
     """Check every argument (nothing loads); raise ValueError with one line naming the argument."""
     steps, width, height, guidance = arguments.generation_settings(
@@ -120,6 +123,7 @@ def plan(
         quantize=quantize,
         overhead_pairs=overhead_pairs,
         force_new=force_new,
+        yes=bool(yes),
     )
 
 
@@ -127,7 +131,7 @@ def settings_from_args(args: argparse.Namespace) -> RecordSettings:
     return plan(
         model=args.model, out=args.out, prompts=args.prompts, seeds=args.seeds, steps=args.steps, size=args.size,
         guidance=args.guidance, base_model=args.base_model, quantize=args.quantize,
-        overhead_pairs=args.overhead_pairs, force_new=args.force_new,
+        overhead_pairs=args.overhead_pairs, force_new=args.force_new, yes=args.yes,
     )  # fmt: skip
 
 
@@ -263,11 +267,13 @@ def _record(settings: RecordSettings, run: shard.ShardedRun) -> dict:
     state = fingerprint.check(folder, fp, RESULTS, EXTENDABLE, command=PROG)
     if state.message(folder):
         print(state.message(folder))
-    recorded = fingerprint.save(folder, PROG, fp, state)
     gen_settings = {
         "model": settings.model, "steps": settings.steps, "width": settings.width, "height": settings.height,
         "guidance": settings.guidance,
     }  # fmt: skip
+    if todo:  # before the folder is claimed: a refusal of the work leaves it as it was
+        _confirm_work(model, settings, todo, run.todo and world.rank == 0, folder / LOG)
+    recorded = fingerprint.save(folder, PROG, fp, state)
     overhead = _previous_overhead(settings.out)
     if world.rank == 0 and run.todo and settings.overhead_pairs > 0:  # one measurement, by the rank that merges
         overhead = measure_overhead(model, gen_settings, settings.runs[0][1], settings.overhead_pairs)
@@ -282,6 +288,19 @@ def _record(settings: RecordSettings, run: shard.ShardedRun) -> dict:
             write_parquet(parts / f"{run_id(pid, seed)}.parquet", frame.assign(**fields))
             progress.advance()
     return {"variant": variant, "fingerprint": fp, "recorded": recorded, "overhead": overhead, "model": model}
+
+
+def _confirm_work(model, settings: RecordSettings, todo: list, overhead: bool, log: Path) -> None:
+    """Time a vanilla run of the first prompt, print and log the estimate, refuse above an hour without --yes."""
+    args = (todo[0][1], todo[0][2], settings.steps, settings.width, settings.height, settings.guidance)
+    overhead_runs = 2 * (settings.overhead_pairs + 1) if overhead else 0  # the overhead check's warm-up and pairs
+    work = estimate.Work(len(todo) + overhead_runs, settings.steps)
+    per_step, source = estimate.per_step(generate(model, *args).total_s, lambda: generate(model, *args).total_s,
+                                         work, settings.yes)  # fmt: skip
+    line = estimate.describe(work, per_step, source)
+    print(line)
+    estimate.check_confirmed(work, per_step, settings.yes, fewer="prompts or seeds")
+    append_log(log, line)
 
 
 def _write_traces(settings: RecordSettings, run: shard.ShardedRun, measured: dict, locations, added: int) -> Path:

@@ -33,10 +33,10 @@ from bench.sweep import arms as sweep_arms
 from bench.sweep.arms import TIMING_ISOLATED
 from bench.sweep.baselines import STEP_CACHE_NATIVE, mlx_teacache_arms, parse_baselines
 from bench.sweep.baselines import teacache as teacache_arm
-from calib.run import arguments, fingerprint, shard
+from calib.run import arguments, estimate, fingerprint, shard
 from calib.run.command import run_guarded
 from calib.run.generation import generate, settings_fingerprint
-from calib.run.progress import track
+from calib.run.progress import append_log, track
 from calib.run.prompts import pair_id, parse_seeds
 from teacache import apply_teacache, variants
 from teacache.gate import GateConfig
@@ -89,6 +89,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--force-new", action="store_true", help="discard what DIR holds from an earlier sweep and start afresh"
     )
+    parser.add_argument("--yes", action="store_true", help="run even if the warm-up estimates over an hour of work")
     return parser
 
 
@@ -128,6 +129,7 @@ class SweepSettings:
     baselines: tuple[str, ...] = ()  # bench.sweep.baselines arms besides TeaCache
     compare_coefficients: tuple[str, ...] = ()  # rescale sources besides --coefficients
     isolate: bool = False
+    yes: bool = False  # run work estimated over an hour (calib.run.estimate)
 
     @property
     def arms_mode(self) -> bool:
@@ -173,6 +175,7 @@ def plan(
     baselines: str | None = None,
     compare_coefficients: str | None = None,
     isolate: bool = False,
+    yes: bool = False,
 ) -> SweepSettings:
     """Check every argument (nothing is read but the prompt file, nothing loads); raise ValueError."""
     steps, width, height, guidance = arguments.generation_settings(
@@ -206,6 +209,7 @@ def plan(
         baselines=arms,
         compare_coefficients=compare,
         isolate=bool(isolate),
+        yes=bool(yes),
     )
 
 
@@ -240,7 +244,7 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
         steps=args.steps, size=args.size, guidance=args.guidance, repeats=args.repeats,
         coefficients=args.coefficients, traces=args.traces, base_model=args.base_model, quantize=args.quantize,
         save_images=args.save_images, force_new=args.force_new, x_range=args.x_range, baselines=args.baselines,
-        compare_coefficients=args.compare_coefficients, isolate=args.isolate,
+        compare_coefficients=args.compare_coefficients, isolate=args.isolate, yes=args.yes,
     )  # fmt: skip
 
 
@@ -559,14 +563,21 @@ def _announce(settings: SweepSettings, run: shard.ShardedRun, todo: list) -> Non
         print(f"rank {world.rank} of {world.size} ({world.backend}): {len(todo)} pairs: {', '.join(run.share)}")
 
 
-def _warm_up(model, settings: SweepSettings, pair, rescale) -> None:
-    """Compile and JIT once, vanilla and TeaCache, before anything is timed."""
+def _warm_up(model, settings: SweepSettings, pair, rescale) -> float:
+    """Compile and JIT once, vanilla and TeaCache, before anything is timed; the vanilla run's seconds."""
     warm = (pair[1], pair[2], *settings.generation)
-    generate(model, *warm)
+    seconds = generate(model, *warm).total_s
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with apply_teacache(model, rel_l1_thresh=max(settings.thresholds), coefficients=rescale):
             generate(model, *warm)
+    return seconds
+
+
+def work_left(settings: SweepSettings, todo: list) -> estimate.Work:
+    """The generations left, counted from above: every arm of every pair to do, each of the full step count."""
+    arms = 1 + len(settings.thresholds) * (len(settings.rescale_sources) + len(settings.baselines))
+    return estimate.Work(len(todo) * arms * settings.repeats * (2 if settings.isolate else 1), settings.steps)
 
 
 def _plan_arms(settings: SweepSettings, model, rescales: dict, configs_for, traces, skip_first: int):
@@ -614,6 +625,14 @@ def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale, traces
     state = fingerprint.check(folder, fp, RESULTS, settings.extendable, command=PROG)
     if state.message(folder):
         print(state.message(folder))
+    if todo:  # before the folder is claimed: a refusal of the work leaves it as it was
+        work, warm = work_left(settings, todo), (todo[0][0][1], todo[0][0][2], *settings.generation)
+        again = lambda: generate(model, *warm).total_s  # noqa: E731
+        per_step, source = estimate.per_step(_warm_up(model, settings, todo[0][0], rescale), again, work, settings.yes)
+        line = estimate.describe(work, per_step, source)
+        print(line if world.size == 1 else f"rank {world.rank}: {line}")
+        estimate.check_confirmed(work, per_step, settings.yes)
+        append_log(folder / LOG, line)
     recorded = fingerprint.save(folder, PROG, fp, state)
 
     def configs_for(rescale_fn) -> dict:
@@ -622,8 +641,6 @@ def _sweep(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale, traces
     configs = configs_for(rescale)
     adherence = _adherence_fn(variant)
     images_dir = settings.out / "images" if settings.save_images else None
-    if todo:
-        _warm_up(model, settings, todo[0][0], rescale)
     fields = world.row_fields()  # which rank measured each row, on which hardware, contended or not
     arms_record = None
     if settings.arms_mode:

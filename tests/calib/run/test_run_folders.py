@@ -197,7 +197,7 @@ def _interrupt_on_call(monkeypatch, n: int, kind: str):
 def test_ctrl_c_during_record_says_what_is_saved_and_exits_130(tmp_path, prompts, shared_model, monkeypatch, capsys,
                                                                  kind):  # fmt: skip
     out = tmp_path / "traces"
-    real = _interrupt_on_call(monkeypatch, 2, kind)
+    real = _interrupt_on_call(monkeypatch, 3, kind)  # the estimate's timed run, the first run, then Ctrl-C
     assert record(out, prompts) == 130
     line = one_line(capsys.readouterr().err)
     assert line == (
