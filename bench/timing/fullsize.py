@@ -48,6 +48,7 @@ from calib.run.arguments import CommandParser, Writes, check_guidance, check_out
 from calib.run.generation import generate
 from calib.run.interleave import Turn, interleave
 from calib.run.interrupts import interruptions
+from calib.run.progress import append_log
 from teacache import apply_teacache, variants
 from teacache import provenance as prov
 from teacache._compat import check_mflux_version
@@ -87,7 +88,8 @@ def _is_fullsize_provenance(path: Path) -> bool:
 
 # Its tables, merged run after run, in a folder of its own (its provenance.json marks it: RUN.md and logs beside it
 # are kept); results/<hardware>/fullsize is what it exists to regenerate.
-WRITES = Writes("teacache-bench fullsize", names=("runs.csv", "summary.csv", "provenance.json"),
+LOG = "progress.log"  # every line it prints, timestamped (calib.run.progress.append_log)
+WRITES = Writes("teacache-bench fullsize", names=("runs.csv", "summary.csv", "provenance.json", LOG),
                 marker="provenance.json", is_own=_is_fullsize_provenance, regenerates=("results",))  # fmt: skip
 RUN_COLUMNS = (
     "model", "quantize", "resolution", "steps", "tag", "repeat", "position", "arm", "loop_s", "total_s", "skipped",
@@ -615,6 +617,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def say(line: str) -> None:
         print(line, flush=True)
+        append_log(out / LOG, line)
 
     setting = f"{args.size or 'default'} px, {args.steps or 'default'} steps"
     say(f"teacache-bench fullsize on {hardware}: {setting}, {args.repeats} interleaved repeats after warm-up; "

@@ -295,6 +295,8 @@ def test_the_campaign_runs_end_to_end_at_full_width_with_one_block(tmp_path):
     assert summary["model"].iloc[0] == "random-qwen-image[blocks=1, NOT full size]" and not summary["full_size"].any()
     assert summary.set_index("arm").loc[["proxy-all", "fast-path"], "noop_exact"].all()
     assert summary.set_index("arm").loc["gate", "skipped"] == 1
+    log = (tmp_path / "progress.log").read_text()  # what it printed, timestamped, for a run watched from afar
+    assert "teacache-bench fullsize on" in log and "wrote" in log.splitlines()[-1]
 
 
 def test_ctrl_c_keeps_the_finished_models_and_exits_130(tmp_path, monkeypatch, capsys):
