@@ -49,7 +49,8 @@ def _rel(path: Path) -> str:
 @pytest.mark.parametrize("campaign", CAMPAIGNS, ids=_rel)
 def test_report_rebuilds_from_its_sweep(campaign, no_png):
     recorded = json.loads((campaign / "report" / "summary.json").read_text())
-    files, _ = report.render(report.load_sweep(campaign / "sweep"), recorded["floor"], recorded["metric"])
+    target = (recorded.get("target_speedup") or {}).get("speedup")
+    files, _ = report.render(report.load_sweep(campaign / "sweep"), recorded["floor"], recorded["metric"], target)
     for name, data in files.items():
         if not name.endswith(".png"):
             assert data == (campaign / "report" / name).read_bytes(), f"{_rel(campaign)}/report/{name}"

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from bench.report import baselines as report_baselines
 from bench.report import plots, stats
-from bench.report.compute import DEFAULT_FLOOR, DEFAULT_METRIC, analyse, validate_floor
+from bench.report.compute import DEFAULT_FLOOR, DEFAULT_METRIC, analyse, validate_floor, validate_target
 from bench.report.files import PROG, WRITES
 from bench.report.input import DECISION_COLUMNS, RUN_COLUMNS, ReportInputError, Sweep, load_sweep, validate_runs
 from bench.report.markdown import num, ratio
@@ -46,15 +46,21 @@ __all__ = [
 ]
 
 
-def render(sweep: Sweep, floor: float = DEFAULT_FLOOR, metric: str = DEFAULT_METRIC) -> tuple[dict[str, bytes], dict]:
+def render(
+    sweep: Sweep, floor: float = DEFAULT_FLOOR, metric: str = DEFAULT_METRIC, target_speedup: float | None = None
+) -> tuple[dict[str, bytes], dict]:
     """Every output file (name -> bytes) and the summary, computed in memory without writing anything."""
     # the threshold tables read one rescale function's TeaCache runs; the baselines section reads every row
-    analysis = analyse(report_baselines.for_threshold_tables(sweep), floor, metric)
+    analysis = analyse(report_baselines.for_threshold_tables(sweep), floor, metric, target_speedup)
     return render_files(analysis, report_baselines.section(sweep.runs, sweep.provenance))
 
 
 def build_report(
-    runs_dir: str | Path, out_dir: str | Path, ssim_floor: float = DEFAULT_FLOOR, metric: str = DEFAULT_METRIC
+    runs_dir: str | Path,
+    out_dir: str | Path,
+    ssim_floor: float = DEFAULT_FLOOR,
+    metric: str = DEFAULT_METRIC,
+    target_speedup: float | None = None,
 ) -> dict:
     """Read a sweep folder, write the report into ``out_dir`` and return its summary.
 
@@ -62,8 +68,9 @@ def build_report(
     before anything is written. The summary's ``warnings``: thresholds that gave one schedule, and why.
     """
     validate_floor(ssim_floor, metric)
+    validate_target(target_speedup)
     sweep = load_sweep(runs_dir)
-    files, summary = render(sweep, ssim_floor, metric)
+    files, summary = render(sweep, ssim_floor, metric, target_speedup)
     tables = report_baselines.for_threshold_tables(sweep)
     warnings = same_schedule_warnings(tables.runs, tables.decisions, tables.provenance)
     out_dir = Path(out_dir)
@@ -105,6 +112,15 @@ def print_summary(summary: dict, console=None) -> None:
         console.print(f"Recommended threshold: [bold red]none[/] ({summary['reason']})")
     else:
         console.print(f"Recommended threshold: [bold green]{rec:g}[/] ({summary['reason']})")
+    target = summary.get("target_speedup")
+    if target is not None:
+        if target["threshold"] is None:
+            console.print(f"Threshold for {target['speedup']:g}x: [bold red]none[/] ({target['reason']})")
+        else:
+            console.print(
+                f"Threshold for {target['speedup']:g}x: [bold]{target['threshold']:g}[/] (median skipped "
+                f"{target['skipped']:g} of {target['num_steps']}, measured {ratio(target['measured_speedup'])})"
+            )
     console.print(f"Report: {summary['report']}")
 
 
@@ -143,6 +159,13 @@ def setup_arg_parser() -> argparse.ArgumentParser:
         default=DEFAULT_METRIC,
         help=f"quality metric the floor applies to (default {DEFAULT_METRIC})",
     )
+    parser.add_argument(
+        "--target-speedup",
+        type=float,
+        metavar="S",
+        help="also name the swept threshold whose median computed steps lie nearest N/S (as teacache-generate "
+        "--teacache-speedup resolves one)",
+    )
     return parser
 
 
@@ -150,7 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
     try:
         check_out_dir(args.out, writes=WRITES)
-        summary = build_report(args.runs, args.out, ssim_floor=args.floor, metric=args.metric)
+        summary = build_report(
+            args.runs, args.out, ssim_floor=args.floor, metric=args.metric, target_speedup=args.target_speedup
+        )
     except (ReportInputError, ValueError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2

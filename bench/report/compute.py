@@ -13,6 +13,7 @@ import pandas as pd
 
 from bench.report import stats
 from bench.report.input import ReportInputError, Sweep
+from calib import targets
 from teacache.io import FORMAT_VERSION
 from teacache.rescale import RescaleFunction
 
@@ -100,6 +101,7 @@ class Analysis:
     default_threshold: float | None
     rescale_floor: float | None
     trace_threshold: float
+    target: dict | None = None  # --target-speedup: the threshold nearest it and what it measured (target_speedup)
 
     @property
     def default_p5(self) -> float:
@@ -125,9 +127,43 @@ def measured_by(runs: pd.DataFrame) -> str | None:
     return text
 
 
-def analyse(sweep: Sweep, floor: float = DEFAULT_FLOOR, metric: str = DEFAULT_METRIC) -> Analysis:
-    """The statistics of one sweep; raises ReportInputError when the metric has no values to put a floor on."""
+def validate_target(speedup: float | None, option: str = "--target-speedup") -> float | None:
+    """A speedup target > 1 (or None), else one ReportInputError."""
+    if speedup is None:
+        return None
+    try:
+        return targets.check_speedup(speedup, option)
+    except targets.TargetError as exc:
+        raise ReportInputError(str(exc)) from None
+
+
+def target_speedup(table: pd.DataFrame, num_steps: int, speedup: float) -> dict:
+    """The swept threshold whose median computed steps lie nearest N / S (calib.targets, as teacache-generate
+    resolves a target), with what it measured; or why none is within one step, naming the nearest."""
+    computed = num_steps - table["skipped"].to_numpy(dtype=float)
+    found = {"speedup": speedup, "num_steps": num_steps, "computed_target": num_steps / speedup}
+    try:
+        threshold, count = targets.choose_for_speedup(
+            list(table.index), computed, num_steps, speedup, arg="--target-speedup"
+        )
+    except targets.TargetError as exc:
+        return {**found, "threshold": None, "reason": str(exc).replace("the calibration", "the sweep")}
+    row = table.loc[threshold]
+    names = {"skipped": "skipped", "speedup": "measured_speedup", "ci_low": "ci_low", "ci_high": "ci_high"}
+    names |= {"ideal": "ideal_speedup", "ssim_p5": "ssim_p5"}
+    measured = {mine: _clean(float(row[theirs])) for theirs, mine in names.items()}
+    return {**found, "threshold": float(threshold), "computed": count, **measured, "reason": None}
+
+
+def analyse(
+    sweep: Sweep, floor: float = DEFAULT_FLOOR, metric: str = DEFAULT_METRIC, speedup: float | None = None
+) -> Analysis:
+    """The statistics of one sweep; raises ReportInputError when the metric has no values to put a floor on.
+
+    ``speedup``: a speedup target (``--target-speedup``), answered from the sweep's median skipped steps.
+    """
     floor = validate_floor(floor, metric)
+    speedup = validate_target(speedup)
     runs = sweep.runs
     tc = stats.teacache_runs(runs)
     if pd.to_numeric(tc[metric], errors="coerce").isna().all():
@@ -153,7 +189,13 @@ def analyse(sweep: Sweep, floor: float = DEFAULT_FLOOR, metric: str = DEFAULT_ME
         default_threshold=default,
         rescale_floor=rescale_floor(sweep.provenance),
         trace_threshold=trace_threshold(list(table.index), rec.threshold, default),
+        target=None if speedup is None else target_speedup(table, _num_steps(sweep), speedup),
     )
+
+
+def _num_steps(sweep: Sweep) -> int:
+    steps = sweep.provenance.get("steps")
+    return int(steps) if steps is not None else int(sweep.runs["num_steps"].median())
 
 
 def _clean(value):
@@ -182,6 +224,7 @@ def summary(analysis: Analysis) -> dict:
         "default_threshold": analysis.default_threshold,
         "rescale_floor": analysis.rescale_floor,
         "adherence": {k: _clean(v) for k, v in adherence.items()} if adherence else None,
+        **({"target_speedup": analysis.target} if analysis.target is not None else {}),
         "thresholds": [
             {"threshold": float(t), **{k: int(v) if k == "n" else _clean(float(v)) for k, v in row.items()}}
             for t, row in analysis.table.iterrows()

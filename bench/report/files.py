@@ -33,6 +33,8 @@ OUTPUTS = (
             "skips_vs_threshold.png",
             "x_traces.png",
             "skip_heatmap.png",
+            "image_grid.png",
+            "difference_grid.png",
         }
     )
     | BASELINES_OUTPUTS
@@ -48,5 +50,6 @@ def is_report(path: Path) -> bool:
         return False
 
 
-# its report files, in a folder of its own (a report.md it wrote marks it; notes beside it are kept)
-WRITES = Writes(PROG, names=tuple(sorted(OUTPUTS)), marker="report.md", is_own=is_report)
+# its report files, in a folder of its own (a report.md it wrote marks it; notes beside it are kept); a report is
+# derived, so rebuilding the committed ones under results/ (after a change to what a report shows) is its job too
+WRITES = Writes(PROG, names=tuple(sorted(OUTPUTS)), marker="report.md", is_own=is_report, regenerates=("results",))

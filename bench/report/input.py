@@ -32,6 +32,7 @@ class Sweep:
     decisions: pd.DataFrame | None
     provenance: dict
     runs_sha256: str
+    folder: Path | None = None  # the sweep folder (its images/ feed the image grids)
 
 
 def validate_runs(runs: pd.DataFrame) -> None:
@@ -52,4 +53,4 @@ def load_sweep(runs_dir: str | Path) -> Sweep:
         shard.one_hardware(found.runs)  # a sharded sweep over unlike machines: no speedup pooled across them
     except shard.MixedHardware as exc:
         raise ReportInputError(f"{runs_dir}: {exc}") from None
-    return Sweep(found.runs, found.decisions, found.provenance, found.runs_sha256)
+    return Sweep(found.runs, found.decisions, found.provenance, found.runs_sha256, Path(runs_dir))

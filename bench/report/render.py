@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from bench.report import baselines as report_baselines
-from bench.report import markdown, plots, stats
+from bench.report import grid, markdown, plots, stats
 from bench.report.compute import Analysis, measured_by, summary
 from bench.report.files import OUTPUTS
 
@@ -37,7 +37,36 @@ def draw_plots(analysis: Analysis) -> tuple[dict[str, bytes], dict[str, str], li
         omitted.append("x_traces.png omitted: the sweep folder has no decisions.parquet (or it is empty)")
     files["skip_heatmap.png"] = plots.figure_png(plots.skip_heatmap(stats.skip_pattern(runs)))
     captions["skip_heatmap.png"] = "Skip pattern (fraction of runs skipping each step)"
+    draw_grids(analysis, files, captions, omitted)
     return files, captions, omitted
+
+
+GRID_CAPTIONS = {
+    "image_grid.png": "Images: vanilla and each threshold (SSIM against vanilla and skipped steps under each)",
+    "difference_grid.png": "Differences against vanilla (per pixel, one colour scale)",
+}
+
+
+def draw_grids(analysis: Analysis, files: dict, captions: dict, omitted: list[str]) -> None:
+    """The image and difference grids, when the sweep saved its images (a sweep without images/ gets neither)."""
+    folder = analysis.sweep.folder
+    if folder is None or not (folder / "images").is_dir():
+        return
+    runs, prov = analysis.sweep.runs, analysis.sweep.provenance
+    variant = prov.get("variant") or runs["variant"].iloc[0]
+    steps = prov.get("steps")
+    shown = len(grid.grid_pairs(runs))
+    title = f"{variant}, {steps} steps: the first {shown} prompt{'s' if shown > 1 else ''} of the sweep"
+    figures = {
+        "image_grid.png": grid.image_grid(runs, folder, title),
+        "difference_grid.png": grid.difference_grid(runs, folder, title),
+    }
+    for name, fig in figures.items():
+        if fig is None:
+            omitted.append(f"{name} omitted: images/ lacks an image of the pairs it shows (sweep --save-images)")
+            continue
+        files[name] = plots.figure_png(fig)
+        captions[name] = GRID_CAPTIONS[name]
 
 
 def report_markdown(analysis: Analysis, captions: dict[str, str], omitted: list[str], baselines: str = "") -> str:

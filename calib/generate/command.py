@@ -1,0 +1,295 @@
+"""``teacache-generate``: mflux's generate command of the model's family, with TeaCache on it.
+
+``--model`` picks the family (an embedded model, an mflux name, or a local folder with ``--base-model``); the
+parser is that mflux command's own ``build_parser()`` plus a TeaCache group, so every mflux flag passes through.
+The threshold comes from ``--teacache-threshold``, ``--teacache-speedup`` or ``--teacache-ssim`` (resolved by
+:mod:`calib.targets`, the one place that does it), else the variant's default. Everything that can be refused
+is refused before a model loads, in one line, exit 2. Each image carries the TeaCache settings and outcome in
+its metadata beside mflux's, and the command prints ``skipped k of n (steps ...)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from pathlib import Path
+
+from calib.generate import Refusal, families
+from calib.generate.output import output_path, save_image, teacache_metadata
+from calib.run.arguments import EXIT_BAD_INPUT
+from teacache import variants
+
+PROG = "teacache-generate"
+EXIT_INTERRUPTED = 130
+STEP_CACHE_FLAGS = ("--step-cache-ratio", "--teacache-ratio")  # mflux's own step reuse (a fixed schedule)
+_NO_EMBEDDED = {  # mflux flags an embedded model cannot honour: (attribute, what it would need)
+    "lora_paths": "LoRA adapters for a released model",
+    "image_path": "an image-to-image pipeline",
+    "pid_decode": "a VAE decoder",
+}
+
+
+def add_teacache_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("TeaCache")
+    target = group.add_mutually_exclusive_group()
+    target.add_argument("--teacache-threshold", type=float, metavar="T", help="the gate's rel-L1 threshold")
+    target.add_argument(
+        "--teacache-speedup",
+        type=float,
+        metavar="S",
+        help="the threshold whose schedule, replayed on the variant's calibration traces, computes about N/S steps",
+    )
+    target.add_argument(
+        "--teacache-ssim",
+        type=float,
+        metavar="Q",
+        help="the fastest threshold of a sweep report (--teacache-report, default the committed one) with p5 SSIM >= Q",
+    )
+    group.add_argument(
+        "--teacache-coefficients",
+        metavar="SOURCE",
+        help="rescale function: a fit.json, a coefficient module (.py), or numbers highest power first (c4,...,c0); "
+        "default: the variant's packaged calibration",
+    )
+    group.add_argument("--teacache-traces", metavar="PATH", help="calibration traces for --teacache-speedup")
+    group.add_argument("--teacache-report", metavar="PATH", help="a report folder or summary.json for --teacache-ssim")
+
+
+def pick_spec(argv: list[str]) -> variants.VariantSpec:
+    """The variant ``--model``/``--base-model`` name, before any parser of mflux's is chosen."""
+    from teacache.loading import resolve_spec
+
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--model", "-m")
+    pre.add_argument("--base-model")
+    known, _ = pre.parse_known_args(argv)
+    if known.model is None:
+        raise Refusal(f"--model: expected a model name or folder ({', '.join(variants.load_names())})")
+    try:
+        return resolve_spec(known.model, known.base_model)
+    except ValueError as exc:
+        raise Refusal(str(exc)) from None
+
+
+@contextlib.contextmanager
+def _argv(argv: list[str]):
+    """mflux's parser reads ``sys.argv`` itself (which options were given): hand it ours."""
+    saved = sys.argv
+    sys.argv = [PROG, *argv]
+    try:
+        yield
+    finally:
+        sys.argv = saved
+
+
+def build_parser(spec: variants.VariantSpec):
+    """The family's mflux parser with the TeaCache group; an embedded model's own defaults for what it fixes."""
+    parser = families.COMMANDS[spec.family].build_parser()
+    parser.prog = PROG
+    parser.description = f"{parser.description} With TeaCache (teacache-lab)."
+    add_teacache_arguments(parser)
+    if spec.embedded:
+        gen = spec.generation
+        parser.set_defaults(steps=gen.steps, width=gen.width, height=gen.height, guidance=gen.guidance)
+    return parser
+
+
+def parse(argv: list[str]) -> tuple[variants.VariantSpec, argparse.Namespace]:
+    """The variant and mflux's namespace (plus the TeaCache flags); Refusal or mflux's own exit 2 on bad input."""
+    for token in argv:
+        if token.split("=", 1)[0] in STEP_CACHE_FLAGS:
+            raise Refusal(
+                f"{token.split('=', 1)[0]}: mflux's own step cache skips steps too; TeaCache and it cannot run "
+                "together: drop one of them"
+            )
+    spec = pick_spec(argv)
+    with _argv(argv):
+        args = build_parser(spec).parse_args()
+    if getattr(args, "step_cache_ratio", None) is not None:
+        raise Refusal("--config-from-conf: the sidecar asks for mflux's step cache; TeaCache cannot run with it")
+    return spec, args
+
+
+def check_generation(spec: variants.VariantSpec, args: argparse.Namespace) -> None:
+    """What mflux's command would only find after loading: a schedule too short to skip, an embedded model's
+    fixed size, prompt vocabulary and missing features."""
+    if args.guidance is None:
+        args.guidance = 1.0 if spec.family == "flux2" else None if spec.family == "zimage" else _mflux_guidance()
+    if spec.embedded:
+        given = [flag for attr, flag in _NO_EMBEDDED.items() if getattr(args, attr, None)]
+        if given:
+            raise Refusal(f"--model {spec.name}: an embedded model has no {given[0]}; drop that flag")
+        if spec.only_its_size and (args.width, args.height) != (spec.generation.width, spec.generation.height):
+            gen = spec.generation
+            raise Refusal(f"--width/--height: {spec.name} makes {gen.width}x{gen.height} images only")
+        if spec.prompt_check and args.prompt is not None:
+            try:
+                variants.attribute(spec.prompt_check)(args.prompt)
+            except ValueError as exc:
+                raise Refusal(f"--prompt: {exc}") from None
+
+
+def _mflux_guidance() -> float:
+    from mflux.cli.defaults import defaults as ui_defaults
+
+    return ui_defaults.GUIDANCE_SCALE
+
+
+def check_schedule(spec: variants.VariantSpec, steps: int, config) -> None:
+    """A schedule whose forced first and last steps leave the gate nothing it may skip is refused."""
+    lo, hi = max(config.skip_first_n_steps, 1), steps - 1 - config.skip_last_n_steps
+    if hi < lo:
+        raise Refusal(
+            f"--steps {steps}: {spec.name} always computes its first {config.skip_first_n_steps} and last "
+            f"{config.skip_last_n_steps} steps, which leaves TeaCache nothing to skip; expected --steps >= "
+            f"{lo + 1 + config.skip_last_n_steps} (a distilled few-step model gains nothing from it)"
+        )
+
+
+def resolve_gate(spec: variants.VariantSpec, args: argparse.Namespace):
+    """(GateConfig, ThresholdChoice or None, rescale source in words, coefficients to pass or None)."""
+    from calib import targets
+    from calib.fit.coefficient_sources import resolve_coefficients
+    from calib.fit.errors import FitError
+    from teacache.gate import GateConfig
+
+    coefficients = None
+    if args.teacache_coefficients is not None:
+        try:
+            coefficients, rescale_source = resolve_coefficients(
+                args.teacache_coefficients, spec.name, arg="--teacache-coefficients"
+            )
+        except FitError as exc:
+            raise Refusal(str(exc)) from None
+        if args.teacache_ssim is not None and args.teacache_report is None:
+            raise Refusal(
+                "--teacache-ssim: the committed sweep report measured the packaged coefficients, not "
+                "--teacache-coefficients; pass --teacache-report of a sweep made with them"
+            )
+    elif spec.coefficients is None:
+        raise Refusal(f"--teacache-coefficients: {spec.name} has no packaged calibration; pass a fit.json or numbers")
+    rescale = coefficients if coefficients is not None else spec.rescale()
+    if coefficients is None:
+        rescale_source = f"packaged teacache.coefficients.{spec.coefficients}"
+    base = GateConfig(1.0, rescale, skip_first_n_steps=spec.skip_first_n_steps)
+    check_schedule(spec, args.steps, base)
+    choice = None
+    try:
+        if args.teacache_speedup is not None:
+            choice = targets.by_speedup(
+                spec.name, args.teacache_speedup, args.steps, base, rescale_source, args.teacache_traces
+            )
+        elif args.teacache_ssim is not None:
+            choice = targets.by_quality(spec.name, args.teacache_ssim, args.teacache_report)
+        threshold = choice.threshold if choice is not None else args.teacache_threshold
+        if threshold is None:
+            threshold = spec.default_threshold
+        config = GateConfig(threshold, rescale, skip_first_n_steps=spec.skip_first_n_steps)
+    except ValueError as exc:  # TargetError, and GateConfig's own check of --teacache-threshold
+        text = str(exc)
+        raise Refusal(text if text.startswith("--") else f"--teacache-threshold: {text}") from None
+    return config, choice, rescale_source, coefficients
+
+
+def describe_threshold(spec, config, choice) -> str:
+    if choice is not None:
+        return choice.describe()
+    return f"threshold {config.rel_l1_thresh:g}"
+
+
+def load(spec: variants.VariantSpec, args: argparse.Namespace):
+    """The model, and mflux's memory saver when its command would register one."""
+    from teacache.loading import load_model
+
+    if spec.embedded:
+        return load_model(spec.name, quantize=args.quantize, seed=0), None
+    model = families.load_released(spec.family, args)
+    model.teacache_variant = spec.name
+    return model, families.register_mflux_callbacks(spec.family, args, model)
+
+
+def generate_all(spec, args, model, handle, record: dict, out: list[Path]) -> None:
+    """One image per seed, each saved with its TeaCache metadata as soon as it is made."""
+    from mflux.utils.dimension_resolver import DimensionResolver
+    from mflux.utils.prompt_util import PromptUtil
+
+    width, height = DimensionResolver.resolve(
+        width=args.width, height=args.height, reference_image_path=getattr(args, "image_path", None)
+    )
+    for seed in args.seed:
+        prompt = PromptUtil.read_prompt(args)
+        kwargs = families.generate_kwargs(spec.family, args, seed, prompt, width, height)
+        image = model.generate_image(**families.accepted(model.generate_image, kwargs))
+        stats = handle.stats
+        skipped = stats.skipped_steps
+        steps = stats.computed + stats.skipped
+        meta = teacache_metadata(record, skipped, steps)
+        path = save_image(image, model, args, seed, meta)
+        out.append(path)
+        shown = ", ".join(map(str, skipped)) if skipped else "none"
+        print(f"{PROG}: skipped {len(skipped)} of {steps} (steps {shown}); saved {path}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    saved: list[Path] = []
+    try:
+        try:
+            spec, args = parse(argv)
+            check_generation(spec, args)
+            config, choice, rescale_source, coefficients = resolve_gate(spec, args)
+            for seed in args.seed:
+                output_path(args, seed, check=True)
+        except Refusal as exc:
+            print(f"{PROG}: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        print(f"{PROG}: {spec.name}, {describe_threshold(spec, config, choice)}; rescale {rescale_source}")
+        record = {
+            "threshold": config.rel_l1_thresh,
+            "choice": choice,
+            "rescale_source": rescale_source,
+            "skip_first_n_steps": config.skip_first_n_steps,
+            "skip_last_n_steps": config.skip_last_n_steps,
+            "max_consecutive_skips": config.max_consecutive_skips,
+            "threshold_source": "--teacache-threshold"
+            if args.teacache_threshold is not None
+            else f"the default of {spec.name}: {spec.default_threshold_why}",
+        }
+        return _run(spec, args, config, coefficients, record, saved)
+    except KeyboardInterrupt:
+        where = ", ".join(map(str, saved)) if saved else "nothing"
+        print(f"{PROG}: interrupted; saved {where}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _run(spec, args, config, coefficients, record, saved: list[Path]) -> int:
+    from mflux.utils.exceptions import PromptFileReadError, StopImageGenerationException
+
+    from teacache.api import apply_teacache
+
+    model, memory_saver = load(spec, args)
+    handle = apply_teacache(
+        model,
+        rel_l1_thresh=config.rel_l1_thresh,
+        coefficients=coefficients,
+        skip_first_n_steps=config.skip_first_n_steps,
+    )
+    try:
+        generate_all(spec, args, model, handle, record, saved)
+    except StopImageGenerationException as exc:  # mflux turns Ctrl-C inside its loop into this
+        where = ", ".join(map(str, saved)) if saved else "nothing"
+        print(f"{PROG}: {exc}; saved {where}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except PromptFileReadError as exc:
+        print(f"{PROG}: --prompt-file: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    finally:
+        handle.restore()
+        if memory_saver:
+            print(memory_saver.memory_stats())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

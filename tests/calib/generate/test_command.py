@@ -1,0 +1,129 @@
+"""``teacache-generate`` on the embedded models: a target becomes a threshold, the image says what was skipped,
+mflux's own flags pass through, and bad input is refused before any model loads."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import piexif
+import PIL.Image
+import pytest
+
+from calib.generate import command, families
+
+PROMPT = "a red circle on a blue background at the left"
+
+
+def metadata(path) -> dict:
+    raw = piexif.load(PIL.Image.open(path).info["exif"])["Exif"][piexif.ExifIFD.UserComment]
+    return json.loads(raw[8:].decode("utf-8"))
+
+
+def test_a_speedup_target_gives_the_skips_it_asks_for_and_the_image_says_so(tmp_path, capsys):
+    out = tmp_path / "x.png"
+    rc = command.main(["--model", "tiny-shapes", "--prompt", PROMPT, "--teacache-speedup", "2", "--seed", "0",
+                       "--output", str(out)])  # fmt: skip
+    assert rc == 0
+    meta = metadata(out)
+    assert meta["prompt"] == PROMPT and meta["steps"] == 28  # mflux's own keys
+    assert abs(meta["teacache_skipped"] - 28 / 2) <= 1
+    assert len(meta["teacache_skipped_steps"]) == meta["teacache_skipped"]
+    assert meta["teacache_threshold"] > 0 and meta["teacache_target"] == "speedup 2x at 28 steps"
+    assert "traces.parquet" in meta["teacache_threshold_source"]
+    assert meta["teacache_rescale"].startswith("packaged")
+    steps = ", ".join(map(str, meta["teacache_skipped_steps"]))
+    assert f"skipped {meta['teacache_skipped']} of 28 (steps {steps})" in capsys.readouterr().out
+
+
+def test_mflux_flags_pass_through_seeds_sidecar_and_existing_files_are_never_replaced(tmp_path):
+    out = tmp_path / "img.png"
+    out.write_bytes(b"keep")
+    prompt = "a big red circle left of a small blue square on a white background"
+    rc = command.main(["--model", "tiny-scenes", "--prompt", prompt, "--teacache-threshold", "0.05", "--seed", "1",
+                       "--steps", "12", "--metadata", "--output", str(out)])  # fmt: skip
+    assert rc == 0
+    assert out.read_bytes() == b"keep"  # mflux's rule: a new name instead
+    written = tmp_path / "img_1.png"
+    sidecar = json.loads(written.with_suffix(".metadata.json").read_text())
+    assert sidecar["seed"] == 1 and sidecar["steps"] == 12 and sidecar["teacache_steps"] == 12
+    assert sidecar["teacache_threshold"] == 0.05 and sidecar["teacache_threshold_source"] == "--teacache-threshold"
+    assert sidecar["teacache_skipped"] > 0
+
+
+def _shape(action) -> tuple:
+    """What an option does, comparable across two builds of a parser (types by name: some are lambdas)."""
+    kind = getattr(action.type, "__qualname__", action.type)
+    return type(action).__name__, action.dest, action.default, action.nargs, kind, action.choices, action.required
+
+
+@pytest.mark.parametrize("family", sorted(families.COMMANDS))
+def test_every_option_of_mflux_s_own_parser_is_kept_as_mflux_defines_it(family):
+    from teacache import variants
+
+    spec = next(s for s in variants.all_specs() if s.family == family and not s.embedded)
+    ours = command.build_parser(spec)
+    theirs = families.COMMANDS[family].build_parser()
+    assert theirs._option_string_actions, "mflux's parser has no options"
+    for option, action in theirs._option_string_actions.items():
+        assert _shape(ours._option_string_actions[option]) == _shape(action), option
+    extra = set(ours._option_string_actions) - set(theirs._option_string_actions)
+    assert extra and all(o.startswith("--teacache-") for o in extra)
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Any load fails the test: refusals must come first."""
+
+    def boom(*_, **__):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr("teacache.loading.load_model", boom)
+    monkeypatch.setattr(families, "load_released", boom)
+
+
+REFUSED = {
+    "unreachable speedup": (["--teacache-speedup", "10"], r"--teacache-speedup 10: .*nearest: --teacache-speedup 5\.6"),
+    "unreachable floor": (["--teacache-ssim", "0.9999"], r"--teacache-ssim 0\.9999: .*nearest: --teacache-ssim"),
+    "too short a schedule": (["--steps", "3"], r"--steps 3: .*nothing to skip"),
+    "mflux's step cache": (["--step-cache-ratio", "0.5"], r"--step-cache-ratio: mflux's own step cache"),
+    "negative threshold": (["--teacache-threshold", "-1"], r"--teacache-threshold: "),
+    "traces of another length": (["--teacache-speedup", "2", "--steps", "20"], r"--steps 20: .*28 steps"),
+    "bad coefficients": (["--teacache-coefficients", "nope.py"], r"--teacache-coefficients: .*does not exist"),
+    "another size": (["--width", "64"], r"--width/--height: tiny-shapes makes 32x32"),
+    "a prompt it cannot draw": (["--prompt", "a cat"], r"--prompt: "),
+    "a LoRA": (["--lora", "x.safetensors"], r"--model tiny-shapes: an embedded model has no LoRA"),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED, ids=list(REFUSED))
+def test_bad_input_is_one_line_exit_2_before_a_model_loads_and_writes_nothing(
+    case, no_model, tmp_path, monkeypatch, capsys
+):
+    flags, pattern = REFUSED[case]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.safetensors").write_bytes(b"")  # mflux itself refuses a LoRA file that is not there
+    argv = ["--model", "tiny-shapes", "--output", str(tmp_path / "out" / "x.png")]
+    if "--prompt" not in flags:
+        argv += ["--prompt", PROMPT]
+    rc = command.main(argv + flags)
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert len(err.strip().splitlines()) == 1
+    assert re.search(pattern, err), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_distilled_schedule_of_a_released_model_is_refused_before_its_weights_load(no_model, tmp_path, capsys):
+    rc = command.main(["--model", "schnell", "--prompt", "x", "--steps", "2", "--output", str(tmp_path / "x.png")])
+    assert rc == 2 and "--steps 2: flux1-schnell always computes" in capsys.readouterr().err
+
+
+def test_ctrl_c_exits_130_saying_what_was_saved(monkeypatch, tmp_path, capsys):
+    def interrupted(*_, **__):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(command, "generate_all", interrupted)
+    rc = command.main(["--model", "tiny-shapes", "--prompt", PROMPT, "--output", str(tmp_path / "x.png")])
+    assert rc == 130 and "interrupted; saved nothing" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,38 @@
+"""docs/generate.md's commands, run as written (in a scratch folder, with this checkout's console scripts), do what
+the page says: each prints its skips, writes its image and the sidecar the page names, with the TeaCache keys."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests import ROOT
+
+PAGE = ROOT / "docs" / "generate.md"
+
+
+def shell_blocks(text: str) -> list[str]:
+    return re.findall(r"^```sh\n(.*?)^```", text, flags=re.S | re.M)
+
+
+def test_the_page_links_only_files_that_exist():
+    text = PAGE.read_text(encoding="utf-8")
+    links = re.findall(r"\]\((\.\./[^)]+)\)", text)
+    assert links and all((PAGE.parent / link).is_file() for link in links), links
+
+
+def test_the_commands_of_the_page_run_as_written(tmp_path):
+    (block,) = shell_blocks(PAGE.read_text(encoding="utf-8"))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(re.findall(r"skipped (\d+) of 28 \(steps [\d, ]+\)", done.stdout)) == 2, done.stdout
+    assert "skipped 14 of 28" in done.stdout  # --teacache-speedup 2, as the page's table says
+    sidecar = json.loads((tmp_path / "scenes.metadata.json").read_text())
+    assert sidecar["teacache_target"] == "p5 SSIM >= 0.95" and sidecar["teacache_skipped"] == 18
+    assert (tmp_path / "shapes.png").is_file()
