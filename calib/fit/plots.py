@@ -139,7 +139,9 @@ def cv_figure(fit: dict):
     )
     title = f"candidates ({shown}), selected {sel['label']} (cv R^2 {sel['cv_r2']:.4f})"
     if ceiling:
-        title += f"\ndashed: monotone ceiling, cv R^2 {ceiling['cv_r2']:.4f} ({ceiling['distance']:+.4f} to it)"
+        d = ceiling["distance"]
+        title += f"\ndashed: monotone ceiling, cv R^2 {ceiling['cv_r2']:.4f} (selected {abs(d):.4f} "
+        title += ("below" if d > 0 else "above") + " it)"
     ax.set_title(title, fontsize=9)
     return fig
 
