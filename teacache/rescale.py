@@ -13,10 +13,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from teacache import splines
+
 FORM_POLY = "poly"
 FORM_POLY_STEP = "poly+step"
 FORM_POLY_SIGMA = "poly+sigma"
-FORMS = (FORM_POLY, FORM_POLY_STEP, FORM_POLY_SIGMA)
+FORM_MONO_STEP = "mono+step"  # monotone ramps in x times hats in the step fraction (teacache.splines)
+FORMS = (FORM_POLY, FORM_POLY_STEP, FORM_POLY_SIGMA, FORM_MONO_STEP)
+POLYNOMIAL_FORMS = (FORM_POLY, FORM_POLY_STEP, FORM_POLY_SIGMA)
 # Parts of the schedule a fitted time-aware function keeps an x range for. Measured on the committed traces
 # (results/comparisons/safety-costs/costs.md), against one x range over the recorded steps: 3 parts change the
 # default pick's decision score on held-out prompts by -0.002..+0.002, 10 parts cost +0.004..+0.030 on 7 of
@@ -113,6 +117,10 @@ class RescaleFunction:
     ``x * polyval((*interaction_coefficients, 0), u)``: a slope in x that changes over the schedule.
     ``region`` (time-aware forms only): the x range per part of the schedule where the data was; the
     gate computes outside it. Without one, ``x_range`` holds at every time input (files from before).
+    ``form="mono+step"``: ``y = sum w[k, l] ramp_k(x) hat_l(u)`` (:mod:`teacache.splines`) with ``knots`` in x,
+    ``time_knots`` in the step fraction and ``coefficients`` the weights ``w``, k-major (row k = 0: the value
+    at ``knots[0]`` per hat; row k: the rise over ``knots[k-1]..knots[k]``). Non-negative rises make it
+    non-decreasing in x, rows 0 above zero make it positive: safe by construction.
     """
 
     coefficients: tuple[float, ...]
@@ -122,9 +130,11 @@ class RescaleFunction:
     provenance: dict = field(default_factory=dict, compare=False, hash=False)
     interaction_coefficients: tuple[float, ...] = ()
     region: Region | None = None
+    knots: tuple[float, ...] = ()
+    time_knots: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("coefficients", "time_coefficients", "interaction_coefficients"):
+        for name in ("coefficients", "time_coefficients", "interaction_coefficients", "knots", "time_knots"):
             _check_numbers(getattr(self, name), name)
         coeffs = tuple(float(c) for c in self.coefficients)
         if not coeffs or not all(math.isfinite(c) for c in coeffs):
@@ -139,12 +149,13 @@ class RescaleFunction:
         tcoeffs = tuple(float(c) for c in self.time_coefficients)
         if self.form == FORM_POLY and tcoeffs:
             raise ValueError("time_coefficients: only the time-aware forms take them")
-        if self.form != FORM_POLY and not tcoeffs:
+        self._check_knots()
+        if self.form in (FORM_POLY_STEP, FORM_POLY_SIGMA) and not tcoeffs:
             raise ValueError(f"time_coefficients: form {self.form!r} needs at least one")
         if not all(math.isfinite(c) for c in tcoeffs):
             raise ValueError(f"time_coefficients: expected finite numbers, got {self.time_coefficients!r}")
         icoeffs = tuple(float(c) for c in self.interaction_coefficients)
-        if icoeffs and self.form == FORM_POLY:
+        if icoeffs and self.form not in (FORM_POLY_STEP, FORM_POLY_SIGMA):
             raise ValueError("interaction_coefficients: only the time-aware forms take them")
         if not all(math.isfinite(c) for c in icoeffs):
             raise ValueError(f"interaction_coefficients: expected finite numbers, got {icoeffs!r}")
@@ -162,6 +173,28 @@ class RescaleFunction:
         object.__setattr__(self, "time_coefficients", tcoeffs)
         object.__setattr__(self, "x_range", (lo, hi))
         self._check_values()
+
+    def _check_knots(self) -> None:
+        """The spline form has increasing finite knots and one weight per (x knot, time knot); others none."""
+        knots = tuple(float(k) for k in self.knots)
+        tknots = tuple(float(k) for k in self.time_knots)
+        if self.form != FORM_MONO_STEP:
+            if knots or tknots:
+                raise ValueError(f"knots/time_knots: only form {FORM_MONO_STEP!r} takes them")
+            return
+        for name, values, least in (("knots", knots, 2), ("time_knots", tknots, 1)):
+            increasing = all(b > a for a, b in zip(values, values[1:], strict=False))
+            if len(values) < least or not all(math.isfinite(v) for v in values) or not increasing:
+                raise ValueError(f"{name}: expected at least {least} increasing finite numbers, got {values!r}")
+        if len(self.coefficients) != len(knots) * len(tknots):
+            raise ValueError(
+                f"coefficients: form {FORM_MONO_STEP!r} takes one weight per knot and time knot "
+                f"({len(knots)} x {len(tknots)}), got {len(self.coefficients)}"
+            )
+        if self.time_coefficients:
+            raise ValueError(f"time_coefficients: form {FORM_MONO_STEP!r} takes none (its weights are coefficients)")
+        object.__setattr__(self, "knots", knots)
+        object.__setattr__(self, "time_knots", tknots)
 
     def _check_values(self) -> None:
         """Finite values where the gate evaluates it: finite coefficients can still overflow float64."""
@@ -188,7 +221,7 @@ class RescaleFunction:
 
     def time_input(self, step: int, num_steps: int, sigma: float | None) -> float:
         """The time variable this form uses at a step (0.0 for the plain polynomial)."""
-        if self.form == FORM_POLY_STEP:
+        if self.form in (FORM_POLY_STEP, FORM_MONO_STEP):
             return step / max(num_steps - 1, 1)
         if self.form == FORM_POLY_SIGMA:
             if sigma is None or not math.isfinite(sigma):
@@ -198,12 +231,24 @@ class RescaleFunction:
 
     def __call__(self, x, u=0.0):
         """Evaluate at x (scalar or array); ``u`` is the time input of the time-aware forms."""
+        if self.form == FORM_MONO_STEP:
+            return splines.evaluate(self.coefficients, self.knots, self.time_knots, x, u)
         y = np.polyval(self.coefficients, x)
         if self.time_coefficients:
             y = y + np.polyval((*self.time_coefficients, 0.0), u)
         if self.interaction_coefficients:
             y = y + np.asarray(x, dtype=float) * np.polyval((*self.interaction_coefficients, 0.0), u)
         return float(y) if np.ndim(y) == 0 else y
+
+    def slope(self, x, u=0.0) -> np.ndarray:
+        """d/dx at (x, u), an array shaped like x and u broadcast (the safety check reads it)."""
+        if self.form == FORM_MONO_STEP:
+            return splines.slope(self.coefficients, self.knots, self.time_knots, x, u)
+        x = np.asarray(x, dtype=float)
+        d = np.polyval(np.polyder(np.asarray(self.coefficients)), x) if len(self.coefficients) > 1 else 0.0 * x
+        if self.interaction_coefficients:
+            d = d + np.polyval((*self.interaction_coefficients, 0.0), u)
+        return np.asarray(d, dtype=float) + 0.0 * x
 
     def floor(self, u: float | Sequence[float] = 0.0, grid: int = 4001) -> tuple[float, float]:
         """(minimum of max(0, f) over the calibrated range, x where it is reached).
@@ -237,6 +282,9 @@ class RescaleFunction:
             data["interaction_coefficients"] = list(self.interaction_coefficients)
         if self.region is not None:
             data["region"] = self.region.to_dict()
+        if self.knots:
+            data["knots"] = list(self.knots)
+            data["time_knots"] = list(self.time_knots)
         return data
 
     @classmethod
@@ -250,6 +298,8 @@ class RescaleFunction:
                 provenance=dict(data.get("provenance", {})),
                 interaction_coefficients=tuple(data.get("interaction_coefficients", ())),
                 region=Region.from_dict(data["region"]) if data.get("region") else None,
+                knots=tuple(data.get("knots", ())),
+                time_knots=tuple(data.get("time_knots", ())),
             )
         except KeyError as exc:
             raise ValueError(f"rescale function: missing field {exc.args[0]!r}") from None

@@ -5,6 +5,10 @@ calibrated range), and the time-aware forms of :class:`teacache.rescale.RescaleF
 x plus a polynomial in the time input u (step fraction or sigma, degree up to 5), optionally with x*u^j
 interaction terms, free or monotone (non-decreasing in x at every u, positive on the region: the x range
 per part of the schedule). Coefficients are highest power first at every interface.
+
+And the ``mono+step`` form (:mod:`teacache.splines`, fitted by :mod:`calib.fit.splines`): piecewise linear and
+non-decreasing in x with ``degree`` pieces, its weights piecewise linear in the step fraction with
+``time_degree`` pieces (0: x only); safe by construction, as flexible as its pieces allow.
 """
 
 from __future__ import annotations
@@ -14,9 +18,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from calib.fit import splines as spline_fit
 from calib.fit.errors import FitError
 from calib.fit.monotone import fit_monotone, fit_monotone_time_aware, power_columns, prediction_floor
-from teacache.rescale import FORM_POLY, FORM_POLY_SIGMA, FORM_POLY_STEP, FORMS, Region, RescaleFunction
+from teacache import splines
+from teacache.rescale import FORM_MONO_STEP, FORM_POLY, FORM_POLY_SIGMA, FORM_POLY_STEP, FORMS, Region, RescaleFunction
 
 MODE_FREE = "free"
 MODE_ORIGIN = "origin"
@@ -26,7 +32,12 @@ TIME_MODES = (MODE_FREE, MODE_MONOTONE)  # the time-aware forms always keep thei
 DEGREES = (1, 2, 3, 4)
 TIME_DEGREES = (1, 2, 3, 4, 5)
 INTERACTION_DEGREES = (0, 1, 2)
-TIME_COLUMN = {FORM_POLY_STEP: "num_steps", FORM_POLY_SIGMA: "sigma"}
+# mono+step: pieces in x and in the step fraction. Measured on the nine mlx-teacache trace sets
+# (results/rescale-forms/RUN.md): Qwen-Image-2512's first signal needs 12+ pieces in the step fraction to reach
+# its monotone ceiling; 16 pieces in x or 24 in u bought nothing there or elsewhere.
+X_PIECES = (1, 2, 3, 4, 6)
+STEP_PIECES = (0, 1, 2, 3, 4, 6, 8, 12, 16)
+TIME_COLUMN = {FORM_POLY_STEP: "num_steps", FORM_POLY_SIGMA: "sigma", FORM_MONO_STEP: "num_steps"}
 
 
 @dataclass(frozen=True)
@@ -46,6 +57,14 @@ class CandidateSpec:
             raise FitError(f"mode: expected one of {', '.join(MODES)}, got {self.mode!r}")
         if not isinstance(self.degree, int) or self.degree < 1:
             raise FitError(f"degree: expected an integer >= 1, got {self.degree!r}")
+        if self.form == FORM_MONO_STEP:
+            if self.mode != MODE_MONOTONE or self.interaction_degree != 0:
+                raise FitError(f"form {FORM_MONO_STEP!r}: mode monotone only, no interaction terms")
+            if not isinstance(self.time_degree, int) or self.time_degree < 0:
+                raise FitError(
+                    f"time_degree: expected an integer >= 0 (pieces in the step fraction), got {self.time_degree!r}"
+                )
+            return
         if self.form == FORM_POLY and (self.time_degree != 0 or self.interaction_degree != 0):
             raise FitError("time_degree/interaction_degree: only the time-aware forms have time terms")
         if self.form != FORM_POLY:
@@ -56,6 +75,8 @@ class CandidateSpec:
 
     @property
     def n_params(self) -> int:
+        if self.form == FORM_MONO_STEP:
+            return (self.degree + 1) * (self.time_degree + 1)
         return self.degree + (0 if self.mode == MODE_ORIGIN else 1) + self.time_degree + self.interaction_degree
 
     @property
@@ -66,6 +87,8 @@ class CandidateSpec:
     def label(self) -> str:
         if self.form == FORM_POLY:
             return f"poly{self.degree}-{self.mode}"
+        if self.form == FORM_MONO_STEP:
+            return f"mono{self.degree}+step{self.time_degree}"
         name = self.form.split("+")[1]
         label = f"poly{self.degree}+{name}{self.time_degree}"
         if self.interaction_degree:
@@ -84,11 +107,15 @@ class FittedModel:
     x_range: tuple[float, float]
     interaction_coefficients: tuple[float, ...] = ()
     region: Region | None = None
+    knots: tuple[float, ...] = ()
+    time_knots: tuple[float, ...] = ()
 
     @classmethod
     def fit(cls, spec: CandidateSpec, x: np.ndarray, y: np.ndarray, u: np.ndarray | None = None) -> FittedModel:
         """Least-squares fit of ``spec`` to (x, y), with ``u`` the time input of the time-aware forms."""
         x = np.asarray(x, dtype=float)
+        if spec.form == FORM_MONO_STEP:
+            return cls._fit_spline(spec, x, y, u)
         params = fit_params(spec, x, y, u)
         n_x, n_t = spec.degree + 1, spec.time_degree
         return cls(
@@ -100,8 +127,22 @@ class FittedModel:
             Region.from_data(x, u) if spec.is_time_aware else None,
         )
 
+    @classmethod
+    def _fit_spline(cls, spec: CandidateSpec, x: np.ndarray, y: np.ndarray, u: np.ndarray | None) -> FittedModel:
+        if u is None:
+            raise FitError(f"{spec.label}: needs the time input ({TIME_COLUMN[spec.form]})")
+        u = np.asarray(u, dtype=float)
+        knots = spline_fit.x_knots(x, spec.degree)
+        tknots = spline_fit.time_knots(u, spec.time_degree)
+        weights = spline_fit.fit_weights(x, y, u, knots, tknots, prediction_floor(y))
+        x_range = (float(np.min(x)), float(np.max(x)))
+        region = Region.from_data(x, u)
+        return cls(spec, tuple(float(w) for w in weights), (), x_range, (), region, knots, tknots)
+
     def predict(self, x: np.ndarray, u: np.ndarray | None = None) -> np.ndarray:
         """The model's own linear form (design matrix times parameters), independent of RescaleFunction."""
+        if self.spec.form == FORM_MONO_STEP:  # the gate clamps x below the lowest knot; the ramps saturate above
+            return splines.design(x, u, self.knots, self.time_knots) @ np.asarray(self.coefficients)
         params = np.asarray(self.coefficients + self.time_coefficients + self.interaction_coefficients)
         return design_matrix(self.spec, x, u) @ params
 
@@ -114,6 +155,8 @@ class FittedModel:
             interaction_coefficients=self.interaction_coefficients,
             region=self.region,
             provenance=dict(provenance or {}),
+            knots=self.knots,
+            time_knots=self.time_knots,
         )
 
 
@@ -183,11 +226,13 @@ def candidate_specs(
     mode: str | None = None,
     time_degree: int | None = None,
     interaction_degree: int | None = None,
+    with_splines: bool = False,
 ) -> list[CandidateSpec]:
     """Every candidate the data supports, narrowed by whichever of the arguments is given.
 
     Plain polynomials first, then by form, degree, time degree, interaction degree and mode, so that
-    among candidates of equal size and score the list order prefers the simpler shape.
+    among candidates of equal size and score the list order prefers the simpler shape. ``with_splines`` (or
+    ``form="mono+step"``) adds the mono+step candidates last, when the data has a step column.
     """
     specs = [CandidateSpec(FORM_POLY, d, m) for d in DEGREES for m in MODES]
     for f, ok in ((FORM_POLY_STEP, has_step), (FORM_POLY_SIGMA, has_sigma)):
@@ -200,6 +245,8 @@ def candidate_specs(
                 if j <= k
                 for m in TIME_MODES
             ]
+    if has_step and (with_splines or form == FORM_MONO_STEP):
+        specs += [CandidateSpec(FORM_MONO_STEP, k, MODE_MONOTONE, j) for k in X_PIECES for j in STEP_PIECES]
     return [
         s
         for s in specs

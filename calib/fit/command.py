@@ -20,10 +20,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.table import Table
-
-from calib.fit import safety
 from calib.fit.candidates import (  # noqa: F401  (re-exported: the public names of the fitting modules)
     DEGREES,
     INTERACTION_DEGREES,
@@ -31,12 +27,15 @@ from calib.fit.candidates import (  # noqa: F401  (re-exported: the public names
     MODE_MONOTONE,
     MODE_ORIGIN,
     MODES,
+    STEP_PIECES,
     TIME_COLUMN,
     TIME_DEGREES,
+    X_PIECES,
     CandidateSpec,
     FittedModel,
     candidate_specs,
 )
+from calib.fit.ceiling import monotone_ceiling
 from calib.fit.coefficient_sources import (
     PACKAGED,
     import_module_from_path,
@@ -49,7 +48,6 @@ from calib.fit.decision_folds import (
     SELECTIONS,
     comparison_scores,
     decision_plot,
-    report_lines,
     score_fit,
     select_by,
 )
@@ -75,11 +73,12 @@ from calib.fit.selection import (  # noqa: F401
     select,
     time_input,
 )
+from calib.fit.summary import ceiling_line, print_summary  # noqa: F401  (re-exported: bench.campaign prints fits)
 from calib.run.arguments import CommandParser, check_out_dir, check_variant_name, path_argument
 from calib.traces.reader import TraceError, Traces, load_traces
 from teacache.io import FORMAT_VERSION, atomic_path, write_json
 from teacache.provenance import collect
-from teacache.rescale import FORMS, RescaleFunction
+from teacache.rescale import FORM_POLY_STEP, FORMS, RescaleFunction
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -100,6 +99,11 @@ __all__ = [
     "rescale_from_fit",
     "select",
 ]
+
+
+SE_PAIRED = "paired"
+SE_BEST = "best"
+SE_RULES = (SE_PAIRED, SE_BEST)  # --se: the standard error of the one-standard-error rule
 
 
 def load_comparison(
@@ -124,9 +128,24 @@ def setup_arg_parser() -> argparse.ArgumentParser:
         "--out", required=True, type=path_argument, metavar="DIR", help="folder for fit.json and the plots"
     )
     parser.add_argument("--form", choices=FORMS, help="fit only this form")
-    parser.add_argument("--degree", type=int, choices=DEGREES, help="fit only this degree in x")
+    parser.add_argument(
+        "--degree",
+        type=int,
+        choices=sorted({*DEGREES, *X_PIECES}),
+        help="fit only this degree in x (mono+step: pieces in x)",
+    )
     parser.add_argument("--mode", choices=MODES, help="fit only this mode (time-aware forms: free or monotone)")
-    parser.add_argument("--time-degree", type=int, choices=TIME_DEGREES, help="fit only this degree of time terms")
+    parser.add_argument(
+        "--time-degree",
+        type=int,
+        choices=sorted({*TIME_DEGREES, *STEP_PIECES}),
+        help="fit only this degree of time terms (mono+step: pieces in the step fraction, 0: none)",
+    )
+    parser.add_argument(
+        "--no-splines",
+        action="store_true",
+        help="leave out the mono+step candidates (the polynomial forms only, as fits before them chose from)",
+    )
     parser.add_argument(
         "--interaction-degree",
         type=int,
@@ -175,6 +194,13 @@ def setup_arg_parser() -> argparse.ArgumentParser:
         help="let candidates that are <= 0 or decrease in x somewhere on their region be selected (default: "
         "only safe candidates are; every candidate's safety is reported either way)",
     )
+    parser.add_argument(
+        "--se",
+        choices=SE_RULES,
+        default=SE_PAIRED,
+        help="standard error of the one-standard-error rule: of each candidate's difference from the best, paired "
+        "over folds (default), or the best's own (what fits before mono+step used)",
+    )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument(
         "--min-step",
@@ -198,6 +224,8 @@ RECORDED_OPTIONS = (
     "min_step",
     "select",
     "allow_unsafe",
+    "no_splines",
+    "se",
 )  # the options fit.json records
 
 
@@ -211,12 +239,19 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, dict[str, byte
     comparison_source = None
     if args.compare:  # resolve before fitting so a bad --compare fails fast
         comparison_source = load_comparison(args.compare, variant, x_range)
-    result = fit_frame(frame, specs, args.folds, allow_unsafe=args.allow_unsafe)
+    result = fit_frame(frame, specs, args.folds, allow_unsafe=args.allow_unsafe, paired=args.se == SE_PAIRED)
     fit = _fit_document(args, argv, traces, result)
     decision = score_fit(
         fit, frame, specs, args.folds, args.min_step, comparison_source[0] if comparison_source else None
     )
     select_by(fit, args.select, args.allow_unsafe)
+    fit["ceiling"] = monotone_ceiling(
+        frame["x_rel_l1"].to_numpy(dtype=float),
+        frame["y_rel_l1"].to_numpy(dtype=float),
+        time_input(FORM_POLY_STEP, frame),
+        group_folds(frame["prompt_id"].to_numpy(), args.folds),
+        fit["selected"]["cv_r2"],
+    )
     if comparison_source is not None:
         fit["comparison"] = _comparison(args, fit, frame, comparison_source, decision, variant, traces.provenance)
     plots = {} if args.no_plots else render_plots(fit, frame)
@@ -268,6 +303,7 @@ def _specs(args: argparse.Namespace, frame: pd.DataFrame) -> list[CandidateSpec]
         args.mode,
         args.time_degree,
         args.interaction_degree,
+        with_splines=not args.no_splines,
     )
 
 
@@ -307,105 +343,6 @@ def _comparison(
     if args.compare == PACKAGED:
         comparison["numeric_change"] = packaged_numeric_change(variant, provenance)
     return comparison
-
-
-def print_summary(fit: dict, path: Path) -> None:
-    console = Console(width=max(100, Console().width))
-    data = fit["data"]
-    cands = fit["candidates"]
-    best = sorted(cands, key=lambda c: c["rmse"])[:SHOWN_BEST]  # as many as fit_cv.png shows
-    by = fit["selection"].get("selected_by") or {}
-    picks = [c for c in cands if c not in best and (c["selected"] or c["label"] == by.get("decision_excess"))]
-    shown = best + picks
-    more = f"; the {len(best)} best of {len(cands)} candidates by cv RMSE" if len(best) < len(cands) else ""
-    table = Table(
-        title=f"{data['n_pairs']} pairs, {data['n_prompts']} prompts, {fit['selection']['cv']}{more}",
-        title_justify="left",
-    )
-    for name, justify in (
-        ("candidate", "left"),
-        ("k", "right"),
-        ("R^2", "right"),
-        ("cv R^2", "right"),
-        ("cv RMSE", "right"),
-        ("decision", "right"),
-        ("safety", "left"),
-        ("", "left"),
-    ):
-        table.add_column(name, justify=justify)
-    for c in shown:
-        table.add_row(
-            c["label"],
-            str(c["n_params"]),
-            f"{c['r2']:.4f}",
-            f"{c['cv_r2']:.4f}",
-            f"{c['rmse']:.4g}",
-            "n/a" if c.get("decision_excess") is None else f"{c['decision_excess']:.3f}",
-            safety.short(c["safety"]) if "safety" in c else "not checked",
-            _picks(c, by),
-        )
-    console.print(table)
-    sel = fit["selected"]
-    console.print(
-        f"selected {sel['label']} ({_why_selected(fit)}): coefficients {sel['coefficients']}"
-        + (f", time coefficients {sel['time_coefficients']}" if sel["time_coefficients"] else "")
-        + (f", x*u coefficients {sel['interaction_coefficients']}" if sel.get("interaction_coefficients") else "")
-        + f", x range {sel['x_range'][0]:.4g}..{sel['x_range'][1]:.4g}",
-        highlight=False,
-    )
-    console.print(_safety_line(fit), highlight=False)
-    comp = fit.get("comparison")
-    if comp:
-        console.print(
-            f"compare {comp['source']}: R^2 {comp['r2']:.4f}, RMSE {comp['rmse']:.4g} vs new cv RMSE "
-            f"{comp['new_cv_rmse']:.4g} ({_pct(comp['excess'])}, margin {comp['margin']:.0%}): "
-            f"{comp['verdict']}",
-            highlight=False,
-        )
-        if comp.get("numeric_change"):
-            console.print(f"compare {comp['source']}: {comp['numeric_change']}", highlight=False)
-        if "safety" in comp:
-            where = safety.describe_intervals(comp["unsafe_intervals"])
-            console.print(
-                f"compare {comp['source']}: {safety.describe(comp['safety'])} on {comp['safety']['grid']}"
-                + (f": {where}" if where else ""),
-                highlight=False,
-            )
-    for line in report_lines(fit):
-        console.print(line, highlight=False)
-    console.print(f"wrote {path}", highlight=False, soft_wrap=True)
-
-
-def _safety_line(fit: dict) -> str:
-    """Which candidates could be selected, and what the cv R^2 pick among all of them would have been."""
-    rule = fit["selection"].get("safety") or {}
-    line = (
-        f"safety: {rule.get('n_safe', '?')} of {rule.get('n_candidates', '?')} candidates safe; selected from "
-        f"{rule.get('rule', 'all candidates')}"
-    )
-    free = fit["selection"].get("unconstrained")
-    if free and free["label"] != fit["selection"]["selected_by"].get("cv_r2", fit["selected"]["label"]):
-        line += f" (among all, cv R^2 would select {free['label']}, cv R^2 {free['cv_r2']:.4f}, unsafe)"
-    return line
-
-
-def _why_selected(fit: dict) -> str:
-    if fit["selection"].get("default", "cv_r2") != "cv_r2":
-        return f"least decision excess, {fit['selected'].get('decision_excess', math.nan):.3f}"
-    best = fit["selection"].get("best_cv_r2", fit["selected"]["cv_r2"])
-    return f"fewest parameters within one standard error of the best cv R^2 {best:.4f}"
-
-
-def _picks(cand: dict, selected_by: dict) -> str:
-    """'selected' for the selection, and which criterion picks the candidate when the decision score is known."""
-    words = ["selected"] if cand["selected"] else []
-    if selected_by.get("decision_excess") == cand["label"]:
-        words.append("decision pick")
-    return ", ".join(words)
-
-
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:+.1%}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -71,12 +71,15 @@ def rescale_from_fit(fit: dict | str | os.PathLike) -> RescaleFunction:
         time_coefficients=tuple(sel.get("time_coefficients") or ()),
         interaction_coefficients=tuple(sel.get("interaction_coefficients") or ()),
         region=Region.from_dict(sel["region"]) if sel.get("region") else None,
+        knots=tuple(sel.get("knots") or ()),
+        time_knots=tuple(sel.get("time_knots") or ()),
         provenance=provenance,
     )
 
 
 SELECTION_KEYS = (
-    "label", "form", "coefficients", "time_coefficients", "interaction_coefficients", "x_range", "region",
+    "label", "form", "coefficients", "time_coefficients", "interaction_coefficients", "x_range", "region", "knots",
+    "time_knots",
 )  # fmt: skip
 
 

@@ -14,7 +14,7 @@ from calib.fit import safety
 from calib.fit.file import rescale_from_fit
 from calib.fit.files import PLOT_FILES  # noqa: F401  (re-exported: the names of the plots drawn here)
 from calib.fit.selection import time_input
-from teacache.rescale import FORM_POLY, FORM_POLY_STEP
+from teacache.rescale import FORM_MONO_STEP, FORM_POLY, FORM_POLY_STEP
 
 SHOWN_BEST = 20  # candidates fit_cv.png and the console table show: the best by cv RMSE (and the selected one)
 
@@ -126,12 +126,23 @@ def cv_figure(fit: dict):
     # room on the right holds each bar's cv R^2 and safety
     spread = float(errors.max() - errors.min())
     left = errors.min() - max(spread * 0.15, errors.min() * 1e-3)
-    ax.set_xlim(left, errors.max() + max(spread, errors.min() * 1e-3) * 0.8)
+    right = errors.max() + max(spread, errors.min() * 1e-3) * 0.8
+    ceiling = fit.get("ceiling")
+    if ceiling:  # the least cv RMSE any function non-decreasing in x reached on these folds
+        ax.axvline(ceiling["rmse"], color="tab:green", linestyle="--", linewidth=1)
+        left = min(left, ceiling["rmse"] - max(spread * 0.05, ceiling["rmse"] * 1e-3))
+        right = max(right, ceiling["rmse"] + max(spread, errors.min() * 1e-3) * 0.8)
+    ax.set_xlim(left, right)
     shown = f"{len(cands)} best of {len(every)}" if len(cands) < len(every) else f"{len(every)}"
     ax.set_xlabel(  # two lines: one is wider than the figure
         "cross-validated RMSE (prompts held out; lower is better)\nthe axis starts near the best; hatched: unsafe"
     )
-    ax.set_title(f"candidates ({shown}), selected {sel['label']} (cv R^2 {sel['cv_r2']:.4f})", fontsize=9)
+    title = f"candidates ({shown}), selected {sel['label']} (cv R^2 {sel['cv_r2']:.4f})"
+    if ceiling:
+        d = ceiling["distance"]
+        title += f"\ndashed: monotone ceiling, cv R^2 {ceiling['cv_r2']:.4f} (selected {abs(d):.4f} "
+        title += ("below" if d > 0 else "above") + " it)"
+    ax.set_title(title, fontsize=9)
     return fig
 
 
@@ -143,7 +154,7 @@ def _title(sel: dict) -> str:
 def _curve_times(form: str, u) -> list[tuple[float, str]]:
     if form == FORM_POLY:
         return [(0.0, "")]
-    name = "step fraction" if form == FORM_POLY_STEP else "sigma"
+    name = "step fraction" if form in (FORM_POLY_STEP, FORM_MONO_STEP) else "sigma"
     values = np.quantile(np.asarray(u, dtype=float), [0.0, 0.5, 1.0])
     return [(float(v), f" at {name} {v:.2f}") for v in values]
 

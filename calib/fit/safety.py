@@ -49,11 +49,7 @@ def region_grid(rescale: RescaleFunction) -> tuple[np.ndarray, np.ndarray, str]:
 
 def slope(rescale: RescaleFunction, x, u) -> np.ndarray:
     """d/dx of ``rescale`` at (x, u)."""
-    x = np.asarray(x, dtype=float)
-    d = np.polyval(np.polyder(np.asarray(rescale.coefficients)), x) if len(rescale.coefficients) > 1 else 0.0 * x
-    if rescale.interaction_coefficients:
-        d = d + np.polyval((*rescale.interaction_coefficients, 0.0), u)
-    return np.asarray(d, dtype=float) + 0.0 * x
+    return rescale.slope(x, u)
 
 
 def check(rescale: RescaleFunction) -> dict:

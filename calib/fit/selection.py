@@ -21,7 +21,7 @@ from calib.fit.candidates import TIME_COLUMN, CandidateSpec, FittedModel, design
 from calib.fit.errors import FitError
 from calib.traces.reader import step_fraction
 from calib.traces.tables import finite_or_none
-from teacache.rescale import FORM_POLY_SIGMA, FORM_POLY_STEP, RescaleFunction
+from teacache.rescale import FORM_MONO_STEP, FORM_POLY_SIGMA, FORM_POLY_STEP, RescaleFunction
 
 MIN_PROMPTS = 3
 LOO_MAX_PROMPTS = 20  # leave-one-prompt-out up to this many prompts, else DEFAULT_FOLDS folds
@@ -57,7 +57,7 @@ def group_folds(groups: Sequence, n_folds: int | None = None) -> np.ndarray:
 
 def time_input(form: str, frame: pd.DataFrame) -> np.ndarray | None:
     """The per-row time input of a form, computed as the gate computes it at run time."""
-    if form == FORM_POLY_STEP:
+    if form in (FORM_POLY_STEP, FORM_MONO_STEP):
         if "num_steps" not in frame.columns:
             raise FitError(f"form {form!r} needs column 'num_steps'; columns found: {', '.join(_cols(frame))}")
         return step_fraction(frame)
@@ -96,14 +96,8 @@ def evaluate_candidate(
 
 def _evaluate(spec: CandidateSpec, x, y, u, folds: np.ndarray, n_prompts: int) -> dict:
     model = FittedModel.fit(spec, x, y, u)
-    design = design_matrix(spec, x, u)
     pred = model.predict(x, u)
-    oof = np.empty_like(y)
-    for k in np.unique(folds):
-        test = folds == k
-        train = ~test
-        params = fit_params(spec, x[train], y[train], None if u is None else u[train], design[train])
-        oof[test] = design[test] @ params
+    oof = _out_of_fold(spec, x, y, u, folds)
     return {
         "label": spec.label,
         "form": spec.form,
@@ -118,15 +112,53 @@ def _evaluate(spec: CandidateSpec, x, y, u, folds: np.ndarray, n_prompts: int) -
         "r2": r2_score(y, pred),
         "cv_r2": r2_score(y, oof),
         "cv_r2_se": cv_standard_error(y, oof, folds),
+        "cv_fold_loss": fold_losses(y, oof, folds),
         "rmse": rmse(y, oof),
         "rmse_in_sample": rmse(y, pred),
         "x_range": list(model.x_range),
         **({"region": model.region.to_dict()} if model.region is not None else {}),
+        **({"knots": list(model.knots), "time_knots": list(model.time_knots)} if model.knots else {}),
         "safety": safety.check(model.to_rescale()),
         "n_prompts": n_prompts,
         "n_pairs": len(y),
         "selected": False,
     }
+
+
+def _out_of_fold(spec: CandidateSpec, x, y, u, folds: np.ndarray) -> np.ndarray:
+    """Predictions of each fold's rows by the candidate fitted on the other folds."""
+    oof = np.empty_like(y)
+    if spec.form == FORM_MONO_STEP:  # its knots come from the fitted rows: refit per fold, whole
+        for k in np.unique(folds):
+            test = folds == k
+            oof[test] = FittedModel.fit(spec, x[~test], y[~test], u[~test]).predict(x[test], u[test])
+        return oof
+    design = design_matrix(spec, x, u)
+    for k in np.unique(folds):
+        test = folds == k
+        train = ~test
+        params = fit_params(spec, x[train], y[train], None if u is None else u[train], design[train])
+        oof[test] = design[test] @ params
+    return oof
+
+
+def fold_losses(y: np.ndarray, oof: np.ndarray, folds: np.ndarray) -> list[float]:
+    """Each fold's MSE over the variance of y (R^2 units), folds in sorted order: what a paired comparison of
+    two candidates on the same folds reads."""
+    var = float(np.mean((y - np.mean(y)) ** 2))
+    return [float(np.mean((y[folds == k] - oof[folds == k]) ** 2) / var) for k in np.unique(folds)]
+
+
+def paired_standard_error(a: dict, b: dict, weights: np.ndarray) -> float:
+    """Standard error of the difference of two candidates' pooled cv MSE (R^2 units), from their per-fold
+    differences on the same folds: prompts that are hard for one are hard for both, so this is far smaller
+    than either candidate's own standard error."""
+    d = np.asarray(a["cv_fold_loss"]) - np.asarray(b["cv_fold_loss"])
+    k = len(d)
+    if k < 2:
+        return 0.0
+    pooled = float(np.sum(weights * d))
+    return float(np.sqrt(k / (k - 1) * np.sum(weights**2 * (d - pooled) ** 2)))
 
 
 def cv_standard_error(y: np.ndarray, oof: np.ndarray, folds: np.ndarray) -> float:
@@ -151,10 +183,17 @@ def is_safe(candidate: dict) -> bool:
     return bool((candidate.get("safety") or {}).get("safe"))
 
 
-def select(candidates: list[dict], tie_tolerance: float = TIE_TOLERANCE, allow_unsafe: bool = True) -> int:
+def select(
+    candidates: list[dict],
+    tie_tolerance: float = TIE_TOLERANCE,
+    allow_unsafe: bool = True,
+    fold_weights: np.ndarray | None = None,
+) -> int:
     """Index of the selected candidate: the fewest parameters among those whose cv MSE (1 - cv R^2) is within
     one standard error of the best, or within ``tie_tolerance`` relative of it when that is wider; then the
-    best cv R^2, then list order. Without ``allow_unsafe`` only safe candidates take part (FitError if none)."""
+    best cv R^2, then list order. Without ``allow_unsafe`` only safe candidates take part (FitError if none).
+    With ``fold_weights`` (rows per fold / rows) the standard error is the paired one of each candidate's
+    difference from the best (:func:`paired_standard_error`), else the best's own."""
     pool = [i for i, c in enumerate(candidates) if allow_unsafe or is_safe(c)]
     if not pool:
         raise FitError(
@@ -166,16 +205,29 @@ def select(candidates: list[dict], tie_tolerance: float = TIE_TOLERANCE, allow_u
     se = float(candidates[best_i].get("cv_r2_se") or 0.0)
     limit = max((1.0 - best) * (1.0 + tie_tolerance), (1.0 - best) + se) + 1e-12
     within = [i for i in pool if 1.0 - candidates[i]["cv_r2"] <= limit]
+    if fold_weights is not None:
+        band = (1.0 - best) * tie_tolerance
+        within = [
+            i
+            for i in pool
+            if best - candidates[i]["cv_r2"]
+            <= max(band, paired_standard_error(candidates[i], candidates[best_i], fold_weights)) + 1e-12
+        ]
     return min(within, key=lambda i: (candidates[i]["n_params"], -candidates[i]["cv_r2"], i))
 
 
 def fit_frame(
-    frame: pd.DataFrame, specs: list[CandidateSpec], n_folds: int | None = None, allow_unsafe: bool = False
+    frame: pd.DataFrame,
+    specs: list[CandidateSpec],
+    n_folds: int | None = None,
+    allow_unsafe: bool = False,
+    paired: bool = False,
 ) -> dict:
     """Evaluate every candidate on a validated frame; return the selection part of fit.json.
 
     Only safe candidates are selected unless ``allow_unsafe``; the cv R^2 pick among all candidates is
-    recorded beside it (``selection.unconstrained``), so what safety costs is in the file."""
+    recorded beside it (``selection.unconstrained``), so what safety costs is in the file. ``paired``: the
+    standard error of the rule is each candidate's paired one against the best (:func:`select`)."""
     if not specs:
         raise FitError(
             "no candidate to fit: the --form/--degree/--mode/--time-degree/--interaction-degree combination "
@@ -200,8 +252,9 @@ def fit_frame(
     folds = group_folds(frame["prompt_id"].to_numpy(), n_folds)
     inputs = {form: time_input(form, frame) for form in {s.form for s in specs}}
     candidates = [_evaluate(s, x, y, inputs[s.form], folds, n_prompts) for s in specs]
-    chosen = select(candidates, allow_unsafe=allow_unsafe)
-    unconstrained = candidates[select(candidates, allow_unsafe=True)]
+    weights = np.array([np.mean(folds == k) for k in np.unique(folds)]) if paired else None
+    chosen = select(candidates, allow_unsafe=allow_unsafe, fold_weights=weights)
+    unconstrained = candidates[select(candidates, allow_unsafe=True, fold_weights=weights)]
     candidates[chosen]["selected"] = True
     best = max(c["cv_r2"] for c in candidates if allow_unsafe or is_safe(c))
     n_safe = sum(is_safe(c) for c in candidates)
@@ -213,11 +266,13 @@ def fit_frame(
             "criterion": "cv_r2",
             "cv": "leave-one-prompt-out" if n_f == n_prompts else f"{n_f}-fold grouped by prompt_id",
             "n_folds": n_f,
-            "rule": "one standard error",
+            "rule": "one standard error" + (" of the difference from the best (paired over folds)" if paired else ""),
             "best_cv_r2": best,
+            **({"fold_weights": [float(w) for w in weights]} if paired else {}),
             "tie_rule": (
                 "fewest parameters among candidates whose cv MSE is within one standard error of the best "
-                f"(at least {TIE_TOLERANCE:.0%} of it)"
+                + ("(the paired standard error of their difference from it, " if paired else "(")
+                + f"at least {TIE_TOLERANCE:.0%} of it)"
             ),
             "safety": {
                 "rule": "all candidates (--allow-unsafe)" if allow_unsafe else "safe candidates only",

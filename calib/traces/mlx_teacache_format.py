@@ -34,11 +34,16 @@ def default_name(variant: str) -> str:
     return f"_calibration_{variant.replace('-', '_')}.json"
 
 
-def choose_candidate(fit: dict) -> tuple[dict, str | None]:
-    """The candidate to write and, when it is not the selected one, why it replaced it."""
+def choose_candidate(fit: dict, polynomial: bool = False) -> tuple[dict, str | None]:
+    """The candidate to write and, when it is not the selected one, why it replaced it.
+
+    A selected mono+step function (not a polynomial at all) is refused unless ``polynomial``: the refusal
+    names the best safe polynomial in x the fit holds, which ``polynomial`` writes instead."""
     selected = fit["selected"]
     if selected["form"] == "poly" and selected["degree"] <= DEGREES:
         return selected, None
+    if selected["form"] == "mono+step":
+        return _best_safe_polynomial(fit, polynomial)
     x_only = [c for c in fit.get("candidates") or [] if c.get("form") == "poly" and c.get("degree", 99) <= DEGREES]
     x_only = [c for c in x_only if isinstance(c.get("cv_r2"), int | float) and math.isfinite(c["cv_r2"])]
     label = selected.get("label", selected["form"])
@@ -55,6 +60,34 @@ def choose_candidate(fit: dict) -> tuple[dict, str | None]:
         f"({best['cv_r2']:.4f} against the selected {selected['cv_r2']:.4f})"
     )
     return best, note
+
+
+def _best_safe_polynomial(fit: dict, write: bool) -> tuple[dict, str]:
+    selected = fit["selected"]
+    label = selected.get("label", selected["form"])
+    safe = [
+        c
+        for c in fit.get("candidates") or []
+        if c.get("form") == "poly"
+        and c.get("degree", 99) <= DEGREES
+        and (c.get("safety") or {}).get("safe")
+        and isinstance(c.get("cv_r2"), int | float)
+        and math.isfinite(c["cv_r2"])
+    ]
+    what = f"the selected {label} is mono+step, which mlx-teacache's format (a polynomial in x of degree <= {DEGREES})"
+    if not safe:
+        raise FormatError(f"FIT: {what} cannot hold, and the fit holds no safe polynomial in x; refit with --form poly")
+    best = max(safe, key=lambda c: c["cv_r2"])
+    scores = f"cv R^2 {best['cv_r2']:.4f} against the selected {selected['cv_r2']:.4f}"
+    if not write:
+        raise FormatError(
+            f"FIT: {what} cannot hold; the best safe polynomial it could write is {best['label']} ({scores}): "
+            "pass --polynomial to write it"
+        )
+    return (
+        best,
+        f"{what} cannot hold; written instead (--polynomial): its best safe polynomial {best['label']} ({scores})",
+    )
 
 
 def five_coefficients(coefficients) -> list[float]:
@@ -94,11 +127,11 @@ def _local(text: str) -> Path:
 
 
 def calibration_object(
-    fit: dict, given_traces: list[str] | None, variant: str | None = None
+    fit: dict, given_traces: list[str] | None, variant: str | None = None, polynomial: bool = False
 ) -> tuple[dict, str | None]:
     """The mlx-teacache calibration object of ``fit`` (pairs from ``given_traces``, else the fit's inputs) and a
-    note when another candidate than the selected one was written."""
-    candidate, note = choose_candidate(fit)
+    note when another candidate than the selected one was written (``polynomial``: see :func:`choose_candidate`)."""
+    candidate, note = choose_candidate(fit, polynomial)
     data = fit.get("data") or {}
     fit_variants = (fit.get("input") or {}).get("variants") or []
     if variant is None:

@@ -21,6 +21,7 @@ from calib.fit.command import (
     group_folds,
     rescale_from_fit,
 )
+from calib.fit.selection import paired_standard_error
 from calib.traces.tables import load_traces, step_fraction
 from teacache.coefficients import _upstream, load_packaged, module_name
 from teacache.gate import GateConfig
@@ -176,21 +177,25 @@ def test_candidates_report_every_score(full_fit):
     fit = full_fit["fit"]
     labels = [c["label"] for c in fit["candidates"]]
     # poly degrees x modes; two time forms x degrees x (time degree 1-5, x*u degree 0..min(2, time degree)) x
-    # (free, monotone)
-    assert len(labels) == len(set(labels)) == 4 * 3 + 2 * 4 * 14 * 2
+    # (free, monotone); mono+step: pieces in x x pieces in the step fraction
+    n_mono = len(fitmod.X_PIECES) * len(fitmod.STEP_PIECES)
+    assert len(labels) == len(set(labels)) == 4 * 3 + 2 * 4 * 14 * 2 + n_mono
     assert sum(c["selected"] for c in fit["candidates"]) == 1
     for c in fit["candidates"]:
         for key in ("form", "degree", "mode", "coefficients", "time_coefficients", "r2", "cv_r2", "rmse",
                     "x_range", "n_prompts", "n_pairs"):  # fmt: skip
             assert key in c
         assert c["r2"] >= c["cv_r2"] - 1e-3  # held-out scores are not better than in-sample ones
-    top = max(fit["candidates"], key=lambda c: c["cv_r2"])
-    best = top["cv_r2"]
-    # one-standard-error rule: within one SE of the best (never a band narrower than TIE_TOLERANCE) ...
-    limit = max((1 - best) * (1 + fitmod.TIE_TOLERANCE), (1 - best) + top["cv_r2_se"]) + 1e-12
-    assert 1 - fit["selected"]["cv_r2"] <= limit
+    top = max((c for c in fit["candidates"] if c["safety"]["safe"]), key=lambda c: c["cv_r2"])
+    weights = np.asarray(fit["selection"]["fold_weights"])  # rows per fold / rows
+
+    def within(c):  # one-standard-error rule, paired (the default --se): the SE of c's difference from the best
+        band = max((1 - top["cv_r2"]) * fitmod.TIE_TOLERANCE, paired_standard_error(c, top, weights))
+        return c["safety"]["safe"] and top["cv_r2"] - c["cv_r2"] <= band + 1e-12
+
+    assert within(fit["selected"])
     # ... and no candidate with fewer parameters is inside that band
-    assert all(c["n_params"] >= fit["selected"]["n_params"] for c in fit["candidates"] if 1 - c["cv_r2"] <= limit)
+    assert all(c["n_params"] >= fit["selected"]["n_params"] for c in fit["candidates"] if within(c))
     assert fit["selected"]["degree"] >= 2  # quadratic truth
     assert fit["selection"]["cv"] == "leave-one-prompt-out"
     assert fit["format_version"] == 1 and "date_utc" in fit["provenance"]
@@ -281,8 +286,8 @@ def test_branch_choice_and_minimal_columns(tmp_path, capsys):
     rc, _, err = run_fit([tmp_path / "m.csv", "--out", tmp_path / "m", "--no-plots"], capsys)
     assert rc == 0, err
     fit = json.loads((tmp_path / "m" / "fit.json").read_text())
-    # no num_steps: inferred per run (and said), so poly+step is tried; no sigma: no poly+sigma
-    assert {c["form"] for c in fit["candidates"]} == {"poly", "poly+step"}
+    # no num_steps: inferred per run (and said), so poly+step and mono+step are tried; no sigma: no poly+sigma
+    assert {c["form"] for c in fit["candidates"]} == {"poly", "poly+step", "mono+step"}
     assert fit["data"]["num_steps_source"] == "inferred" and "inferred" in err
 
 

@@ -1,0 +1,41 @@
+"""``teacache-calib emit --format mlx-teacache``: a fit as mlx-teacache's calibration JSON
+(:mod:`calib.traces.mlx_teacache_format` builds the object; this writes it and says what it wrote)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from calib.fit.errors import FitError
+from calib.fit.file import read_fit
+from calib.run.arguments import check_out_file, check_variant_name
+
+
+def emit_calibration(args: argparse.Namespace) -> int:
+    """``--format mlx-teacache``: the fit as mlx-teacache's calibration JSON (calib.traces.mlx_teacache_format)."""
+    from calib.traces import mlx_teacache_format as fmt
+    from teacache.io import write_json
+
+    try:
+        if args.variant is not None:
+            check_variant_name(args.variant)
+        if args.out is not None:
+            check_out_file(args.out, what=".json file")
+        fit = read_fit(args.fit)
+        data, note = fmt.calibration_object(fit, args.traces, args.variant, args.polynomial)
+    except (FitError, ValueError, KeyError) as exc:
+        msg = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+        print(f"teacache-calib emit: error: {msg}", file=sys.stderr)
+        return 2
+    fit_dir = Path(args.fit) if Path(args.fit).is_dir() else Path(args.fit).parent
+    path = args.out if args.out is not None else fit_dir / fmt.default_name(data["variant"])
+    if note:
+        print(f"note: {note}")
+    write_json(path, data)
+    coefficients = ", ".join(f"{c:.6g}" for c in data["coefficients_c4_to_c0"])
+    print(
+        f"wrote {path}: {data['fitted_model']} ({coefficients}), x {data['x_min']:.4g}..{data['x_max']:.4g}, "
+        f"R^2 {data['fit_r_squared']:.4f}, {data['num_pairs']} pairs of {data['num_prompts']} runs"
+    )
+    return 0
