@@ -189,13 +189,6 @@ def fit_stage(
     from calib.fit import command as fit_cmd
     from calib.fit.file import read_fit, same_selection
 
-    compare = ["--compare", "packaged"] if compare_packaged else []
-    command = [str(traces), "--out", str(out), *compare, "--min-step", str(min_step)]
-    args = fit_cmd.setup_arg_parser().parse_args([str(traces), "--out", str(out), *compare])  # the fit's defaults
-    args.min_step = min_step
-    fit, plots = fit_cmd.run(args, command)
-    for message in fit["data"]["warnings"]:
-        print(f"fit: warning: {message}", file=sys.stderr)
     path = out / "fit.json"
     previous = None
     if path.is_file():
@@ -203,6 +196,12 @@ def fit_stage(
             previous = read_fit(path)
         except ValueError:
             previous = None  # unreadable: replaced below
+    compare = ["--compare", "packaged"] if compare_packaged else []
+    options = ["--min-step", str(min_step), *_earlier_options(previous)]
+    command = [str(traces), "--out", str(out), *compare, *options]
+    fit, plots = fit_cmd.run(fit_cmd.setup_arg_parser().parse_args(command), command)
+    for message in fit["data"]["warnings"]:
+        print(f"fit: warning: {message}", file=sys.stderr)
     if previous is not None and same_selection(previous, fit):
         print(f"kept {path}: the refit selects the same function ({fit['selected']['label']}, numbers within "
               f"{fingerprint.FIT_RTOL:g} relative)")  # fmt: skip
@@ -224,6 +223,19 @@ def fit_stage(
     write_json(path, fit)
     fit_cmd.print_summary(fit, path)
     return path
+
+
+def _earlier_options(previous: dict | None) -> list[str]:
+    """The candidate set and selection rule of the fit.json a campaign folder holds, as fit options: a resumed
+    campaign refits the way its fit was made. A fit.json from before the mono+step forms and the paired rule
+    (no ``no_splines`` / ``se`` among its options) was chosen from the polynomial forms by the best's own error."""
+    from calib.fit.command import SE_BEST
+
+    if previous is None:
+        return []  # a new campaign: the fit's defaults
+    recorded = previous.get("options") or {}
+    flags = ["--no-splines"] if recorded.get("no_splines", True) else []
+    return [*flags, "--se", str(recorded.get("se", SE_BEST))]
 
 
 def share_inputs(world: shard.World, paths: list[Path], error: BaseException | None) -> None:
