@@ -145,7 +145,7 @@ def emit_module(fit: dict, variant: str) -> str:
     lines = [
         f'"""Rescale function for {", ".join(shared)}: {GENERATED}.',
         "",
-        "Refit after a new mflux release: teacache-calib record / fit / emit (see the README).",
+        "Refit after a new mflux release: teacache-calib record / fit / emit (see docs/refit-and-drift.md).",
         '"""',
         "",
         "from teacache.coefficients import FittedOn",

@@ -1,4 +1,4 @@
-"""Slow lane (``make test-slow``): the README's "Re-derive tolerances on new hardware" journey, exactly as written.
+"""Slow lane (``make test-slow``): docs/tolerances.md's "Re-derive tolerances on new hardware", exactly as written.
 
 The shell block under that heading runs verbatim with bash, in a copy of the project so that nothing committed
 changes. The copy uses this checkout's installed environment: its ``.venv`` links to this one's contents with
@@ -28,12 +28,12 @@ HEADING = "## Re-derive tolerances on new hardware"
 IGNORED = {".git", ".venv", ".uv-bootstrap", "__pycache__", ".pytest_cache", ".ruff_cache", ".hypothesis"}
 
 
-def journey_commands(readme: Path = ROOT / "README.md") -> str:
-    """The first ```sh block under the journey's heading, as the README writes it."""
-    text = readme.read_text(encoding="utf-8")
+def journey_commands(page: Path = ROOT / "docs" / "tolerances.md") -> str:
+    """The first ```sh block under the journey's heading, as the docs page writes it."""
+    text = page.read_text(encoding="utf-8")
     section = text[text.index(HEADING) :]
     match = re.search(r"```sh\n(.*?)```", section, flags=re.DOTALL)
-    assert match, f"no ```sh block under {HEADING!r} in README.md"
+    assert match, f"no ```sh block under {HEADING!r} in {page.name}"
     return match.group(1)
 
 
@@ -67,7 +67,7 @@ def copy_project(dst: Path) -> Path:
     return dst
 
 
-def test_the_readme_journey_re_derives_the_tolerances_and_ends_green(tmp_path):
+def test_the_journey_re_derives_the_tolerances_and_ends_green(tmp_path):
     if not (ROOT / ".venv" / "bin" / "python").exists():
         pytest.skip("needs the installed environment (make install)")
     project = copy_project(tmp_path / "project")

@@ -1,5 +1,5 @@
-"""What a new user meets when re-running the README's journeys: a campaign re-run resumes, provenance says
-who recorded and who resumed, a folder of one command is refused by another, a campaign's fit passes the
+"""What a new user meets when re-running the journeys (README.md, docs/): a campaign re-run resumes, provenance
+says who recorded and who resumed, a folder of one command is refused by another, a campaign's fit passes the
 rule the committed fits are held to.
 
 The commands share the session's tiny-flux1 (tests/conftest.py's shared_model): seconds per command.
@@ -188,11 +188,12 @@ def test_a_campaign_fit_with_interaction_terms_passes_the_rule_committed_fits_ar
     assert math.isfinite(json.loads(path.read_text())["selected"]["cv_r2"])
 
 
-# ------------------------------------------------------------------------------------ the README (item 14)
+# -------------------------------------------------------------------------- the README and docs/ (item 14)
 
 CAMPAIGN = ROOT / "results/cpu-amd-epyc-2c/tiny-shapes/0.24.0"
 FIT_JSON, TINY_SHAPES_TRACES = CAMPAIGN / "fit" / "fit.json", CAMPAIGN / "traces" / "traces.parquet"
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+PAGE_PATHS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
+PAGES = {path.relative_to(ROOT).as_posix(): path.read_text(encoding="utf-8") for path in PAGE_PATHS}
 INPUT_SUFFIXES = (".json", ".parquet", ".csv", ".jsonl", ".py")
 
 
@@ -210,16 +211,19 @@ def _shell_blocks(text: str) -> list[tuple[str, list[str]]]:
     return blocks
 
 
-def test_the_readme_activates_the_environment_before_its_first_command():
-    lines = [line for _, block in _shell_blocks(README) for line in block]
-    first = next(i for i, line in enumerate(lines) if re.match(r"(teacache-calib|teacache-bench) ", line))
-    assert any(". .venv/bin/activate" in line for line in lines[:first]), lines[: first + 1]
+@pytest.mark.parametrize("page", PAGES)
+def test_each_page_activates_the_environment_before_its_first_command(page):
+    lines = [line for _, block in _shell_blocks(PAGES[page]) for line in block]
+    first = next((i for i, line in enumerate(lines) if re.match(r"(teacache-calib|teacache-bench) ", line)), None)
+    if first is not None:
+        assert any(". .venv/bin/activate" in line for line in lines[:first]), (page, lines[: first + 1])
 
 
-def test_readme_journeys_read_only_files_that_ship_or_an_earlier_step_writes():
+@pytest.mark.parametrize("page", PAGES)
+def test_journeys_read_only_files_that_ship_or_an_earlier_step_writes(page):
     """Every input path a journey names exists in the repository or is under an --out of an earlier step."""
     missing = []
-    for heading, lines in _shell_blocks(README):
+    for heading, lines in _shell_blocks(PAGES[page]):
         written: list[str] = []
         for line in lines:
             words = shlex.split(line)
@@ -254,7 +258,7 @@ def test_emit_for_a_variant_without_a_module_says_how_to_name_one(tmp_path, caps
 
 
 def test_emit_writes_the_module_a_new_variants_spec_names(tmp_path, capsys, monkeypatch):
-    """The README's new-variant journey: a spec that names its module, then emit."""
+    """docs/api.md's new-variant journey: a spec that names its module, then emit."""
     import dataclasses
 
     from calib import emit

@@ -118,7 +118,7 @@ def test_no_command_writes_into_the_checkouts_tracked_samples(name, tmp_path, mo
 def test_the_campaign_regenerates_the_committed_results_and_says_so(capsys):
     from bench.campaign import default_out, plan_campaign
 
-    # the committed campaign's own settings (README: Re-derive tolerances on new hardware)
+    # the committed campaign's own settings (docs/tolerances.md: Re-derive tolerances on new hardware)
     plan_campaign("tiny-shapes", default_out("tiny-shapes"), sweep_prompts="tiny-shapes", sweep_seeds="0")
     assert "teacache-bench campaign: regenerating results/" in capsys.readouterr().out
 

@@ -1,8 +1,8 @@
-"""The README's journeys, run exactly as written (activation included) in a fresh clone, leave its tests green.
+"""The journeys of README.md and docs/, run as written (activation included) in a fresh clone, leave its tests green.
 
 Each test clones this repository (its committed state) into a temporary folder, runs ``make install &&
 . .venv/bin/activate`` and then the journey's shell block verbatim with bash, from the clone's root, so
-its outputs land where the README says (``runs/``, ``results/``, ``tests/tolerances/``). Then the clone's
+its outputs land where the page says (``runs/``, ``results/``, ``tests/tolerances/``). Then the clone's
 own fast lane must pass, as ``make test`` would run it. Minutes each on tiny models: ``make test-slow``.
 Journeys that need downloaded weights, several machines or a GPU are not run here.
 """
@@ -19,7 +19,7 @@ import pytest
 from tests import ROOT
 
 ACTIVATE = "make install && . .venv/bin/activate"
-# The journeys that run on one CPU machine with the embedded models, by their README heading.
+# The journeys that run on one CPU machine with the embedded models, by their heading (README.md or docs/).
 JOURNEYS = (
     "Traces and coefficients from another tool",
     "Speed/quality curves for documentation",
@@ -27,17 +27,33 @@ JOURNEYS = (
 )
 
 
-def journey(heading: str, readme: str | None = None) -> str:
-    """The shell block under ``heading`` as bash will run it (continuation lines kept)."""
-    readme = readme if readme is not None else (ROOT / "README.md").read_text(encoding="utf-8")
-    start = re.search(rf"^#+ {re.escape(heading)}$", readme, flags=re.M)
-    assert start, f"no README section {heading!r}"
-    block = re.compile(r"^```sh\n(.*?)^```", flags=re.S | re.M).search(readme, start.end())
-    assert block, f"no shell block under {heading!r}"
+def pages() -> list[Path]:
+    """README.md, then the docs pages: where the journeys are written."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def journey(heading: str, texts: dict[str, str] | None = None) -> str:
+    """The shell block under ``heading`` as bash will run it (continuation lines kept). ``heading`` is looked up
+    in README.md and docs/*.md (or ``texts``, name -> text) and must be there exactly once."""
+    texts = texts if texts is not None else {p.name: p.read_text(encoding="utf-8") for p in pages()}
+    pattern = re.compile(rf"^#+ {re.escape(heading)}$", flags=re.M)
+    found = [(name, match) for name, text in texts.items() for match in pattern.finditer(text)]
+    assert len(found) == 1, f"section {heading!r} is in {[name for name, _ in found]}: wanted exactly once"
+    name, start = found[0]
+    block = re.compile(r"^```sh\n(.*?)^```", flags=re.S | re.M).search(texts[name], start.end())
+    assert block, f"no shell block under {heading!r} in {name}"
     return block.group(1)
 
 
-def test_every_named_journey_is_in_the_readme():
+def test_a_journey_heading_is_found_once_over_the_readme_and_the_docs():
+    block = "```sh\nteacache-bench report runs/sweep\n```\n"
+    assert journey("J", {"README.md": "x\n", "docs/a.md": f"## J\n\n{block}"}).startswith("teacache-bench")
+    for texts in ({"README.md": "## K\n"}, {"README.md": f"## J\n{block}", "docs/a.md": f"### J\n{block}"}):
+        with pytest.raises(AssertionError, match="exactly once"):
+            journey("J", texts)
+
+
+def test_every_named_journey_is_in_the_readme_or_the_docs():
     for heading in JOURNEYS:
         assert re.search(r"(teacache-calib|teacache-bench) ", journey(heading))
 
@@ -68,7 +84,7 @@ def test_a_readme_journey_as_written_leaves_the_tests_green(heading, clone):
 
 @pytest.mark.slow
 def test_a_campaign_rerun_on_committed_results_resumes_and_rewrites_none_of_them(clone):
-    """The README's `teacache-bench campaign --model tiny-shapes`, once, its results committed, then again: the
+    """The journeys' `teacache-bench campaign --model tiny-shapes`, once, its results committed, then again: the
     second run resumes (exit 0) and leaves the committed traces, fit and sweep as they are."""
     command = f"{ACTIVATE}\nteacache-bench campaign --model tiny-shapes"
     first = _run(command, clone, timeout=3600)

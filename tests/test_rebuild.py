@@ -66,7 +66,7 @@ def test_hardware_comparison_rebuilds_from_both_hardware_folders(monkeypatch):
         for path, sha in variant["inputs"][side].items()
         if not (ROOT / path).is_file() or hashlib.sha256((ROOT / path).read_bytes()).hexdigest() != sha
     ]
-    if changed:  # re-measured since (README: Re-derive tolerances on this hardware): the comparison is stale
+    if changed:  # re-measured since (docs/tolerances.md: Re-derive tolerances on new hardware): the comparison is stale
         pytest.fail(
             f"compare.md predates its inputs ({', '.join(changed)}): re-run, from the project root, "
             f"{recorded['provenance']['command']} and commit what it writes"

@@ -114,7 +114,7 @@ def check_args(args) -> tuple[Path, dict[str, str], list[int]]:
     if args.tolerances is None and not tol_path.is_file():
         raise ValueError(
             f"--tolerances: no tolerance module for this hardware ({tol_path.name}); derive one first "
-            "(teacache-bench tolerances, README: Re-derive tolerances on new hardware) or name one"
+            "(teacache-bench tolerances, docs/tolerances.md: Re-derive tolerances on new hardware) or name one"
         )
     arguments.check_input_file(tol_path, "--tolerances")
     return tol_path, prompts, seeds
@@ -136,7 +136,7 @@ def run_gapcheck(args) -> dict:
     with track("gapcheck", len(pairs) * (len(MUTANTS) + 1), "wrapper runs", log=log) as progress:
         for pid, text, seed in pairs:
             gen_args = (text, seed, settings["steps"], width, height, settings["guidance"])
-            generate(model, *gen_args)  # warm-up: the first run after an eager one can differ (see README)
+            generate(model, *gen_args)  # warm-up: the first run after an eager one can differ (docs/hardware.md)
             vanilla = generate(model, *gen_args)
             for mutant in (None, *MUTANTS):
                 row = measure(model, mutant, settings, gen_args, vanilla)

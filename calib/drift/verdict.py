@@ -60,8 +60,8 @@ def status_of(evidence: FamilyEvidence) -> str:
 
 
 def refit_commands(variant: str, prompt_set: str, version: str, model: str | None = None) -> list[str]:
-    """record / fit / emit for one variant, at its own generation settings (the README's journey); ``model``:
-    the user's own model (a folder or name) to record instead of the variant's."""
+    """record / fit / emit for one variant, at its own generation settings (the journey of docs/refit-and-drift.md);
+    ``model``: the user's own model (a folder or name) to record instead of the variant's."""
     traces, fit = f"runs/{variant}-mflux-{version}-traces", f"runs/{variant}-mflux-{version}-fit"
     source = f"--model {variant}" if model is None else f"--model {model} --base-model {variant}"
     return [

@@ -55,7 +55,7 @@ def generate(model, prompt: str, seed: int, steps: int, width: int, height: int,
 
 # A wrapper or recorder only adds work, so a paired loop-time ratio below 1 is timing noise. A median
 # outside this band (recorded / vanilla - 1) says the machine was busy, not what the wrapper costs: it is
-# reported as unreliable and not stored as a figure. Lower edge: the medians in the README and results/ lie
+# reported as unreliable and not stored as a figure. Lower edge: the medians in docs/ and results/ lie
 # within -0.5%..+14%, but for two recordings at -7% and -12% on a 2-core machine shared with other work.
 # Upper edge: far above the largest real cost measured, +117% (tiny-shapes on an H200, where recording runs
 # the predict uncompiled).

@@ -4,7 +4,7 @@
 cond rows of one seed of a recording, fits the classic TeaCache tuple (a free degree-4 polynomial) with
 ``teacache-calib fit``, and writes both in the layout of mlx-teacache's ``_calibration_<variant>.json``
 through the one writer of that format (``calib.traces.mlx_teacache_format``, which ``teacache-calib emit
---format mlx-teacache`` uses; ``calib.traces.mlx_teacache`` reads it back): the README's "another tool"
+--format mlx-teacache`` uses; ``calib.traces.mlx_teacache`` reads it back): docs/refit-and-drift.md's "another tool"
 journey then runs on a file that ships, made from measurements of this project, not copied from another
 tool's data. Also writes the same pairs as a plain table (``--table``, a CSV with prompt_id, step,
 x_rel_l1, y_rel_l1).

@@ -30,7 +30,8 @@ FLUX1_DEV_FITTED_ON = FittedOn(
 # Safety (calib.fit.safety; tests/teacache/test_coefficients.py keeps it in step with FLUX1_DEV_RESCALE): as
 # published, this polynomial decreases with x on 0..0.0525 (5.5% of its range; the range is unbounded, so
 # checked on x 0..1), where a larger change predicts less. It is kept as published, and the gate evaluates
-# it there as published (max(0, f)); fits made here are never selected unsafe (README: Safety).
+# it there as published (max(0, f)); fits made here are never selected unsafe
+# (docs/refit-and-drift.md: Safe rescale functions).
 FLUX1_DEV_UNSAFE_X = {"decreasing": ((0.0, 0.0525),), "nonpositive": ()}
 
 FLUX1_DEV_RECIPE = {"num_steps": 28, "guidance": 3.5, "resolution": "1024x1024", "quantization": None}

@@ -31,7 +31,7 @@ FITTED_ON = FittedOn(
 # Safety (calib.fit.safety; tests/teacache/test_coefficients.py keeps UNSAFE_X in step with RESCALE): as
 # published, this polynomial decreases with x on 0.06266..0.08515, 0.5634..0.6624 (20.7% of its range),
 # where a larger change predicts less. It is kept as published, and the gate evaluates it there as published
-# (max(0, f)); fits made here are never selected unsafe (README: Safety).
+# (max(0, f)); fits made here are never selected unsafe (docs/refit-and-drift.md: Safe rescale functions).
 UNSAFE_X = {"decreasing": ((0.06266, 0.08515), (0.5634, 0.6624)), "nonpositive": ()}
 
 RECIPE = {"num_steps": 28, "guidance": 4.5, "resolution": "512x512", "quantization": 4}

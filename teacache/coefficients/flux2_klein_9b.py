@@ -33,7 +33,7 @@ FITTED_ON = FittedOn(
 # Safety (calib.fit.safety; tests/teacache/test_coefficients.py keeps UNSAFE_X in step with RESCALE): as
 # published, this polynomial decreases with x on 0.1316..0.2763, 0.3901..0.4498 (64.6% of its range), where
 # a larger change predicts less. It is kept as published, and the gate evaluates it there as published
-# (max(0, f)); fits made here are never selected unsafe (README: Safety).
+# (max(0, f)); fits made here are never selected unsafe (docs/refit-and-drift.md: Safe rescale functions).
 UNSAFE_X = {"decreasing": ((0.1316, 0.2763), (0.3901, 0.4498)), "nonpositive": ()}
 
 RECIPE = {"num_steps": 8, "guidance": 1.0, "resolution": "512x512", "quantization": None}

@@ -32,7 +32,7 @@ FITTED_ON = FittedOn(
 # Safety (calib.fit.safety; tests/teacache/test_coefficients.py keeps UNSAFE_X in step with RESCALE): as
 # published, this polynomial decreases with x on 0.05987..0.09963, 0.1858..0.2198 (38.9% of its range),
 # where a larger change predicts less. It is kept as published, and the gate evaluates it there as published
-# (max(0, f)); fits made here are never selected unsafe (README: Safety).
+# (max(0, f)); fits made here are never selected unsafe (docs/refit-and-drift.md: Safe rescale functions).
 UNSAFE_X = {"decreasing": ((0.05987, 0.09963), (0.1858, 0.2198)), "nonpositive": ()}
 
 RECIPE = {"num_steps": 25, "guidance": 1.0, "resolution": "512x512", "quantization": None}

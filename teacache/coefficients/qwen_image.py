@@ -36,7 +36,7 @@ FITTED_ON = FittedOn(
 # Safety (calib.fit.safety; tests/teacache/test_coefficients.py keeps UNSAFE_X in step with RESCALE): as
 # published, this polynomial decreases with x on 0.5432..0.5878 (8.5% of its range), where a larger change
 # predicts less. It is kept as published, and the gate evaluates it there as published (max(0, f)); fits
-# made here are never selected unsafe (README: Safety).
+# made here are never selected unsafe (docs/refit-and-drift.md: Safe rescale functions).
 UNSAFE_X = {"decreasing": ((0.5432, 0.5878),), "nonpositive": ()}
 
 RECIPE = {"num_steps": 50, "guidance": 4.0, "resolution": "768x768", "quantization": 4}

@@ -42,7 +42,7 @@ FITTED_ON = FittedOn(
 # Safety (calib.fit.safety; tests/teacache/test_coefficients.py keeps UNSAFE_X in step with RESCALE): as
 # published, this polynomial decreases with x on 0.2123..0.2591 (20.4% of its range), where a larger change
 # predicts less. It is kept as published, and the gate evaluates it there as published (max(0, f)); fits
-# made here are never selected unsafe (README: Safety).
+# made here are never selected unsafe (docs/refit-and-drift.md: Safe rescale functions).
 UNSAFE_X = {"decreasing": ((0.2123, 0.2591),), "nonpositive": ()}
 
 RECIPE = {"num_steps": 50, "guidance": 4.0, "resolution": "512x512", "quantization": 8}

@@ -39,7 +39,8 @@ def test_unsafe_packaged_modules_say_where(module):
     assert getattr(mod, "UNSAFE_X", None) == expected
 
 
-# Whether each published tuple decreases somewhere (README: Safety), by the module that defines it.
+# Whether each published tuple decreases somewhere (docs/refit-and-drift.md: Safe rescale functions), by the module
+# that defines it.
 DECREASING_AS_PUBLISHED = {"flux1_krea": True, "flux2_klein_4b": True, "flux2_klein_9b": True,
                            "flux2_klein_base_4b": True, "qwen_image": True, "qwen_image_2512": False}  # fmt: skip
 

@@ -54,7 +54,7 @@ def measured_cases(module: ModuleType, variant: str) -> tuple[tuple[str, str, in
     name = f"{prefix(variant)}_CASES"
     cases = getattr(module, name, ())
     if not cases:
-        raise LookupError(f"{module.__name__} has no {name}: re-derive it (README: Re-derive tolerances)")
+        raise LookupError(f"{module.__name__} has no {name}: re-derive it (docs/tolerances.md: Re-derive tolerances)")
     return cases
 
 

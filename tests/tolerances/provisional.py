@@ -2,7 +2,8 @@
 
 No number lives here: at import each variant's constants are read from the generated module in this folder
 that measured it (``bench.tolerances.module.provisional_sources``), so they follow every re-derivation there.
-Derive this hardware's own with ``teacache-bench tolerances`` (README: Re-derive tolerances on new hardware).
+Derive this hardware's own with ``teacache-bench tolerances``
+(docs/tolerances.md: Re-derive tolerances on new hardware).
 """
 
 from bench.tolerances.module import provisional_constants, provisional_sources

@@ -19,7 +19,8 @@ def measured_settings(tolerances, variant: str) -> dict:
 
     name = f"{prefix(variant)}_SETTINGS"
     if not hasattr(tolerances, name):
-        pytest.fail(f"the tolerance module {tolerances.__name__} has no {name}: re-derive it (README)")
+        why = f"the tolerance module {tolerances.__name__} has no {name}"
+        pytest.fail(f"{why}: re-derive it (docs/tolerances.md: Re-derive tolerances on new hardware)")
     return getattr(tolerances, name)
 
 
