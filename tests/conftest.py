@@ -196,3 +196,13 @@ def refused(command: str, argv: list[str], tmp_path: Path, monkeypatch, capsys) 
     assert len(lines) == 1, err
     assert tree(tmp_path) == before, "a refused command changed the folder"
     return lines[0]
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Any model load fails the test: a refusal of bad input must come before one."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the bad input was refused")
+
+    patch_everywhere(monkeypatch, teacache, "load_model", refuse)

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import time
-
 import pandas as pd
 import pytest
 
-import teacache
 from bench.common import parse_thresholds
 from bench.sweep import command as sweep_cmd
 from bench.sweep import replay as replay_cmd
@@ -15,7 +12,6 @@ from bench.tolerances import derive as tolerances_cmd
 from calib import record as record_cmd
 from calib.run.prompts import load_prompts, parse_seeds, parse_size
 from tests import ROOT
-from tests.conftest import patch_everywhere
 
 
 @pytest.mark.parametrize(
@@ -103,12 +99,10 @@ def _traces(n_runs=40, steps=28):
     return pd.DataFrame(rows)
 
 
-def test_replay_predicts_schedules_well_under_a_second(tmp_path, capsys):
+def test_replay_predicts_a_schedule_per_run_and_threshold_without_a_model(tmp_path, no_model, capsys):
     path = tmp_path / "traces.parquet"
     _traces().to_parquet(path)
-    start = time.perf_counter()
     assert replay_cmd.main([str(path), "--thresholds", "0,0.2,0.4,0.8", "--out", str(tmp_path / "s.csv")]) == 0
-    assert time.perf_counter() - start < 1.0
     schedules = pd.read_csv(tmp_path / "s.csv")
     assert len(schedules) == 40 * 4
     zero = schedules[schedules["threshold"] == 0]
@@ -123,16 +117,6 @@ def test_tolerances_refuse_a_threshold_that_was_not_swept(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------ bad input before any model loads
-
-
-@pytest.fixture
-def no_model(monkeypatch):
-    """Any model load fails the test: every check below must come before one."""
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a model was loaded before the bad input was refused")
-
-    patch_everywhere(monkeypatch, teacache, "load_model", refuse)
 
 
 @pytest.fixture
@@ -203,14 +187,11 @@ def test_bad_input_is_one_line_exit_2_before_any_model_loads(command, argv, mess
                                                                capsys):  # fmt: skip
     argv = [a.format(**paths) for a in argv]
     before = _listing(tmp_path)
-    start = time.perf_counter()
-    assert _run(command, argv) == 2
-    elapsed = time.perf_counter() - start
+    assert _run(command, argv) == 2  # no_model: refused before any model loads
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
     assert message.format(**paths) in err[0]
     assert _listing(tmp_path) == before  # no partial file, no folder left behind
-    assert elapsed < 2.0
 
 
 def _read_only(folder) -> bool:
@@ -260,13 +241,12 @@ def test_a_fresh_process_refuses_bad_input_without_importing_the_heavy_modules(t
 
     (tmp_path / "file").write_text("x")
     script = (
-        "import json, sys, time\n"
-        "start = time.perf_counter()\n"
+        "import json, sys\n"
         "from bench.cli import main\n"
         "code = main(sys.argv[1:])\n"
         "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'pandas', 'scipy', 'skimage', 'matplotlib', "
         "'mflux', 'PIL', 'pyarrow'})\n"
-        "print(json.dumps({'code': code, 'seconds': time.perf_counter() - start, 'heavy': heavy}))\n"
+        "print(json.dumps({'code': code, 'heavy': heavy}))\n"
     )
     root = ROOT
     for argv in (["sweep", *T, "--out", str(tmp_path / "file")], ["overhead", "--model", "tiny-foo"],
@@ -275,8 +255,7 @@ def test_a_fresh_process_refuses_bad_input_without_importing_the_heavy_modules(t
                               env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}, timeout=60)  # fmt: skip
         result = json.loads(done.stdout.strip().splitlines()[-1])
         assert result["code"] == 2 and len(done.stderr.strip().splitlines()) == 1, (argv, done.stderr)
-        assert result["heavy"] == [], argv
-        assert result["seconds"] < 2.0, (argv, result)
+        assert result["heavy"] == [], argv  # nothing heavy imported, so nothing loaded: the refusal comes first
 
 
 def test_help_shows_the_defaults_and_the_prompt_sets(capsys):

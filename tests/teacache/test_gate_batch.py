@@ -186,6 +186,7 @@ def synthetic_traces(n_runs: int, n_steps: int, seed: int = 0) -> np.ndarray:
     return x
 
 
+@pytest.mark.slow  # a speed goal: a benchmark, not a unit test (CI machines are loaded)
 def test_speed_goal_1000_thresholds_100_runs_50_steps():
     """The goal: 1000 thresholds x 100 runs of 50 steps in under 1 s on a 2-core machine (best of 3)."""
     x = synthetic_traces(100, 50)

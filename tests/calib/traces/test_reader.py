@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 
 import numpy as np
 import pandas as pd
@@ -291,7 +290,7 @@ def _one_line(err: str) -> str:
 
 
 @pytest.mark.parametrize("case", BAD)
-def test_every_command_refuses_bad_traces_the_same_way(tmp_path, capsys, case):
+def test_every_command_refuses_bad_traces_the_same_way(tmp_path, capsys, case, no_model):
     path, words = _bad_tables(tmp_path / "in")[case]
     commands = {
         "fit": lambda out: fit_cmd.main([str(path), "--out", str(out)]),
@@ -302,9 +301,7 @@ def test_every_command_refuses_bad_traces_the_same_way(tmp_path, capsys, case):
     }
     for name, command in commands.items():
         out = tmp_path / f"out-{name}"
-        start = time.perf_counter()
-        assert command(out) == 2, name
-        assert time.perf_counter() - start < 2.0, name  # refused before any model is loaded
+        assert command(out) == 2, name  # no_model: refused before any model is loaded
         line = _one_line(capsys.readouterr().err)
         assert words in line, (name, line)
         assert not out.exists(), name
