@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 
 from teacache import variants
 from teacache._compat import check_mflux_version
+from teacache._warnings import warn
 from teacache.adapters import adapter_for
 from teacache.core import RecipeMismatchWarning, StepController, TeaCacheHandle, is_applied
 from teacache.gate import GateConfig, warn_if_never_skips
@@ -69,11 +69,10 @@ def apply_teacache(
         warn_if_past_numeric_change(spec.name)
     if recipe is not None and getattr(model, "lora_paths", None):
         recipe = {**recipe, "lora": "none"}
-        warnings.warn(
+        warn(
             f"the packaged {spec.name} coefficients were fitted without LoRA and this pipeline has "
             f"{len(model.lora_paths)}: LoRAs shift the signal; measure with teacache-bench sweep or refit",
             RecipeMismatchWarning,
-            stacklevel=2,
         )
     controller = StepController(gate_config, calibrate=calibrate, recipe=recipe)
     static_floor = gate_config.enabled and not calibrate and not gate_config.rescale.is_time_aware
@@ -93,4 +92,4 @@ def warn_if_past_numeric_change(variant: str) -> None:
 
     note = numeric_change_note(variant, dtype=ModelConfig.precision)
     if note is not None:
-        warnings.warn(note, RecipeMismatchWarning, stacklevel=3)
+        warn(note, RecipeMismatchWarning)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 
 import mlx.core as mx
 
+from teacache._warnings import warn
 from teacache.gate import Gate, GateConfig, NeverSkipsWarning, StepDecision, warn_if_never_skips
 from teacache.signal import mean_abs, rel_l1
 
@@ -180,7 +181,7 @@ class StepController:
     def _warn_once(self, key: str, message: str, category: type[Warning] = NeverSkipsWarning) -> None:
         if key not in self._warned:
             self._warned.add(key)
-            warnings.warn(message, category, stacklevel=4)
+            warn(message, category)
 
     def _finish(self) -> None:
         pending = self.state.pending

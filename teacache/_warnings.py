@@ -1,0 +1,31 @@
+"""Warnings that point at the line that called into teacache or mflux, wherever inside them they are raised.
+
+A recipe mismatch is found in a callback mflux calls from ``generate_image``: a fixed ``stacklevel`` would name a
+line of mflux or of this package, never the user's ``generate_image`` or ``apply_teacache`` call.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _internal() -> tuple[str, ...]:
+    """Folders whose frames a warning skips: this package, and mflux and MLX once imported."""
+    folders = [_PACKAGE]
+    for name in ("mflux", "mlx"):
+        module = sys.modules.get(name)
+        folders += [os.path.abspath(p) for p in getattr(module, "__path__", ()) or ()]
+    return tuple(folder + os.sep for folder in folders)
+
+
+def warn(message: str, category: type[Warning]) -> None:
+    """``warnings.warn`` attributed to the first frame outside teacache, mflux and MLX."""
+    internal = _internal()
+    frame, level = sys._getframe(1), 2
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(internal):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)
