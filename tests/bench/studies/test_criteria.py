@@ -1,4 +1,4 @@
-"""bench.report.criteria (candidates, fit options, thresholds per level) and bench.report.across_models."""
+"""bench.studies.criteria (candidates, fit options, thresholds per level) and bench.studies.across_models."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import json
 import pandas as pd
 import pytest
 
-from bench.report import across_models, criteria, decision_check
+from bench.studies import across_models, criteria, decision_check
 from calib.fit.candidates import CandidateSpec, candidate_specs
 from teacache.rescale import RescaleFunction
-from tests.bench.report.test_decision_check import sweep
+from tests.bench.studies.test_decision_check import sweep
 
 
 def test_every_candidate_label_maps_back_to_its_fit_options():

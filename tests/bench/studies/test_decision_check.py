@@ -1,4 +1,4 @@
-"""bench.report.decision_check: fronts of swept rescale functions compared prompt by prompt at equal computed steps."""
+"""bench.studies.decision_check: fronts of swept rescale functions compared prompt by prompt at equal computed steps."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pandas as pd
 
-from bench.report import decision_check
+from bench.studies import decision_check
 
 
 def sweep(folder, label: str, quality_gap: float, n_prompts: int = 8) -> None:

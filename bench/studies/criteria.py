@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.report import decision_check
+from bench.studies import decision_check
 from bench.sweep import command as sweep_command
 from calib.fit import command as fit_command
 from calib.fit.file import read_fit, rescale_from_fit
