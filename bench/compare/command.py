@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.out is not None:
             check_out_dir(args.out, writes=WRITES)
         validate_floor(args.ssim_floor)
+        if Path(args.a).resolve() == Path(args.b).resolve():
+            raise ValueError(f"B: {args.b} is A itself; compare two machines' folders (results/<hardware>)")
         result = build(args.a, args.b, args.ssim_floor)
         out = args.out if args.out is not None else check_out_dir(default_out(result), writes=WRITES)
     except (CompareError, ReportInputError, ValueError) as exc:

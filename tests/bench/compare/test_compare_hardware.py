@@ -123,3 +123,12 @@ def test_measured_cases_are_not_compared_as_tolerance_constants(two_hardware, tm
     data, md = run(hw_a, hw_b, tmp_path / "out", "--no-plot")
     rows = {r["constant"] for r in data["variants"]["tiny-shapes"]["tolerances"]["constants"]}
     assert "TINY_SHAPES_CASES" not in rows and "TINY_SHAPES_SSIM_FLOOR" in rows and "CASES" not in md
+
+
+def test_a_folder_compared_with_itself_is_refused_in_one_line(two_hardware, tmp_path, capsys):
+    hw_a, _, _, _ = two_hardware
+    out = tmp_path / "out"
+    assert compare_hardware.main([str(hw_a), str(hw_a / "."), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("teacache-bench compare-hardware: B: ") and "is A itself" in err
+    assert not out.exists()
