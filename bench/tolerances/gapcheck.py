@@ -236,7 +236,10 @@ def same_measurement(path: Path, data: dict) -> bool:
         provenance = {k: v for k, v in d.get("provenance", {}).items() if k not in RUN_FIELDS}
         return d.get("summary"), d.get("runs"), provenance
 
-    return isinstance(earlier, dict) and measured(earlier) == measured(json.loads(json.dumps(data)))
+    def text(d: dict) -> str:  # as JSON text: NaN equals NaN there, not in a comparison of floats
+        return json.dumps(measured(d), sort_keys=True)
+
+    return isinstance(earlier, dict) and text(earlier) == text(json.loads(json.dumps(data)))
 
 
 # Its report and its data, in a folder of its own; a campaign's gapcheck/ in results/ is its to regenerate.

@@ -25,3 +25,10 @@ def test_only_when_and_from_which_checkout_may_differ(tmp_path):
     assert not same_measurement(tmp_path / "none.json", data)
     (tmp_path / "bad.json").write_text("{")
     assert not same_measurement(tmp_path / "bad.json", data)
+
+
+def test_a_value_that_is_not_a_number_is_the_same_measurement_again(tmp_path):
+    data = json.loads(COMMITTED.read_text())
+    data["summary"]["unmeasured"] = float("nan")  # a NaN is never == itself as a float
+    (tmp_path / "gapcheck.json").write_text(json.dumps(data))
+    assert same_measurement(tmp_path / "gapcheck.json", data)
