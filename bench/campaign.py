@@ -165,10 +165,7 @@ def check_sweep_against_fit(sweep: sweep_stage.SweepSettings, fit: Path) -> None
     except ValueError:
         return  # unreadable: the fit stage replaces it, and the sweep stage then checks the new one
     with _named("--out", "sweep: --out"):
-        fingerprint.check(
-            sweep.out, sweep_stage.fingerprint_settings(sweep, rescale), sweep_stage.RESULTS, sweep.extendable,
-            command=sweep_stage.PROG,
-        )  # fmt: skip
+        sweep_stage.folder_check(sweep, sweep_stage.fingerprint_settings(sweep, rescale))(sweep.out)
 
 
 def fit_stage(

@@ -482,7 +482,7 @@ def sharded_run(settings: SweepSettings, world: shard.World, rescale=None) -> sh
     return shard.ShardedRun(world, settings.out, list(pairs), LAYOUT, agreed_settings(settings, rescale), complete)
 
 
-def _check_folder(settings: SweepSettings, partial: dict):
+def folder_check(settings: SweepSettings, partial: dict):
     """The settings check of one folder whose pairs this sweep may resume or merge."""
 
     def check(folder: Path) -> None:
@@ -508,7 +508,7 @@ def run_sweep(settings: SweepSettings, world: shard.World | None = None) -> Path
     if settings.force_new:
         shard.force_new(world, settings.out, run.folder, PROG, OUTPUTS)
     with contextlib.ExitStack() as stack:
-        check = _check_folder(settings, fingerprint_settings(settings, fixed_rescale))
+        check = folder_check(settings, fingerprint_settings(settings, fixed_rescale))
         shard.claim(stack, world, settings.out, run.folder, PROG, check)
         stack.enter_context(fingerprint.withdrawn_on_failure(run.folder, RESULTS))
         measured, error = run.measure(
