@@ -61,8 +61,13 @@ def write_text(path: str | os.PathLike, text: str) -> None:
         tmp.write_text(portable(text), encoding="utf-8")
 
 
+def json_text(data: dict) -> str:
+    """The text ``write_json`` writes for ``data``, paths made portable: what a rerun compares with its file."""
+    return portable(json.dumps(data, indent=2, sort_keys=True, default=_json_default) + "\n")
+
+
 def write_json(path: str | os.PathLike, data: dict) -> None:
-    write_text(path, json.dumps(data, indent=2, sort_keys=True, default=_json_default) + "\n")
+    write_text(path, json_text(data))
 
 
 def read_json_object(path: str | os.PathLike, error: type[Exception] = ValueError) -> dict:

@@ -32,7 +32,7 @@ from calib.run.prompts import pair_id, parse_seeds
 from teacache import apply_teacache
 from teacache.core import StepController
 from teacache.gate import GateConfig
-from teacache.io import write_json, write_text
+from teacache.io import json_text, write_json, write_text
 from teacache.provenance import collect, hardware_slug, tolerance_module_name
 from teacache.rescale import RescaleFunction
 from teacache.variants import variant_of
@@ -239,7 +239,7 @@ def same_measurement(path: Path, data: dict) -> bool:
     def text(d: dict) -> str:  # as JSON text: NaN equals NaN there, not in a comparison of floats
         return json.dumps(measured(d), sort_keys=True)
 
-    return isinstance(earlier, dict) and text(earlier) == text(json.loads(json.dumps(data)))
+    return isinstance(earlier, dict) and text(earlier) == text(json.loads(json_text(data)))
 
 
 # Its report and its data, in a folder of its own; a campaign's gapcheck/ in results/ is its to regenerate.

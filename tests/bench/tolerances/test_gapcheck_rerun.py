@@ -32,3 +32,12 @@ def test_a_value_that_is_not_a_number_is_the_same_measurement_again(tmp_path):
     data["summary"]["unmeasured"] = float("nan")  # a NaN is never == itself as a float
     (tmp_path / "gapcheck.json").write_text(json.dumps(data))
     assert same_measurement(tmp_path / "gapcheck.json", data)
+
+
+def test_a_live_path_is_compared_as_the_file_writes_it():
+    """A rerun holds the tolerance module's absolute path; the file holds it portable (``./tests/...``)."""
+    data = json.loads(COMMITTED.read_text())
+    assert data["summary"]["tolerances"].startswith("./")
+    live = json.loads(json.dumps(data))
+    live["summary"]["tolerances"] = str(ROOT / data["summary"]["tolerances"][2:])
+    assert same_measurement(COMMITTED, live)
