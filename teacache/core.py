@@ -39,6 +39,12 @@ def recipe_differences(recipe: dict, config) -> list[str]:
     return found
 
 
+def recipe_options(config) -> str:
+    """The drift options that repeat a save at this generation's recipe (steps, size, guidance)."""
+    options = f"--steps {config.num_inference_steps} --size {config.width}x{config.height}"
+    return options + (f" --guidance {config.guidance:g}" if config.guidance is not None else "")
+
+
 @dataclass
 class TeaCacheStats:
     """What happened in one generation: counts and the per-step decision log."""
@@ -171,7 +177,9 @@ class StepController:
                 "recipe",
                 "the packaged rescale coefficients were fitted on a different recipe ("
                 + "; ".join(differences)
-                + "): check quality with teacache-bench sweep, or refit (teacache-calib record / fit / emit)",
+                + "): measure whether they serve this one with `teacache-calib drift --model MODEL --save DIR`, "
+                f"then `--against DIR {recipe_options(config)}` (docs/refit-and-drift.md), or refit "
+                "(teacache-calib record / fit / emit)",
                 RecipeMismatchWarning,
             )
 

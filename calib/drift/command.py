@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import sys
 from dataclasses import dataclass
 from importlib import metadata
@@ -70,8 +71,9 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--floor-processes", type=int, default=3, help="processes --save measures the floor with")
     mine = parser.add_argument_group(
         "your own model (with --save DIR before an upgrade, --against DIR after it)",
-        "the runs are recorded at the model's own recipe unless given; --against repeats the saved runs, so these "
-        "options there must be left out or equal what was saved",
+        "the runs are recorded at the model's own recipe unless given; --against repeats the saved prompts and "
+        "seeds, at the saved recipe unless --steps, --size, --guidance or --quantize ask another one (then the "
+        "verdict says whether the saved calibration serves that recipe)",
     )
     mine.add_argument("--model", help="a variant or mflux name, or a local folder of mflux-format weights")
     mine.add_argument("--base-model", help="the architecture of a local model folder (e.g. dev)")
@@ -258,12 +260,16 @@ def _own_effect(args: argparse.Namespace) -> tuple:
     folder, previous = match[0]
     fields = {"size": ("width", "height")}
     given = [f for o, v in options.items() if v is not None for f in fields.get(o, (o,))]
-    # what was not given is taken from the save; what was given must agree with it
-    keep = ("weights", "model", "base_model", "variant", *given)
+    # what was not given is taken from the save; the runs themselves (weights, prompts, seeds) must agree with
+    # it; a recipe option given otherwise than saved asks the recipe question: the saved runs at that recipe
+    keep = ("weights", "model", "base_model", "variant", *(f for f in given if f not in model_runs.RECIPE))
     check = model_runs.ModelRuns(**{**previous.__dict__, **{k: getattr(wanted, k) for k in keep}})
     if (why := model_runs.mismatch(previous, check)) is not None:
         raise ValueError(f"--against: {folder} holds other runs of {wanted.name}: {why}; repeat them as saved")
-    return ((previous, folder),)
+    recipe = {
+        f: getattr(wanted, f) for f in given if f in model_runs.RECIPE and getattr(wanted, f) != getattr(previous, f)
+    }
+    return ((dataclasses.replace(previous, **recipe), folder),)
 
 
 # ------------------------------------------------------------------------------------------ comparison

@@ -345,22 +345,65 @@ def _steps(gate: Gate) -> tuple[int, int, int]:
 # ------------------------------------------------------------------------------------------ the judgement
 
 
+def skip_changes(gate: Gate, before: Signals, after: Signals, thresholds: list[dict]) -> list[dict]:
+    """Per threshold, for runs whose steps do not line up (another step count): the share of gated steps each
+    side skips, and the nearest call after; a decision has no counterpart to differ from."""
+    if sorted(before.run_ids) != sorted(after.run_ids):
+        raise ValueError("after: its runs differ from before's; expected the same prompts and seeds")
+    ts = [t["threshold"] for t in thresholds]
+    a, b = replay(gate, before, ts), replay(gate, after, ts)
+    fa, fb, nearest = skip_fraction(a), skip_fraction(b), margins(b, np.ones(b.skipped.shape, dtype=bool))
+    return [
+        {
+            **t,
+            "decisions": int(b.gated.sum()),
+            "decisions_before": int(a.gated.sum()),
+            "decisions_differ": None,
+            "skipped_before": int(a.skipped[i].sum()),
+            "skipped_after": int(b.skipped[i].sum()),
+            "skipped_fraction_before": float(fa[i]),
+            "skipped_fraction_after": float(fb[i]),
+            "skipped_fraction_change": float(abs(fb[i] - fa[i])),
+            "schedules": len(after.run_ids),
+            "schedules_differ": None,
+            "nearest_margin": None if not math.isfinite(nearest[i]) else float(nearest[i]),
+        }
+        for i, t in enumerate(thresholds)
+    ]
+
+
+def aligned(before: Signals, after: Signals) -> bool:
+    """Whether every run has the same steps on both sides, so decisions can be compared one by one."""
+    return before.run_ids == after.run_ids and np.array_equal(before.num_steps, after.num_steps)
+
+
 def judge(gate: Gate, before: Signals, after: Signals, tolerance: dict) -> dict:
-    """Decisions and fit, before against after, against the tolerance: ``verdict`` is "holds" or "moved"."""
+    """Decisions and fit, before against after, against the tolerance: ``verdict`` is "holds" or "moved".
+
+    Every decision's change must be within the allowed fraction, and the fit within its noise unless not one
+    decision changed. Runs of another step count (a recipe question: ``drift --against DIR --steps N``) have no
+    decision to compare one by one: there the share of gated steps skipped may change by at most the allowed
+    fraction of decisions, and the fit must stay within its noise."""
     thresholds = [{"label": t["label"], "threshold": t["threshold"]} for t in tolerance["thresholds"]]
-    changes = decision_changes(gate, before, after, thresholds)
+    by_step = aligned(before, after)
+    changes = (decision_changes if by_step else skip_changes)(gate, before, after, thresholds)
     for change, tol in zip(changes, tolerance["thresholds"], strict=True):
         change["allowed_fraction"] = tol["allowed"]
-        change["within"] = change["decisions_differ_fraction"] <= tol["allowed"]
+        moved = change["decisions_differ_fraction"] if by_step else change["skipped_fraction_change"]
+        change["within"] = moved <= tol["allowed"]
     fit_before, fit_after = fit_quality(gate.rescale, before), fit_quality(gate.rescale, after)
     rise = fit_after["rmse"] - fit_before["rmse"]
     fit_within = bool(rise <= tolerance["fit"]["allowed_rmse_rise"])
-    # the decisions are what a user of the gate gets: they decide; a fit that moved beyond its noise while every
-    # decision stayed within its tolerance is reported beside the verdict (the gate's RMSE on these runs)
-    holds = all(c["within"] for c in changes)
+    # the decisions are what a user of the gate gets: they decide. A fit that moved beyond its noise while not one
+    # decision changed is reported beside the verdict (the gate's RMSE on these runs); once decisions change too,
+    # even within what resampling the prompts allows, the fit beyond its noise says the calibration is off.
+    # Without decisions to compare one by one, the skipped share is a weaker check and the fit decides beside it.
+    unchanged_calls = by_step and all(c["decisions_differ"] == 0 for c in changes)
+    holds = all(c["within"] for c in changes) and (fit_within or unchanged_calls)
     return {
         "verdict": HOLDS if holds else MOVED,
         "gate": gate.source,
+        "aligned": by_step,
         "thresholds": changes,
         "fit": {
             "before": fit_before,
@@ -380,16 +423,24 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 def describe(result: dict) -> str:
     """One clause for a verdict line: decisions per threshold against what is allowed, the nearest call, the fit."""
     cs = result["thresholds"]
-    counts = ", ".join(f"{c['decisions_differ']}/{c['decisions']}" for c in cs)
     allowed = ", ".join(f"{c['allowed_fraction']:.0%}" for c in cs)
     where = ", ".join(f"{c['threshold']:.3g}" for c in cs)
     margins_ = [c["nearest_margin"] for c in cs if c["nearest_margin"] is not None]
-    nearest = f"; nearest unchanged call {min(margins_):.1%} from its threshold" if margins_ else ""
+    if result.get("aligned", True):
+        counts = ", ".join(f"{c['decisions_differ']}/{c['decisions']}" for c in cs)
+        nearest = f"; nearest unchanged call {min(margins_):.1%} from its threshold" if margins_ else ""
+        calls = (
+            f"decisions differing {counts} at thresholds {where} (allowed {allowed}){nearest}; "
+            f"schedules differing {max(c['schedules_differ'] for c in cs)}/{cs[0]['schedules']} at most"
+        )
+    else:
+        shares = ", ".join(f"{c['skipped_fraction_before']:.0%} -> {c['skipped_fraction_after']:.0%}" for c in cs)
+        nearest = f"; nearest call {min(margins_):.1%} from its threshold" if margins_ else ""
+        calls = f"other steps: gated steps skipped {shares} at thresholds {where} (allowed change {allowed}){nearest}"
     fit = result["fit"]
     r2 = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
     return (
-        f"decisions differing {counts} at thresholds {where} (allowed {allowed}){nearest}; "
-        f"schedules differing {max(c['schedules_differ'] for c in cs)}/{cs[0]['schedules']} at most; "
+        f"{calls}; "
         f"RMSE {fit['before']['rmse']:.3g} -> {fit['after']['rmse']:.3g} "
         f"(allowed rise {fit['allowed_rmse_rise']:.2g}), "
         f"R^2 {r2(fit['before']['r2'])} -> {r2(fit['after']['r2'])}"

@@ -27,6 +27,7 @@ DEFAULT_PROMPTS = 4  # a small default set: the first prompts of the model's own
 DEFAULT_SEEDS = "0"
 MATCHED = ("weights", "variant", "prompts", "seeds", "steps", "width", "height", "guidance", "quantize",
            "base_model", "dtype")  # fmt: skip
+RECIPE = ("steps", "width", "height", "guidance", "quantize")  # what --against may ask at another value
 _HEAD = 1 << 20  # bytes of each end of a weights file that its fingerprint reads
 
 
@@ -147,6 +148,32 @@ def mismatch(saved: ModelRuns, wanted: ModelRuns) -> str | None:
                 return f"prompts differ ({detail})"
             return f"{key} differs (saved {a.get(key)!r}, now {b.get(key)!r})"
     return None
+
+
+def recipe_change(saved: ModelRuns, now: ModelRuns) -> dict[str, dict]:
+    """The recipe settings in which ``now`` repeats the saved runs otherwise: {setting: {"saved", "now"}}."""
+    a, b = saved.to_dict(), now.to_dict()
+    return {k: {"saved": a.get(k), "now": b.get(k)} for k in RECIPE if a.get(k) != b.get(k)}
+
+
+def recipe_options(runs: ModelRuns, change: dict[str, dict]) -> str:
+    """record's options for the changed recipe settings of ``runs`` (``--steps 20 --quantize 4``)."""
+    options = []
+    if "steps" in change:
+        options.append(f"--steps {runs.steps}")
+    if "width" in change or "height" in change:
+        options.append(f"--size {runs.width}x{runs.height}")
+    if "guidance" in change:
+        options.append(f"--guidance {runs.guidance:g}")
+    if "quantize" in change and runs.quantize is not None:
+        options.append(f"--quantize {runs.quantize}")
+    return " ".join(options)
+
+
+def describe_recipe(change: dict[str, dict]) -> str:
+    """``steps 12 -> 20, quantize none -> 4``."""
+    said = lambda v: "none" if v is None else f"{v:g}" if isinstance(v, float) else str(v)  # noqa: E731
+    return ", ".join(f"{k} {said(v['saved'])} -> {said(v['now'])}" for k, v in change.items())
 
 
 # ------------------------------------------------------------------------------------------ the folder
@@ -307,7 +334,8 @@ def conclude(folder: Path, runs: ModelRuns, log: Log, command: list[str]) -> dic
 
 
 def compare(saved: Path, runs: ModelRuns, current: Path) -> dict:
-    """The effect of whatever changed between the saved folder and the current recording of the same runs."""
+    """The effect of whatever changed between the saved folder and the current recording of the same runs
+    (at the saved recipe, or at another one: then ``recipe`` says which settings differ)."""
     gate = effect.Gate.from_dict(read_json_object(saved / "gate.json"))
     tolerance = read_json_object(saved / "tolerance.json")
     before = effect.Signals.from_frame(read_parquet(saved / "traces.parquet"))
@@ -317,6 +345,10 @@ def compare(saved: Path, runs: ModelRuns, current: Path) -> dict:
     result["latents_identical"] = bool(old) and all(new.get(k, {}).get("sha256") == v["sha256"] for k, v in old.items())
     result["model"] = runs.name
     result["source_model"] = runs.model
+    change = recipe_change(ModelRuns.from_dict(read_json_object(saved / "settings.json")), runs)
+    if change:  # the saved runs at another recipe: whether their calibration serves it
+        result["recipe"] = change
+        result["recipe_options"] = recipe_options(runs, change)
     return result
 
 

@@ -59,13 +59,17 @@ def status_of(evidence: FamilyEvidence) -> str:
     return UNCHANGED
 
 
-def refit_commands(variant: str, prompt_set: str, version: str, model: str | None = None) -> list[str]:
+def refit_commands(
+    variant: str, prompt_set: str, version: str, model: str | None = None, recipe_options: str = ""
+) -> list[str]:
     """record / fit / emit for one variant, at its own generation settings (the journey of docs/refit-and-drift.md);
-    ``model``: the user's own model (a folder or name) to record instead of the variant's."""
+    ``model``: the user's own model (a folder or name) to record instead of the variant's; ``recipe_options``:
+    record's options for the recipe a recipe question asked about."""
     traces, fit = f"runs/{variant}-mflux-{version}-traces", f"runs/{variant}-mflux-{version}-fit"
     source = f"--model {variant}" if model is None else f"--model {model} --base-model {variant}"
+    recipe = f" {recipe_options}" if recipe_options else ""
     return [
-        f"teacache-calib record {source} --prompts {prompt_set} --seeds 0,1,2 --out {traces}",
+        f"teacache-calib record {source} --prompts {prompt_set} --seeds 0,1,2{recipe} --out {traces}",
         f"teacache-calib fit {traces}/traces.parquet --out {fit} --compare packaged",
         f"teacache-calib emit {fit}/fit.json --variant {variant}",
     ]
@@ -97,8 +101,10 @@ def _effect_text(effect: dict | None) -> str:
     if effect is None:
         return ""
     from calib.drift.effect import describe
+    from calib.drift.model_runs import describe_recipe
 
-    return f"; on {effect['model']} with its gate ({effect['gate']}): {describe(effect)}"
+    at = f" at {describe_recipe(effect['recipe'])}" if effect.get("recipe") else ""
+    return f"; on {effect['model']}{at} with its gate ({effect['gate']}): {describe(effect)}"
 
 
 def _refit_reason(effect: dict | None) -> str:
@@ -109,14 +115,21 @@ def _refit_reason(effect: dict | None) -> str:
     fit = effect["fit"]
     parts = []
     if decisions:
-        parts.append(
-            "decisions differ beyond the tolerance at " + ", ".join(f"{c['threshold']:.3g}" for c in decisions)
-        )
+        what = "decisions differ" if effect.get("aligned", True) else "the share of steps skipped moved"
+        parts.append(f"{what} beyond the tolerance at " + ", ".join(f"{c['threshold']:.3g}" for c in decisions))
     if not fit.get("within", True):
         before = fit["before"]["rmse"]
         rise = fit["rmse_rise"] / before if before else float("inf")
+        changed = [c for c in effect["thresholds"] if c.get("decisions_differ")]
+        calls = ""
+        if changed and not decisions:  # within resampling's allowance, but the calls did move with the fit
+            worst = max(changed, key=lambda c: c["decisions_differ"])
+            calls = (
+                f", with {worst['decisions_differ']}/{worst['decisions']} decisions changed at {worst['threshold']:.3g}"
+            )
         parts.append(
             f"the gate's RMSE rose {rise:+.1%} (its noise {fit['allowed_rmse_rise'] / before if before else 0:.1%})"
+            + calls
         )
     return f" ({'; '.join(parts)})" if parts else ""
 
@@ -126,9 +139,14 @@ def advice(status: str, has_coefficients: bool, evidence: FamilyEvidence) -> str
         failed = [c["name"] for c in (evidence.oracles or {}).get("checks", []) if not c["holds"]]
         why = evidence.error or f"no-op oracle failed: {', '.join(failed)}"
         return f"the integration does not hold ({why}): do not use TeaCache on this release"
+    recipe = (evidence.effect or {}).get("recipe")
     if status == REFIT:
         why = _refit_reason(evidence.effect)
+        if recipe:
+            return "refit recommended for this recipe: the saved calibration does not serve it" + why
         return ("refit recommended" if has_coefficients else "refit recommended for calibrations of this family") + why
+    if status == HOLDS and recipe:
+        return "the saved calibration serves this recipe: no refit needed"
     if status == HOLDS:
         fit = (evidence.effect or {}).get("fit", {})
         if fit and not fit.get("within", True) and fit["before"]["rmse"]:
@@ -158,7 +176,8 @@ def variant_verdict(spec, evidence: FamilyEvidence, version: str, packaged_note:
     effect = evidence.effect or {}
     own = effect.get("source_model") if effect.get("own_model") else None  # the user's model, not the family's
     own = None if own in (None, spec.name) else own
-    commands = refit_commands(spec.name, spec.prompt_set, version, own) if status == REFIT else []
+    options = effect.get("recipe_options", "")
+    commands = refit_commands(spec.name, spec.prompt_set, version, own, options) if status == REFIT else []
     if evidence.moved is None and evidence.effect is not None:  # a model of the user's: its traces are the numbers
         numbers_text = "traces bit-identical" if evidence.effect["identical"] else "traces moved"
     else:

@@ -62,10 +62,36 @@ def test_the_installed_release_against_its_own_save_is_unchanged(saved):
 
 
 @pytest.mark.parametrize(
+    ("options", "recipe", "by_step"),
+    [
+        (["--steps", "12"], {"steps": {"saved": 20, "now": 12}}, False),
+        (["--quantize", "8"], {"quantize": {"saved": None, "now": 8}}, True),
+    ],
+)
+def test_another_recipe_asks_whether_the_saved_calibration_serves_it(saved, options, recipe, by_step):
+    """The same pair of commands answers a recipe question: the saved prompts and seeds at the recipe asked."""
+    out = f"recipe-{options[0][2:]}"
+    result = fake_release.run_drift(["--model", "tiny-flux2", "--against", "A", *options, "--out", out], None, saved)
+    found = _verdict(saved, out)
+    effect = found["effect"]
+    assert effect["recipe"] == recipe and effect["aligned"] is by_step, found["line"]
+    assert not effect["identical"] and f"at {next(iter(recipe))} " in found["line"]
+    assert found["status"] in (verdict.HOLDS, verdict.REFIT) and result.returncode == (found["status"] == verdict.REFIT)
+    if by_step:
+        assert all(c["decisions_differ"] is not None for c in effect["thresholds"])
+    else:  # no decision has a counterpart: the share of gated steps skipped is compared instead
+        assert all(c["decisions_differ"] is None and "skipped_fraction_after" in c for c in effect["thresholds"])
+    if found["status"] == verdict.REFIT:
+        assert " ".join(options) in found["commands"][0]
+    settings = json.loads((saved / out / "effect" / "tiny-flux2" / "settings.json").read_text())
+    assert {k: settings[k] for k in recipe} == {k: v["now"] for k, v in recipe.items()}
+
+
+@pytest.mark.parametrize(
     ("argv", "says"),
     [
         (["--model", "tiny-flux2", "--against", "A", "--seeds", "1"], "seeds differs"),
-        (["--model", "tiny-flux2", "--against", "A", "--steps", "12"], "steps differs"),
+        (["--model", "tiny-flux2", "--against", "A", "--prompts", "default"], "prompts differ"),
         (["--model", "tiny-flux1", "--against", "A"], "holds no save of tiny-flux1"),
         (["--model", "tiny-flux2", "--against", "nowhere"], "--against"),
         (["--model", "tiny-flux2"], "--save DIR"),
