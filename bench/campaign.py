@@ -24,7 +24,7 @@ from bench.sweep import files as sweep_files
 from bench.sweep import settings as sweep_settings
 from calib import record as record_stage
 from calib.fit import files as fit_files
-from calib.run import arguments, fingerprint, outputs, shard
+from calib.run import arguments, fingerprint, outputs, ranks, shard
 from calib.run.command import run_guarded
 from calib.run.folder_lock import FolderLocked, folder_lock
 from calib.run.interrupts import interruptions
@@ -237,7 +237,7 @@ def _earlier_options(previous: dict | None) -> list[str]:
     return [*flags, "--se", str(recorded.get("se", SE_BEST))]
 
 
-def share_inputs(world: shard.World, paths: list[Path], error: BaseException | None) -> None:
+def share_inputs(world: ranks.World, paths: list[Path], error: BaseException | None) -> None:
     """Rank 0's fit.json and traces on every rank before the sweep reads them (hosts without a shared folder
     lack them: rank 0 alone fits, and the recording is merged on rank 0)."""
     shard.agree(world, error)  # a failed fit stops every rank here, not in the sweep
@@ -263,7 +263,7 @@ def run_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swee
     from bench.report import command as report  # after the checks: plotting libraries take seconds to import
 
     out = campaign.out
-    world = shard.connect()
+    world = ranks.connect()
     lead = world.rank == 0
     timings = {}
 

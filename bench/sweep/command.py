@@ -28,7 +28,7 @@ from bench.sweep.measure import measure_share
 from bench.sweep.merge import write_tables
 from bench.sweep.parts import check_parts_agree, done_thresholds, todo_pairs
 from bench.sweep.settings import SweepSettings, fingerprint_settings, plan
-from calib.run import arguments, fingerprint, shard
+from calib.run import arguments, fingerprint, ranks, shard
 from calib.run.command import run_guarded
 from calib.run.prompts import pair_id
 
@@ -83,7 +83,7 @@ def agreed_settings(settings: SweepSettings, rescale=None) -> dict:
     return {k: v for k, v in fingerprint_settings(settings, rescale).items() if k != "hardware"}
 
 
-def sharded_run(settings: SweepSettings, world: shard.World, rescale=None) -> shard.ShardedRun:
+def sharded_run(settings: SweepSettings, world: ranks.World, rescale=None) -> shard.ShardedRun:
     """The sweep's pairs spread over the ranks; a saved pair needs no more work once it has every threshold."""
     pairs = {pair_id(p, seed): (p, text, seed) for p, text, seed in settings.pairs}
     wanted = set(settings.thresholds)
@@ -105,7 +105,7 @@ def folder_check(settings: SweepSettings, partial: dict):
     return check
 
 
-def run_sweep(settings: SweepSettings, world: shard.World | None = None) -> Path | None:
+def run_sweep(settings: SweepSettings, world: ranks.World | None = None) -> Path | None:
     """Run (or resume, or extend) the sweep into ``settings.out``; returns runs.parquet's path.
 
     Under ``mlx.launch`` each rank runs its share of the pairs into ``OUT/shards/rank-<r>`` and rank 0
@@ -115,7 +115,7 @@ def run_sweep(settings: SweepSettings, world: shard.World | None = None) -> Path
     ShardsIncomplete when pairs are not done, naming them.
     """
     traces, fixed_rescale = check_inputs(settings)
-    world = world if world is not None else shard.connect()
+    world = world if world is not None else ranks.connect()
     run = sharded_run(settings, world, fixed_rescale)
     if settings.force_new:
         shard.force_new(world, settings.out, run.folder, PROG, OUTPUTS)

@@ -13,7 +13,7 @@ from bench.sweep.files import PROG, RESULTS
 from bench.sweep.measure import Measured
 from bench.sweep.parts import read_part
 from bench.sweep.settings import SweepSettings
-from calib.run import fingerprint, shard
+from calib.run import fingerprint, ranks, shard
 from calib.run.prompts import pair_id
 from teacache.io import write_json
 from teacache.provenance import authorship, collect, read_previous
@@ -68,7 +68,7 @@ def write_tables(
         runs["predicted_skipped"] = [float(lookup.get(k, float("nan"))) for k in keys]
         if "rescale" in runs.columns:  # the replay predicts --coefficients' schedules only
             runs.loc[runs["rescale"].notna() & (runs["rescale"] != settings.coefficients), "predicted_skipped"] = np.nan
-    sharding = shard.sharding_provenance(run.world, runs)
+    sharding = ranks.sharding_provenance(run.world, runs)
     provenance = collect(
         model=settings.model,
         variant=measured.variant,

@@ -98,10 +98,10 @@ def test_pairs_lacking_a_requested_threshold_are_not_done(tmp_path, prompts, one
 
 
 def _one_rank():
-    from calib.run import shard
+    from calib.run import ranks
 
-    peer = shard.Peer(rank=0, host="h", device="cpu", gpu=None, cores=None, hardware="cpu-test")
-    return shard.World(rank=0, size=1, backend="none", peers=(peer,))
+    peer = ranks.Peer(rank=0, host="h", device="cpu", gpu=None, cores=None, hardware="cpu-test")
+    return ranks.World(rank=0, size=1, backend="none", peers=(peer,))
 
 
 def test_a_shard_folder_made_with_other_settings_is_refused_before_the_model_loads(
