@@ -12,7 +12,7 @@ from calib.run import arguments
 from teacache.loading import resolve_spec
 
 if TYPE_CHECKING:
-    from calib.traces.reader import Traces
+    from calib.traces.runs import Traces
     from teacache.rescale import RescaleFunction
 
 
@@ -20,7 +20,7 @@ def read_traces(path: Path, steps: int) -> Traces:
     """The traces predictions replay, read and validated by the one trace reader, for runs of ``steps`` steps."""
     # heavy (pandas): loaded after the arguments are checked
     from bench.sweep.replay import read_replay_traces
-    from calib.traces.reader import TraceError
+    from calib.traces.errors import TraceError
 
     arguments.check_input_file(path, "--traces")
     try:

@@ -75,7 +75,9 @@ from calib.fit.selection import (  # noqa: F401
 )
 from calib.fit.summary import ceiling_line, print_summary  # noqa: F401  (re-exported: bench.campaign prints fits)
 from calib.run.arguments import CommandParser, check_out_dir, check_variant_name, path_argument
-from calib.traces.reader import TraceError, Traces, load_traces
+from calib.traces.errors import TraceError
+from calib.traces.reader import load_traces
+from calib.traces.runs import Traces
 from teacache.io import FORMAT_VERSION, atomic_path, write_json
 from teacache.provenance import collect
 from teacache.rescale import FORM_POLY_STEP, FORMS, RescaleFunction

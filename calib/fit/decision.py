@@ -48,7 +48,7 @@ import pandas as pd
 from calib.fit.candidates import FittedModel
 from calib.fit.files import PLOT_FILES
 from calib.fit.selection import group_folds, time_input
-from calib.traces.tables import run_key_columns
+from calib.traces.runs import run_key_columns
 from teacache.gate import GateConfig
 from teacache.gate_batch import rescaled_increments, skip_masks
 from teacache.rescale import RescaleFunction
