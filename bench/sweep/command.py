@@ -20,7 +20,9 @@ import argparse
 import contextlib
 import functools
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench.sweep.files import LAYOUT, OUTPUTS, PROG, RESULTS
 from bench.sweep.inputs import check_inputs
@@ -31,6 +33,9 @@ from bench.sweep.settings import SweepSettings, fingerprint_settings, plan
 from calib.run import arguments, fingerprint, ranks, shard
 from calib.run.command import run_guarded
 from calib.run.prompts import pair_id
+
+if TYPE_CHECKING:
+    from teacache.rescale import RescaleFunction
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -78,12 +83,14 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
     )  # fmt: skip
 
 
-def agreed_settings(settings: SweepSettings, rescale=None) -> dict:
+def agreed_settings(settings: SweepSettings, rescale: RescaleFunction | None = None) -> dict:
     """What every rank of a sharded sweep must share: the fingerprint without the hardware (ranks may differ)."""
     return {k: v for k, v in fingerprint_settings(settings, rescale).items() if k != "hardware"}
 
 
-def sharded_run(settings: SweepSettings, world: ranks.World, rescale=None) -> shard.ShardedRun:
+def sharded_run(
+    settings: SweepSettings, world: ranks.World, rescale: RescaleFunction | None = None
+) -> shard.ShardedRun:
     """The sweep's pairs spread over the ranks; a saved pair needs no more work once it has every threshold."""
     pairs = {pair_id(p, seed): (p, text, seed) for p, text, seed in settings.pairs}
     wanted = set(settings.thresholds)
@@ -94,7 +101,7 @@ def sharded_run(settings: SweepSettings, world: ranks.World, rescale=None) -> sh
     return shard.ShardedRun(world, settings.out, list(pairs), LAYOUT, agreed_settings(settings, rescale), complete)
 
 
-def folder_check(settings: SweepSettings, partial: dict):
+def folder_check(settings: SweepSettings, partial: dict) -> Callable[[Path], None]:
     """The settings check of one folder whose pairs this sweep may resume or merge."""
 
     def check(folder: Path) -> None:

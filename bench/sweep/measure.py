@@ -7,7 +7,10 @@ A plain sweep runs vanilla and every threshold of a pair (:func:`run_pair`); wit
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench.quality.scorers import adherence_scorer
 from bench.sweep import arms as sweep_arms
@@ -23,6 +26,10 @@ from calib.run.progress import append_log, track
 from calib.run.prompts import pair_id
 from teacache import apply_teacache, variants
 from teacache.gate import GateConfig
+
+if TYPE_CHECKING:
+    from calib.traces.runs import Traces
+    from teacache.rescale import RescaleFunction
 
 ARMS_ONLY = ("arm", "arm_setting", "rescale", "steps_run")  # columns the plain sweep's runs table leaves out
 
@@ -110,7 +117,9 @@ def _plan_arms(settings: SweepSettings, model, rescales: dict, configs_for, trac
     return tc_arms, grid, record
 
 
-def measure_share(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale, traces=None) -> Measured:
+def measure_share(
+    settings: SweepSettings, run: shard.ShardedRun, fixed_rescale: RescaleFunction | None, traces: Traces | None = None
+) -> Measured:
     """This rank's share of the pairs, each saved into the rank's folder as soon as it is measured."""
     world, folder, thresholds = run.world, run.folder, settings.thresholds
     by_id = {pair_id(p, seed): (p, text, seed) for p, text, seed in settings.pairs}
@@ -164,7 +173,16 @@ def measure_share(settings: SweepSettings, run: shard.ShardedRun, fixed_rescale,
     return Measured(variant, default_threshold, skip_first, rescale, configs, fp, recorded, arms_record)
 
 
-def run_pair(model, settings: SweepSettings, pair, thresholds, configs, adherence, images_dir, variant: str):
+def run_pair(
+    model,
+    settings: SweepSettings,
+    pair: tuple[str, str, int],
+    thresholds: list[float],
+    configs: dict[float, GateConfig],
+    adherence: Callable | None,
+    images_dir: Path | None,
+    variant: str,
+) -> tuple[list[dict], list[dict], dict]:
     """Vanilla and every threshold of one (prompt, seed) pair, measured as the arms sweep measures them
     (:func:`bench.sweep.arms.run_pair_arms`), in the plain sweep's columns. Returns (runs rows, decision rows, noop).
     """

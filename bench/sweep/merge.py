@@ -4,6 +4,7 @@ saved pair wherever it was measured (rank 0 merges the shards of a sharded sweep
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,6 +18,9 @@ from calib.run import fingerprint, ranks, shard
 from calib.run.prompts import pair_id
 from teacache.io import write_json
 from teacache.provenance import authorship, collect, read_previous
+
+if TYPE_CHECKING:
+    from calib.traces.runs import Traces
 
 
 def _assemble(settings: SweepSettings, locations: dict[str, Path]):
@@ -37,7 +41,12 @@ def _assemble(settings: SweepSettings, locations: dict[str, Path]):
 
 
 def write_tables(
-    settings: SweepSettings, run: shard.ShardedRun, measured: Measured, locations, traces, added: int
+    settings: SweepSettings,
+    run: shard.ShardedRun,
+    measured: Measured,
+    locations: dict[str, Path],
+    traces: Traces | None,
+    added: int,
 ) -> Path:
     """The folder's tables from every pair wherever it was saved, and provenance.json (on rank 0). A resume
     that measured nothing (``added`` 0) keeps them as they are: they describe the runs that made them."""

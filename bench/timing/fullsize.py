@@ -109,7 +109,7 @@ def parse_fractions(text: str) -> list[float]:
     return sorted(set(values))
 
 
-def validate(args) -> dict:
+def validate(args: argparse.Namespace) -> dict:
     """Every argument checked before anything loads; a ValueError names the argument."""
     try:
         variants = [parse_random_name(name.strip()) for name in args.models.split(",") if name.strip()]

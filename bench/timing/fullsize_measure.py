@@ -3,9 +3,11 @@ the warm-up run's signal, then every arm timed, paired and interleaved, against 
 
 from __future__ import annotations
 
+import argparse
 import math
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -61,7 +63,7 @@ class Session:
         return {"loop_s": out.loop_s, "total_s": out.total_s, "latents": out.latents, "peak_bytes": peak, **extra}
 
 
-def choose_threshold(xs: list[float | None], steps: int, target: int, rescale) -> tuple[float, int]:
+def choose_threshold(xs: list[float | None], steps: int, target: int, rescale: RescaleFunction) -> tuple[float, int]:
     """The smallest threshold (4 significant digits) whose replayed schedule skips >= ``target`` steps
     (else the one skipping most), and its predicted skip count."""
 
@@ -107,7 +109,7 @@ class Prepared:
     peer_plan: dict | None
 
 
-def prepare(variant: str, args, plan: dict, say) -> Prepared:
+def prepare(variant: str, args: argparse.Namespace, plan: dict, say: Callable[[str], None]) -> Prepared:
     """Build the model, warm every path up and choose the thresholds (replaying the warm-up run's signal)."""
     # heavy (mflux): loaded after the arguments are checked
     from mflux.models.common.config.model_config import ModelConfig
@@ -164,7 +166,9 @@ def prepare(variant: str, args, plan: dict, say) -> Prepared:
     return Prepared(session, arms, facts, rescale, chosen, xs, warmup, build_s, peer_plan)
 
 
-def timed_runs(session, settings: dict, repeats: int, deadline: float | None, say) -> dict[str, list[dict]]:
+def timed_runs(
+    session: Session, settings: dict, repeats: int, deadline: float | None, say: Callable[[str], None]
+) -> dict[str, list[dict]]:
     """Every arm of ``settings`` (``{name: settings}``, vanilla first) ``repeats`` times, interleaved.
 
     Returns each arm's results in repeat order, each with its repeat and position; stops early, after a
@@ -214,7 +218,9 @@ def run_rows(prepared: Prepared, results: dict[str, list[dict]]) -> list[dict]:
     return sorted(rows, key=lambda r: (r.get("repeat", math.inf), r.get("position", 0)))
 
 
-def measure_model(variant: str, args, plan: dict, deadline: float | None, say) -> tuple[list[dict], dict]:
+def measure_model(
+    variant: str, args: argparse.Namespace, plan: dict, deadline: float | None, say: Callable[[str], None]
+) -> tuple[list[dict], dict]:
     """Build, warm up and measure one model; returns (its runs.csv rows, provenance)."""
     prepared = prepare(variant, args, plan, say)
     settings = {"vanilla": None, **{_arm_key(a): a[2] for a in prepared.arms}}
@@ -241,7 +247,14 @@ def _arm_key(arm) -> str:
     return f"{kind} {threshold:g}" if kind in ("gate", "mlx-teacache") else kind
 
 
-def plan_peer(args, model, rescale, chosen, session, warmup: dict) -> dict:
+def plan_peer(
+    args: argparse.Namespace,
+    model,
+    rescale: RescaleFunction,
+    chosen: list[tuple[float, int | None]],
+    session: Session,
+    warmup: dict,
+) -> dict:
     """mlx-teacache's arms for this model (bench.peer), warmed up; or rows saying why it cannot run here.
 
     mlx-teacache-all: every gated step computed (its gate, signal and eager predict each step). Then one arm

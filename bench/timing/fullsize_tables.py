@@ -112,7 +112,7 @@ def code_digest() -> str:
     return digest.hexdigest()
 
 
-def key_text(value) -> str:
+def key_text(value: object) -> str:
     """One spelling per key value, whether it comes from this run or back from a CSV (4, 4.0, "" or NaN)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
@@ -122,6 +122,7 @@ def key_text(value) -> str:
 
 
 def config_keys(frame: pd.DataFrame) -> list[tuple[str, ...]]:
+    """Each row's configuration (CONFIG_KEY), spelled by :func:`key_text`: the key rows are merged and summarized by."""
     return [tuple(key_text(v) for v in row) for row in frame[list(CONFIG_KEY)].itertuples(index=False, name=None)]
 
 

@@ -5,10 +5,14 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from calib.fit.files import PLOT_FILES
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 PLOT_FILE = PLOT_FILES["decision"]
 
@@ -25,7 +29,7 @@ def plot_decision_curves(
 
 def decision_figure(
     result: dict, labels: Sequence[str] | None = None, max_curves: int = 6, selected: str | None = None
-):
+) -> Figure:
     """Uncomputed and worst-stretch change against skipped steps, candidates and the oracle.
 
     Shows ``labels`` (default: the ``max_curves`` best by decision_excess) and the oracle. Both axes are

@@ -13,11 +13,15 @@ import os
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 import mlx.core as mx
 import numpy as np
 
 from teacache.provenance import hardware_slug
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class ShardError(RuntimeError):
@@ -222,7 +226,7 @@ class World:
         return self.all_sum(mine)
 
 
-def sharding_provenance(world: World, rows) -> dict:
+def sharding_provenance(world: World, rows: pd.DataFrame) -> dict:
     """provenance.json's ``distributed``: this run's ranks, or, when one process resumed what several ranks
     began, the ranks its rows name (a resume in one process does not make them one process's rows)."""
     if world.size > 1:
@@ -261,7 +265,7 @@ def connect(hardware: str | None = None) -> World:
     return World(rank=rank, size=size, backend=world.backend, peers=peers, group=group)
 
 
-def one_hardware(runs, unit: str = "pair_id") -> str | None:
+def one_hardware(runs: pd.DataFrame, unit: str = "pair_id") -> str | None:
     """The one hardware a table's rows were timed on (None: the table predates the column).
 
     A speedup is a ratio of two timings on one device; pooling ratios of different devices into one median

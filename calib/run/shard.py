@@ -18,6 +18,7 @@ The ranks and their collectives are :mod:`calib.run.ranks`; the units' shares an
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import signal
@@ -82,7 +83,9 @@ def force_new(world: World, out: Path, folder: Path, command: str, outputs: tupl
             fingerprint.clear(folder, outputs)
 
 
-def claim(stack, world: World, out: Path, folder: Path, command: str, check: Callable[[Path], None]) -> None:
+def claim(
+    stack: contextlib.ExitStack, world: World, out: Path, folder: Path, command: str, check: Callable[[Path], None]
+) -> None:
     """Lock this rank's folder (and OUT on rank 0, which writes the merged tables) and ``check`` the settings
     of every folder whose units the merge may take; then :func:`agree` (every rank calls this)."""
     error = None

@@ -83,7 +83,7 @@ class Traces:
         return out
 
 
-def run_label(row, columns, seed: int | None) -> str:
+def run_label(row: pd.Series, columns: pd.Index, seed: int | None) -> str:
     """run_id when the table has one, else the recorder's convention: prompt_id-s<seed> (or prompt_id)."""
     if "run_id" in columns:
         return str(row["run_id"])
