@@ -20,9 +20,11 @@ from pathlib import Path
 
 from bench.report import files as report_files
 from bench.sweep import command as sweep_stage
+from bench.sweep import files as sweep_files
+from bench.sweep import settings as sweep_settings
 from calib import record as record_stage
 from calib.fit import files as fit_files
-from calib.run import arguments, fingerprint, outputs, shard
+from calib.run import arguments, fingerprint, outputs, ranks, shard
 from calib.run.command import run_guarded
 from calib.run.folder_lock import FolderLocked, folder_lock
 from calib.run.interrupts import interruptions
@@ -36,7 +38,7 @@ PROG = "teacache-bench campaign"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # A campaign folder: its four stages, each checked as that stage's own folder, and the studies filed beside them
 # in results/<hardware>/<variant>/<mflux>/ (baselines, criteria, decision, gap check, packaged fit).
-STAGES = {"traces": record_stage.WRITES, "fit": fit_files.WRITES, "sweep": sweep_stage.WRITES,
+STAGES = {"traces": record_stage.WRITES, "fit": fit_files.WRITES, "sweep": sweep_files.WRITES,
           "report": report_files.WRITES}  # fmt: skip
 COMPANIONS = ("baselines", "criteria", "decision", "gapcheck", "packaged")
 # Its purpose is the committed results/: it regenerates them there, and says so.
@@ -89,7 +91,7 @@ class Campaign:
     model: str
     out: Path
     record: record_stage.RecordSettings
-    sweep: sweep_stage.SweepSettings
+    sweep: sweep_settings.SweepSettings
     ssim_floor: float
 
     @property
@@ -125,7 +127,7 @@ def plan_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swe
             model, traces, prompts=cfg.record_prompts, seeds=record_seeds or cfg.record_seeds, force_new=force_new
         )
     with outputs.granted(out), _named("--seeds", "--sweep-seeds"), _named("--prompts", "--sweep-prompts"):
-        sweep = sweep_stage.plan(
+        sweep = sweep_settings.plan(
             model,
             thresholds or cfg.thresholds,
             out / "sweep",
@@ -148,14 +150,14 @@ def plan_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swe
     return Campaign(model, out, record, sweep, floor)
 
 
-def check_sweep_against_fit(sweep: sweep_stage.SweepSettings, fit: Path) -> None:
+def check_sweep_against_fit(sweep: sweep_settings.SweepSettings, fit: Path) -> None:
     """Refuse, before the record and fit stages run, a sweep folder whose pairs were measured with another
     rescale function than the fit.json beside it: the sweep stage would refuse it after minutes of work.
 
     A kept fit.json is what the sweep stage reads, and a refit that selects another function is refused while
     the sweep holds pairs, so a sweep measured with another function than ``fit`` cannot resume either way.
     """
-    if sweep.force_new or not fit.is_file() or not fingerprint.has_results(sweep.out, sweep_stage.RESULTS):
+    if sweep.force_new or not fit.is_file() or not fingerprint.has_results(sweep.out, sweep_files.RESULTS):
         return
     # heavy (pandas): loaded after the arguments are checked
     from calib.fit.coefficient_sources import resolve_coefficients
@@ -165,7 +167,7 @@ def check_sweep_against_fit(sweep: sweep_stage.SweepSettings, fit: Path) -> None
     except ValueError:
         return  # unreadable: the fit stage replaces it, and the sweep stage then checks the new one
     with _named("--out", "sweep: --out"):
-        sweep_stage.folder_check(sweep, sweep_stage.fingerprint_settings(sweep, rescale))(sweep.out)
+        sweep_stage.folder_check(sweep, sweep_settings.fingerprint_settings(sweep, rescale))(sweep.out)
 
 
 def fit_stage(
@@ -207,7 +209,7 @@ def fit_stage(
         previous is not None
         and sweep is not None
         and not force_new
-        and fingerprint.has_results(sweep, sweep_stage.RESULTS)
+        and fingerprint.has_results(sweep, sweep_files.RESULTS)
     ):
         raise ValueError(
             f"the traces now give another fit ({fit['selected']['label']}) than {path} "
@@ -235,7 +237,7 @@ def _earlier_options(previous: dict | None) -> list[str]:
     return [*flags, "--se", str(recorded.get("se", SE_BEST))]
 
 
-def share_inputs(world: shard.World, paths: list[Path], error: BaseException | None) -> None:
+def share_inputs(world: ranks.World, paths: list[Path], error: BaseException | None) -> None:
     """Rank 0's fit.json and traces on every rank before the sweep reads them (hosts without a shared folder
     lack them: rank 0 alone fits, and the recording is merged on rank 0)."""
     shard.agree(world, error)  # a failed fit stops every rank here, not in the sweep
@@ -261,7 +263,7 @@ def run_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swee
     from bench.report import command as report  # after the checks: plotting libraries take seconds to import
 
     out = campaign.out
-    world = shard.connect()
+    world = ranks.connect()
     lead = world.rank == 0
     timings = {}
 

@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from calib.run import arguments, estimate, fingerprint, shard
+from calib.run import arguments, estimate, fingerprint, ranks, shard, units
 from calib.run.command import run_guarded
 from calib.run.generation import generate, implausible, paired_overhead, settings_fingerprint
 from calib.run.interleave import Turn, interleave
@@ -36,9 +36,9 @@ COLUMNS = [
 ]  # fmt: skip
 RESULTS = ("runs", "traces.parquet", "provenance.json")  # what shows that a folder holds a recording
 LOG = "progress.log"  # a line per recorded run (calib.run.progress)
-OUTPUTS = (*RESULTS, shard.SHARDS, LOG)  # what --force-new removes
+OUTPUTS = (*RESULTS, units.SHARDS, LOG)  # what --force-new removes
 # A run is the unit of a sharded recording: OUT/shards/rank-<r>/runs/<run_id>.parquet
-LAYOUT = shard.UnitLayout("runs", ".parquet", noun="runs")
+LAYOUT = units.UnitLayout("runs", ".parquet", noun="runs")
 EXTENDABLE = ("seeds",)
 # What the output rule (calib.run.outputs) lets it write: a recording, in a folder its fingerprint names it in.
 WRITES = arguments.Writes(PROG, names=(*OUTPUTS, fingerprint.FILE), marker=fingerprint.FILE)
@@ -210,14 +210,14 @@ def check_parts_agree(settings: RecordSettings, folder: Path | None = None) -> N
             )
 
 
-def run_record(settings: RecordSettings, world: shard.World | None = None) -> Path | None:
+def run_record(settings: RecordSettings, world: ranks.World | None = None) -> Path | None:
     """Record (or resume, or extend by seeds) into ``settings.out``; returns traces.parquet's path.
 
     Under ``mlx.launch`` each rank records its share of the runs into ``OUT/shards/rank-<r>`` and rank 0
     merges them (the others return None). ValueError / FolderLocked before the model loads (on every rank);
     Interrupted on Ctrl-C, saying what is saved; ShardsIncomplete naming the runs not done.
     """
-    world = world if world is not None else shard.connect()
+    world = world if world is not None else ranks.connect()
     run = shard.ShardedRun(world, settings.out, [run_id(p, seed) for p, _t, seed in settings.runs], LAYOUT,
                            {k: v for k, v in fingerprint_settings(settings).items() if k != "hardware"})  # fmt: skip
     if settings.force_new:
@@ -320,7 +320,7 @@ def _write_traces(settings: RecordSettings, run: shard.ShardedRun, measured: dic
         recorded = fingerprint.save(out, PROG, measured["fingerprint"], state)
     ids = [run_id(pid, seed) for pid, _t, seed in settings.runs]
     traces = pd.concat([pd.read_parquet(locations[i] / "runs" / f"{i}.parquet") for i in ids], ignore_index=True)
-    sharding = shard.sharding_provenance(run.world, traces)
+    sharding = ranks.sharding_provenance(run.world, traces)
     provenance = collect(
         model=settings.model,
         variant=measured["variant"],

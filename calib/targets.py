@@ -147,7 +147,8 @@ def replayed_computed(
     The traces must hold runs of ``num_steps`` steps: a schedule's skips depend on where its steps fall, so
     traces of another length say nothing exact about this one (TargetError says so).
     """
-    from calib.traces.reader import REPLAY_COLUMNS, TraceError, load_traces
+    from calib.traces.errors import TraceError
+    from calib.traces.reader import REPLAY_COLUMNS, load_traces
 
     try:
         traces = load_traces([traces_path], variant=variant, require=REPLAY_COLUMNS, every_step=True)

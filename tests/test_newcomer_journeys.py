@@ -339,13 +339,13 @@ def test_the_report_says_which_ranks_measured_and_that_rows_were_contended(tmp_p
 def test_a_resume_in_one_process_keeps_the_ranks_its_rows_name():
     import pandas as pd
 
-    from calib.run import shard
+    from calib.run import ranks
 
-    one = shard.connect()
+    one = ranks.connect()
     rows = pd.DataFrame({"rank": [0, 1, 1], "contended": [True, True, False]})
-    found = shard.sharding_provenance(one, rows)["distributed"]
+    found = ranks.sharding_provenance(one, rows)["distributed"]
     assert found["ranks_in_rows"] == [0, 1] and found["contended_rows"] and found["resumed_in_one_process"]
-    assert shard.sharding_provenance(one, pd.DataFrame({"rank": [0, 0]})) == {}
+    assert ranks.sharding_provenance(one, pd.DataFrame({"rank": [0, 0]})) == {}
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,8 @@ from bench.report.input import ReportInputError, load_sweep
 from bench.report.stats import distribution, parse_steps, quantile, recommend, teacache_runs, thresholds
 from bench.tolerances.derive import load_module, prefix
 from calib.fit.command import compare, read_fit, rescale_from_fit
-from calib.traces.reader import TraceError, load_traces
+from calib.traces.errors import TraceError
+from calib.traces.reader import load_traces
 from teacache.io import FORMAT_VERSION, file_sha256
 
 KIND = "teacache-bench compare-hardware"

@@ -157,7 +157,7 @@ class PeerArm:
 
 
 def run_in_session(session, arm: PeerArm, prompt: str, seed: int, steps: int | None = None) -> dict:
-    """One generation of a ``bench.timing.fullsize.Session`` under mlx-teacache, in the dict its ``run`` returns."""
+    """One generation of a ``bench.timing.fullsize_measure.Session`` under mlx-teacache, as its ``run`` returns it."""
     import math
 
     import mlx.core as mx

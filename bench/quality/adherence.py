@@ -24,8 +24,8 @@ from scipy import ndimage
 
 from calib.run import arguments
 from teacache.io import write_json
-from teacache.models import shapes
-from teacache.models.shapes import PALETTE, POSITIONS, ShapeSpec, parse_prompt
+from teacache.models import shapes, shapes_data
+from teacache.models.shapes_data import PALETTE, POSITIONS, ShapeSpec, parse_prompt
 from teacache.models.train_shapes import write_model_card
 from teacache.provenance import device_info
 
@@ -73,7 +73,7 @@ def _largest_component(mask: np.ndarray) -> np.ndarray:
 
 
 def centroid(mask: np.ndarray) -> tuple[float, float]:
-    """(x, y) in pixel units with pixel centres at +0.5, the convention of ``shapes.POSITIONS``."""
+    """(x, y) in pixel units with pixel centres at +0.5, the convention of ``shapes_data.POSITIONS``."""
     rows, cols = np.nonzero(mask)
     return float(cols.mean() + 0.5), float(rows.mean() + 0.5)
 
@@ -213,7 +213,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     arguments.check_input_file(folder / MANIFEST_NAME, "--model-dir")
     if not args.no_card:
         arguments.check_out_dir(folder, "--model-dir")  # the manifest and the card are rewritten there
-    available = len(shapes.split_specs("held_out"))
+    available = len(shapes_data.split_specs("held_out"))
     if not 1 <= args.n <= available:
         raise ValueError(f"--n: expected 1 to {available} held-out prompts (that many exist), got {args.n}")
     arguments.check_at_least(args.steps, 1, "--steps")
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     ModelConfig.precision = mx.float32  # the card's figures are float32 on every backend, as on a CPU
     weights = args.model_dir / WEIGHTS_NAME
     pipeline = shapes.load_tiny_shapes(weights)
-    specs = shapes.evaluation_specs(args.n, seed=args.prompt_seed)
+    specs = shapes_data.evaluation_specs(args.n, seed=args.prompt_seed)
     start = time.perf_counter()
     summary, rows = evaluate_pipeline(pipeline, specs, num_inference_steps=args.steps, guidance=args.guidance)
     seconds = time.perf_counter() - start

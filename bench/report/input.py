@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.sweep import records
-from calib.run import shard
+from calib.run import ranks
 
 RUN_COLUMNS: tuple[str, ...] = records.RUNS.names
 DECISION_COLUMNS: tuple[str, ...] = records.DECISIONS.required
@@ -50,7 +50,7 @@ def load_sweep(runs_dir: str | Path) -> Sweep:
     except records.RecordError as exc:
         raise ReportInputError(str(exc)) from None
     try:
-        shard.one_hardware(found.runs)  # a sharded sweep over unlike machines: no speedup pooled across them
-    except shard.MixedHardware as exc:
+        ranks.one_hardware(found.runs)  # a sharded sweep over unlike machines: no speedup pooled across them
+    except ranks.MixedHardware as exc:
         raise ReportInputError(f"{runs_dir}: {exc}") from None
     return Sweep(found.runs, found.decisions, found.provenance, found.runs_sha256, Path(runs_dir))

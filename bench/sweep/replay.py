@@ -24,14 +24,9 @@ from bench.peer import gate as peer_gate
 from calib.fit.coefficient_sources import parse_x_range, resolve_coefficients
 from calib.fit.errors import FitError
 from calib.run.arguments import CommandParser, Writes, check_at_least, check_out_file, check_variant_name, path_argument
-from calib.traces.reader import (
-    NUM_STEPS_INFERRED,
-    NUM_STEPS_TABLE,
-    REPLAY_COLUMNS,
-    RunTrace,
-    Traces,
-    load_traces,
-)
+from calib.traces.checks import NUM_STEPS_INFERRED
+from calib.traces.reader import REPLAY_COLUMNS, load_traces
+from calib.traces.runs import NUM_STEPS_TABLE, RunTrace, Traces
 from teacache import variants
 from teacache.gate import GateConfig
 from teacache.gate_batch import longest_streaks, replay_skip_masks, skipped_counts

@@ -16,9 +16,11 @@ in n + 1; the margin covers that without reaching the values the gap check shows
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -59,54 +61,22 @@ def upper_bound(values) -> tuple[float, dict]:
     return s["max"] + (s["max"] - s["median"]), s
 
 
+MARGIN = "margin: one median-to-worst spread beyond the worst run (see the module docstring)"
+
+
 def derive(sweep_dir: Path, threshold: float | None = None, provisional: bool = False) -> dict:
     """Tolerances of one variant from one sweep folder: a dict of constant name -> (value, comment lines)."""
     sweep_dir = Path(sweep_dir)
-    try:
-        records = read_sweep(sweep_dir)
-    except RecordError as exc:
-        raise ValueError(f"RUNS: {exc}") from None
-    if records.noop is None:
-        raise ValueError(f"RUNS: {sweep_dir} has no {NOOP.file}; run teacache-bench sweep into it first")
-    prov, runs, noop = records.provenance, records.runs, records.noop
+    prov, runs, noop = _read(sweep_dir)
     threshold = prov.get("default_threshold") if threshold is None else threshold
     tc = runs[runs["kind"] == "teacache"]
-    available = sorted(tc["threshold"].unique())
-    at = tc[np.isclose(tc["threshold"], threshold)]
-    if at.empty:
-        raise ValueError(
-            f"--threshold: {threshold:g} was not swept in {sweep_dir}; swept: {', '.join(f'{t:g}' for t in available)}"
-        )
-    zero = tc[tc["threshold"] == 0.0]
+    at = _at_threshold(tc, threshold, sweep_dir)
     variant = prov["variant"]
     p = prefix(variant)
     n_pairs = int(at["pair_id"].nunique())
     status = "calibrated" if n_pairs >= CALIBRATED_MIN_PAIRS and not provisional else "provisional"
-    origin = (
-        f"measured {prov['date_utc'][:10]} on {prov['backend']} {prov['device_name']} ({prov.get('os', '')}); "
-        f"mlx {prov['versions']['mlx']}, mflux {prov['versions']['mflux']}; {variant}, {prov['steps']} steps, "
-        f"{prov['resolution']}, guidance {prov['guidance']}; {len(prov['prompts'])} prompts x {len(prov['seeds'])} "
-        f"seeds; sweep commit {(prov.get('git') or {}).get('commit', '?')}"
-    )
-    margin = "margin: one median-to-worst spread beyond the worst run (see the module docstring)"
+    note = functools.partial(_note, origin=_origin(prov), status=status)
     out: dict[str, tuple] = {}
-
-    def note(what: str, s: dict | None, extra: str = "", pairs: int | None = None) -> list[str]:
-        """The constant's comment; ``pairs``: the pairs its values come from, when fewer than the sweep's
-        (values left out as not finite): below CALIBRATED_MIN_PAIRS the constant is provisional."""
-        lines = [what, origin]
-        if s is not None:
-            lines.append(
-                f"n {s['n']}: min {s['min']:.6g}, p1 {s['p1']:.6g}, median {s['median']:.6g}, max {s['max']:.6g}"
-            )
-        if extra:
-            lines.append(extra)
-        if pairs is not None and pairs < CALIBRATED_MIN_PAIRS and status == "calibrated":
-            lines.append(f"provisional: from {pairs} pairs, fewer than the {CALIBRATED_MIN_PAIRS} a calibration needs")
-        else:
-            lines.append(status)
-        return lines
-
     out[f"{p}_SETTINGS"] = (
         _sorted_keys({"steps": int(prov["steps"]), "threshold": float(threshold), "guidance": float(prov["guidance"]),
          "resolution": prov["resolution"], "skip_first_n_steps": int(prov.get("skip_first_n_steps", 1)),
@@ -117,6 +87,64 @@ def derive(sweep_dir: Path, threshold: float | None = None, provisional: bool = 
         measured_cases(at),
         note("the (prompt id, prompt, seed) pairs the bounds below were measured on; the tests run on these", None),
     )
+    out.update(_noop_constants(p, tc[tc["threshold"] == 0.0], noop, note))
+    out.update(_quality_constants(p, at, threshold, prov["steps"], note))
+    return {"variant": variant, "hardware": _slug(prov), "status": status, "constants": out}
+
+
+def _read(sweep_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+    """A sweep's provenance, runs and noop tables; a folder without them is refused, naming what to run."""
+    try:
+        records = read_sweep(sweep_dir)
+    except RecordError as exc:
+        raise ValueError(f"RUNS: {exc}") from None
+    if records.noop is None:
+        raise ValueError(f"RUNS: {sweep_dir} has no {NOOP.file}; run teacache-bench sweep into it first")
+    return records.provenance, records.runs, records.noop
+
+
+def _at_threshold(tc: pd.DataFrame, threshold: float, sweep_dir: Path) -> pd.DataFrame:
+    """The TeaCache runs at ``threshold``; a threshold the sweep did not measure is refused, naming those it did."""
+    available = sorted(tc["threshold"].unique())
+    at = tc[np.isclose(tc["threshold"], threshold)]
+    if at.empty:
+        raise ValueError(
+            f"--threshold: {threshold:g} was not swept in {sweep_dir}; swept: {', '.join(f'{t:g}' for t in available)}"
+        )
+    return at
+
+
+def _origin(prov: dict) -> str:
+    """The line every constant's comment carries: when, where, which versions and settings, which commit."""
+    return (
+        f"measured {prov['date_utc'][:10]} on {prov['backend']} {prov['device_name']} ({prov.get('os', '')}); "
+        f"mlx {prov['versions']['mlx']}, mflux {prov['versions']['mflux']}; {prov['variant']}, {prov['steps']} steps, "
+        f"{prov['resolution']}, guidance {prov['guidance']}; {len(prov['prompts'])} prompts x {len(prov['seeds'])} "
+        f"seeds; sweep commit {(prov.get('git') or {}).get('commit', '?')}"
+    )
+
+
+def _note(
+    what: str, s: dict | None, extra: str = "", pairs: int | None = None, *, origin: str, status: str
+) -> list[str]:
+    """The constant's comment; ``pairs``: the pairs its values come from, when fewer than the sweep's
+    (values left out as not finite): below CALIBRATED_MIN_PAIRS the constant is provisional."""
+    lines = [what, origin]
+    if s is not None:
+        lines.append(f"n {s['n']}: min {s['min']:.6g}, p1 {s['p1']:.6g}, median {s['median']:.6g}, max {s['max']:.6g}")
+    if extra:
+        lines.append(extra)
+    if pairs is not None and pairs < CALIBRATED_MIN_PAIRS and status == "calibrated":
+        lines.append(f"provisional: from {pairs} pairs, fewer than the {CALIBRATED_MIN_PAIRS} a calibration needs")
+    else:
+        lines.append(status)
+    return lines
+
+
+def _noop_constants(p: str, zero: pd.DataFrame, noop: pd.DataFrame, note: Callable[..., list[str]]) -> dict:
+    """The bounds of the runs that must not change the output: threshold 0, the proxy computing every step, and
+    vanilla runs before and after TeaCache runs."""
+    out: dict[str, tuple] = {}
     if not zero.empty:
         exact = bool((zero["max_abs"] == 0).all())
         out[f"{p}_NOOP_THRESHOLD0"] = (
@@ -138,42 +166,48 @@ def derive(sweep_dir: Path, threshold: float | None = None, provisional: bool = 
         out[f"{p}_PROXY_NOOP_MIN_COSINE"] = (
             bound,
             note(
-                "proxy active, every step computed (uncompiled path), final latents cosine against vanilla", s, margin
+                "proxy active, every step computed (uncompiled path), final latents cosine against vanilla", s, MARGIN
             ),
         )
         bound, s = upper_bound(noop["max_abs"])
         out[f"{p}_PROXY_NOOP_MAX_ABS"] = (
             bound,
             note(
-                "proxy active, every step computed (uncompiled path), final latents max-abs against vanilla", s, margin
+                "proxy active, every step computed (uncompiled path), final latents max-abs against vanilla", s, MARGIN
             ),
         )
     out[f"{p}_RESTORE"] = (
         "bit-exact" if bool(noop["vanilla_repeats_equal"].all()) else "differs",
         note("vanilla runs before and after TeaCache runs in one process: every repeat equal", None),
     )
+    return out
+
+
+def _quality_constants(p: str, at: pd.DataFrame, threshold: float, steps, note: Callable[..., list[str]]) -> dict:
+    """The bounds of deliberately approximate output at ``threshold``: SSIM and PSNR floors and the skip band."""
+    out: dict[str, tuple] = {}
     finite_ssim = at["ssim"].dropna()
     if not finite_ssim.empty:
         bound, s = lower_bound(finite_ssim)
         pairs = int(at.loc[finite_ssim.index, "pair_id"].nunique())
         out[f"{p}_SSIM_FLOOR"] = (
             bound,
-            note(f"SSIM of decoded images against vanilla at threshold {threshold:g}", s, margin, pairs),
+            note(f"SSIM of decoded images against vanilla at threshold {threshold:g}", s, MARGIN, pairs),
         )
     finite_psnr = at["psnr"].replace([np.inf], np.nan).dropna()
     if not finite_psnr.empty:
         bound, s = lower_bound(finite_psnr)
         pairs = int(at.loc[finite_psnr.index, "pair_id"].nunique())
         what = f"PSNR (dB) against vanilla at threshold {threshold:g}"
-        out[f"{p}_PSNR_FLOOR"] = (bound, note(what, s, margin, pairs))
+        out[f"{p}_PSNR_FLOOR"] = (bound, note(what, s, MARGIN, pairs))
     lo, s_lo = lower_bound(at["skipped"])
     hi, _ = upper_bound(at["skipped"])
-    band = (max(0, math.floor(lo)), min(int(prov["steps"]), math.ceil(hi)))
+    band = (max(0, math.floor(lo)), min(int(steps), math.ceil(hi)))
     out[f"{p}_SKIP_BAND"] = (
         band,
-        note(f"steps skipped at threshold {threshold:g} (of {prov['steps']})", s_lo, margin + "; rounded outward"),
+        note(f"steps skipped at threshold {threshold:g} (of {steps})", s_lo, MARGIN + "; rounded outward"),
     )
-    return {"variant": variant, "hardware": _slug(prov), "status": status, "constants": out}
+    return out
 
 
 def _slug(prov: dict) -> str:

@@ -20,7 +20,7 @@ from calib.fit.errors import FitError
 from calib.fit.file import read_fit, rescale_from_fit
 from calib.run.arguments import shown
 from calib.traces import mlx_teacache
-from calib.traces.reader import split_signal
+from calib.traces.table_files import split_signal
 from teacache.coefficients import load_packaged, module_name
 from teacache.rescale import RescaleFunction
 

@@ -75,7 +75,9 @@ from calib.fit.selection import (  # noqa: F401
 )
 from calib.fit.summary import ceiling_line, print_summary  # noqa: F401  (re-exported: bench.campaign prints fits)
 from calib.run.arguments import CommandParser, check_out_dir, check_variant_name, path_argument
-from calib.traces.reader import TraceError, Traces, load_traces
+from calib.traces.errors import TraceError
+from calib.traces.reader import load_traces
+from calib.traces.runs import Traces
 from teacache.io import FORMAT_VERSION, atomic_path, write_json
 from teacache.provenance import collect
 from teacache.rescale import FORM_POLY_STEP, FORMS, RescaleFunction
@@ -127,6 +129,21 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--out", required=True, type=path_argument, metavar="DIR", help="folder for fit.json and the plots"
     )
+    _add_candidate_arguments(parser)
+    _add_trace_arguments(parser)
+    _add_selection_arguments(parser)
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.add_argument(
+        "--min-step",
+        type=int,
+        default=1,
+        help="fit on steps >= this (the gate's skip_first_n_steps: earlier steps are always computed)",
+    )
+    return parser
+
+
+def _add_candidate_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that narrow the candidates: one form, degree, mode, time or interaction degree; no splines."""
     parser.add_argument("--form", choices=FORMS, help="fit only this form")
     parser.add_argument(
         "--degree",
@@ -152,6 +169,10 @@ def setup_arg_parser() -> argparse.ArgumentParser:
         choices=INTERACTION_DEGREES,
         help="fit only this degree of the x*u interaction terms (0: none)",
     )
+
+
+def _add_trace_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that say which rows of the trace tables to fit and how long their runs were."""
     parser.add_argument("--branch", help="rows of this branch when the tables have a branch column (default: cond)")
     parser.add_argument("--variant", help="the variant the traces belong to (checked against the tables)")
     parser.add_argument(
@@ -159,6 +180,10 @@ def setup_arg_parser() -> argparse.ArgumentParser:
         type=int,
         help="schedule length of runs whose table has no num_steps column (default: max(step) + 1 per run)",
     )
+
+
+def _add_selection_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the choice among candidates: folds, coefficients to compare, criterion, safety, the SE rule."""
     parser.add_argument(
         "--folds",
         type=int,
@@ -201,14 +226,6 @@ def setup_arg_parser() -> argparse.ArgumentParser:
         help="standard error of the one-standard-error rule: of each candidate's difference from the best, paired "
         "over folds (default), or the best's own (what fits before mono+step used)",
     )
-    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    parser.add_argument(
-        "--min-step",
-        type=int,
-        default=1,
-        help="fit on steps >= this (the gate's skip_first_n_steps: earlier steps are always computed)",
-    )
-    return parser
 
 
 RECORDED_OPTIONS = (

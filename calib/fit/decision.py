@@ -36,19 +36,17 @@ Pure numpy/pandas: no MLX, no mflux.
 
 from __future__ import annotations
 
-import io
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from calib.fit.candidates import FittedModel
-from calib.fit.files import PLOT_FILES
+from calib.fit.decision_oracle import oracle_per_run, pooled_oracle, pooled_sum, schedule_costs, skippable
+from calib.fit.decision_runs import RunTable, pack_runs
 from calib.fit.selection import group_folds, time_input
-from calib.traces.tables import run_key_columns
 from teacache.gate import GateConfig
 from teacache.gate_batch import rescaled_increments, skip_masks
 from teacache.rescale import RescaleFunction
@@ -56,217 +54,8 @@ from teacache.rescale import RescaleFunction
 if TYPE_CHECKING:
     from calib.fit.candidates import CandidateSpec
 
-CHANGE_RESIDUAL = "residual"
-CHANGE_OUTPUT = "output"
-_CHANGE_COLUMNS = {CHANGE_RESIDUAL: ("residual_rel_l1", "residual_norm"), CHANGE_OUTPUT: ("y_rel_l1", "y_norm")}
 CRITERION = "decision_excess"
 DEFAULT_THRESHOLDS = 200
-PLOT_FILE = PLOT_FILES["decision"]
-
-
-@dataclass(frozen=True)
-class RunTable:
-    """Recorded runs as dense arrays ``[runs, steps]``, placed by their step column."""
-
-    keys: list[tuple]  # run key per run (calib.traces.tables.run_key_columns)
-    prompt_ids: np.ndarray  # [runs]
-    x: np.ndarray  # the gate's signal; NaN where there is none (step 0 always: no anchor at run time)
-    change: np.ndarray  # a_j: absolute change of the reused tensor at step j (0 where unknown)
-    norm: np.ndarray  # size of the reused tensor at each step (1.0 when the table has no norms)
-    sigma: np.ndarray | None
-    num_steps: np.ndarray  # [runs]
-    change_kind: str  # CHANGE_RESIDUAL or CHANGE_OUTPUT
-    norm_column: str | None  # the norm column used, None when there was none
-
-    @property
-    def n_runs(self) -> int:
-        return len(self.keys)
-
-    def prefix(self) -> np.ndarray:
-        """``[runs, steps + 1]``: cumulative change, so a stretch a..b costs (P[b+1] - P[a]) / norm[a-1]."""
-        return np.concatenate([np.zeros((self.n_runs, 1)), np.cumsum(self.change, axis=1)], axis=1)
-
-    def subset(self, runs: np.ndarray) -> RunTable:
-        return RunTable(
-            keys=[self.keys[i] for i in np.arange(self.n_runs)[runs]],
-            prompt_ids=self.prompt_ids[runs],
-            x=self.x[runs],
-            change=self.change[runs],
-            norm=self.norm[runs],
-            sigma=None if self.sigma is None else self.sigma[runs],
-            num_steps=self.num_steps[runs],
-            change_kind=self.change_kind,
-            norm_column=self.norm_column,
-        )
-
-
-def pack_runs(frame: pd.DataFrame, change: str | None = None) -> tuple[RunTable, np.ndarray]:
-    """Dense per-run arrays from a validated trace frame, and the run index of every frame row.
-
-    ``change``: CHANGE_RESIDUAL, CHANGE_OUTPUT or None (residual when the table records it on every row).
-    num_steps comes from its column, else max(step) + 1 per run.
-    """
-    kind = change or (CHANGE_RESIDUAL if _usable(frame, "residual_rel_l1") else CHANGE_OUTPUT)
-    if kind not in _CHANGE_COLUMNS:
-        raise ValueError(f"change: expected {CHANGE_RESIDUAL!r} or {CHANGE_OUTPUT!r}, got {change!r}")
-    rel_column, norm_column = _CHANGE_COLUMNS[kind]
-    if not _usable(frame, rel_column):
-        raise ValueError(f"change {kind!r}: needs column {rel_column!r} with finite values >= 0 on every row")
-    key = run_key_columns(frame)
-    run_of_row = frame.groupby(key, sort=False, dropna=False).ngroup().to_numpy()
-    n_runs = int(run_of_row.max()) + 1 if len(frame) else 0
-    first_row = np.unique(run_of_row, return_index=True)[1]
-    keys = [tuple(row) for row in frame[key].iloc[first_row].itertuples(index=False)]
-    steps = frame["step"].to_numpy(dtype=np.int64)
-    if n_runs == 0 or steps.min() < 0:
-        raise ValueError("frame: expected rows with steps >= 0")
-    counts = "num_steps" in frame.columns
-    num_steps = np.zeros(n_runs, dtype=np.int64)
-    np.maximum.at(num_steps, run_of_row, frame["num_steps"].to_numpy(dtype=np.int64) if counts else steps + 1)
-    width = int(max(num_steps.max(), steps.max() + 1))
-    if np.unique(run_of_row * width + steps).size != len(frame):
-        raise ValueError(f"frame: two rows share a step within one run (run key: {'+'.join(key)})")
-
-    def dense(values: np.ndarray, fill: float) -> np.ndarray:
-        out = np.full((n_runs, width), fill)
-        out[run_of_row, steps] = values
-        return out
-
-    x = dense(frame["x_rel_l1"].to_numpy(dtype=float), np.nan)
-    x[:, 0] = np.nan  # no cached residual before step 0: the gate always computes it
-    rel = dense(frame[rel_column].to_numpy(dtype=float), np.nan)
-    use_norms = _usable(frame, norm_column) and bool(np.all(frame[norm_column].to_numpy(dtype=float) > 0))
-    if use_norms:
-        norm = _fill_along_steps(dense(frame[norm_column].to_numpy(dtype=float), np.nan))
-    else:
-        norm = np.ones((n_runs, width))
-    previous = np.concatenate([norm[:, :1], norm[:, :-1]], axis=1)
-    change_values = np.where(np.isfinite(rel), rel * previous, 0.0)
-    sigma = dense(frame["sigma"].to_numpy(dtype=float), np.nan) if "sigma" in frame.columns else None
-    prompt_ids = frame["prompt_id"].astype(str).to_numpy()[first_row]
-    table = RunTable(
-        keys=keys,
-        prompt_ids=prompt_ids,
-        x=x,
-        change=change_values,
-        norm=norm,
-        sigma=sigma,
-        num_steps=num_steps,
-        change_kind=kind,
-        norm_column=norm_column if use_norms else None,
-    )
-    return table, run_of_row
-
-
-def _usable(frame: pd.DataFrame, column: str) -> bool:
-    if column not in frame.columns:
-        return False
-    values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
-    return bool(np.all(np.isfinite(values) & (values >= 0)))
-
-
-def _fill_along_steps(values: np.ndarray) -> np.ndarray:
-    """Missing entries take the next recorded value of their run, else the previous one."""
-    filled = pd.DataFrame(values).T.bfill().ffill().T.to_numpy()
-    return np.where(np.isfinite(filled), filled, 1.0)
-
-
-# ------------------------------------------------------------------------------------- schedule costs
-
-
-def skippable(table: RunTable, skip_first_n_steps: int, skip_last_n_steps: int) -> np.ndarray:
-    """bool ``[runs, steps]``: steps any schedule under these rules may skip (forced ones excluded)."""
-    steps = np.arange(table.x.shape[1])
-    active = (steps >= max(skip_first_n_steps, 1)) & (steps < table.num_steps[:, None] - skip_last_n_steps)
-    return active & np.isfinite(table.x)
-
-
-def schedule_costs(masks: np.ndarray, table: RunTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(skipped, uncomputed, worst), each ``[..., runs]``, for bool masks ``[..., runs, steps]``."""
-    masks = np.asarray(masks, dtype=bool)
-    if masks.shape[-2:] != table.x.shape:
-        raise ValueError(f"masks: expected trailing shape {table.x.shape} (runs, steps), got {masks.shape}")
-    if masks[..., 0].any():
-        raise ValueError("masks: step 0 is skipped somewhere; nothing is cached before step 0")
-    n_runs, width = table.x.shape
-    index = np.arange(width)
-    cached = np.maximum.accumulate(np.where(masks, -1, index), axis=-1)  # last computed step
-    ends = masks & ~np.concatenate([masks[..., 1:], np.zeros_like(masks[..., :1])], axis=-1)
-    prefix = table.prefix()
-    row = np.arange(n_runs)[:, None]
-    start = prefix.ravel()[row * (width + 1) + cached + 1]  # P[c + 1], per run
-    with np.errstate(invalid="ignore", divide="ignore"):
-        totals = (prefix[:, 1:] - start) / table.norm.ravel()[row * width + cached]  # stretch value at its end
-    totals = np.where(ends, totals, 0.0)
-    uncomputed = np.cumsum(totals, axis=-1)[..., -1]  # sequential: the oracle adds in the same order
-    worst = totals.max(axis=-1)
-    return np.count_nonzero(masks, axis=-1), uncomputed, worst
-
-
-# ---------------------------------------------------------------------------------------------- oracle
-
-
-def oracle_per_run(
-    table: RunTable, skip_first_n_steps: int, skip_last_n_steps: int, max_consecutive_skips: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """(least uncomputed, least worst) over all schedules with k skips, ``[runs, steps + 1]`` (inf: none).
-
-    Dynamic programming over positions: from a state "steps < p decided, step p-1 computed" either
-    compute step p or skip a stretch p..p+L-1 (L <= the cap, all skippable) and compute the step after it.
-    """
-    allowed = skippable(table, skip_first_n_steps, skip_last_n_steps)
-    prefix = table.prefix()
-    return (
-        _oracle(allowed, prefix, table.norm, max_consecutive_skips, np.add),
-        _oracle(allowed, prefix, table.norm, max_consecutive_skips, np.maximum),
-    )
-
-
-def _oracle(allowed, prefix, norm, cap: int, combine: Callable) -> np.ndarray:
-    n_runs, width = allowed.shape
-    best = np.full((width + 1, n_runs, width + 1), np.inf)  # [decided steps, run, skips]
-    best[0, :, 0] = 0.0
-    for p in range(width):
-        np.minimum(best[p + 1], best[p], out=best[p + 1])  # compute step p
-        if p == 0:
-            continue
-        ok = np.ones(n_runs, dtype=bool)
-        for length in range(1, cap + 1):
-            end = p + length - 1
-            if end >= width:
-                break
-            ok &= allowed[:, end]
-            if not ok.any():
-                break
-            with np.errstate(invalid="ignore", divide="ignore"):
-                cost = np.where(ok, (prefix[:, end + 1] - prefix[:, p]) / norm[:, p - 1], np.inf)
-            target = best[min(end + 2, width)]  # the step after the stretch is computed
-            np.minimum(
-                target[:, length:], combine(best[p][:, : width + 1 - length], cost[:, None]), out=target[:, length:]
-            )
-    return best[width]
-
-
-def pooled_oracle(per_run: np.ndarray) -> np.ndarray:
-    """Least total over runs for every total number of skips (min-plus convolution, in run order)."""
-    if per_run.shape[0] == 0:
-        return np.zeros(1)
-    total = per_run[0].copy()
-    for row in per_run[1:]:
-        merged = np.full(total.size + row.size - 1, np.inf)
-        for k in np.flatnonzero(np.isfinite(row)):
-            np.minimum(merged[k : k + total.size], total + row[k], out=merged[k : k + total.size])
-        total = merged
-    finite = np.flatnonzero(np.isfinite(total))
-    return total[: finite[-1] + 1] if finite.size else total[:1]
-
-
-def pooled_sum(values: np.ndarray) -> np.ndarray:
-    """Sum over the last (runs) axis, sequentially in run order, as :func:`pooled_oracle` adds."""
-    return np.cumsum(values, axis=-1)[..., -1] if values.shape[-1] else np.zeros(values.shape[:-1])
-
-
-# --------------------------------------------------------------------------------------------- scoring
 
 
 def threshold_grid(increment: np.ndarray, max_consecutive_skips: int, n: int = DEFAULT_THRESHOLDS) -> np.ndarray:
@@ -481,7 +270,7 @@ def decision_scores(
     )
 
 
-# ------------------------------------------------------------------------------------------------ plot
+# ---------------------------------------------------------------------------------------------- summary
 
 
 def decision_summary(result: dict) -> dict:
@@ -490,69 +279,3 @@ def decision_summary(result: dict) -> dict:
     summary = {k: v for k, v in result.items() if k not in ("candidates", "oracle")}
     summary["candidates"] = [{k: c[k] for k in keep} for c in result["candidates"]]
     return summary
-
-
-def plot_decision_curves(
-    result: dict, labels: Sequence[str] | None = None, max_curves: int = 6, selected: str | None = None
-) -> bytes:
-    """PNG bytes of :func:`decision_figure`, rendered in memory so the caller writes it atomically."""
-    fig = decision_figure(result, labels, max_curves, selected)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
-
-
-def decision_figure(
-    result: dict, labels: Sequence[str] | None = None, max_curves: int = 6, selected: str | None = None
-):
-    """Uncomputed and worst-stretch change against skipped steps, candidates and the oracle.
-
-    Shows ``labels`` (default: the ``max_curves`` best by decision_excess) and the oracle. Both axes are
-    per run (totals divided by the number of runs); the shaded band is the range the scores are taken
-    over. ``selected``: what the fit selected (by its criterion); the candidate of least excess is marked as
-    such, since the two differ when the fit selects by cv R^2.
-    """
-    # heavy (matplotlib): loaded after the arguments are checked
-    from matplotlib.figure import Figure
-
-    n_runs = max(int(result["n_runs"]), 1)
-    n_skippable = max(int(result["n_skippable"]), 1)
-    candidates = result["candidates"]
-    if labels is None:
-        ranked = sorted(candidates, key=lambda c: math.inf if c["decision_excess"] is None else c["decision_excess"])
-        labels = [c["label"] for c in ranked[:max_curves]]
-    shown = [c for c in candidates if c["label"] in labels]
-    chosen = selected or result.get("selected") or "none"
-    fig = Figure(figsize=(12, 5.2), dpi=100, layout="constrained")
-    axes = fig.subplots(1, 2)
-    lo, hi = result["skipped_range"]
-    for ax, key, score, title, ylabel in (
-        (axes[0], "uncomputed", "decision_excess", "sum over skipped stretches", "uncomputed change per run"),
-        (axes[1], "worst", "decision_excess_worst", "largest single stretch", "largest stretch per run"),
-    ):
-        oracle = np.array([np.nan if v is None else v for v in result["oracle"][key]])
-        ks = np.arange(oracle.size)
-        ax.plot(ks / n_skippable, oracle / n_runs, color="black", lw=2.5, label="oracle (knows the change)")
-        for c in shown:
-            order = np.argsort(c["thresholds"], kind="stable")
-            skipped = np.asarray(c["skipped"])[order] / n_skippable
-            cost = np.asarray(c[key])[order] / n_runs
-            value = c[score]
-            text = "n/a" if value is None else f"{value:.3f}"
-            marks = [m for m, on in (("selected", c["label"] == chosen), ("least excess", c.get("selected"))) if on]
-            mark = f"  ({', '.join(marks)})" if marks else ""
-            ax.plot(skipped, cost, lw=1.8 if mark else 1.0, label=f"{c['label']}: excess {text}{mark}")
-        if hi > lo:
-            ax.axvspan(lo / n_skippable, hi / n_skippable, color="tab:orange", alpha=0.07, label="scored range")
-        ax.set_xlabel("skipped steps (fraction of the steps any schedule may skip)")
-        ax.set_ylabel(f"{ylabel} ({result['change']} change)")
-        ax.set_title(title, fontsize=9)
-        ax.legend(fontsize=7, loc="upper left")
-    least = result.get("selected") or "none"
-    pick = f"fit selected {chosen}, least excess {least}" if chosen != least else f"selected {least} (least excess)"
-    fig.suptitle(
-        f"decision score on held-out prompts ({result['n_folds']} folds, {result['n_runs']} runs; "
-        f"excess = area above the oracle / oracle area): {pick}",
-        fontsize=10,
-    )
-    return fig

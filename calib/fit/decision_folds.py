@@ -22,7 +22,8 @@ import numpy as np
 import pandas as pd
 
 from calib.fit.candidates import CandidateSpec
-from calib.fit.decision import CRITERION, decision_scores, decision_summary, plot_decision_curves
+from calib.fit.decision import CRITERION, decision_scores, decision_summary
+from calib.fit.decision_plot import plot_decision_curves
 from calib.fit.errors import FitError
 from calib.fit.selection import group_folds, is_safe
 from teacache.gate import GateConfig

@@ -13,7 +13,7 @@ from pathlib import Path
 from calib.fit.candidates import CandidateSpec
 from calib.fit.errors import FitError
 from calib.run.fingerprint import close
-from calib.traces.reader import Traces, run_key_columns
+from calib.traces.runs import Traces, run_key_columns
 from teacache.io import FORMAT_VERSION
 from teacache.rescale import Region, RescaleFunction
 

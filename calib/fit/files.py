@@ -13,7 +13,7 @@ PLOT_FILES = {
     "scatter": "fit_scatter.png",
     "residuals": "fit_residuals.png",
     "cv": "fit_cv.png",
-    "decision": "fit_decision.png",  # drawn by calib.fit.decision.plot_decision_curves from the decision result
+    "decision": "fit_decision.png",  # drawn by calib.fit.decision_plot.plot_decision_curves from the decision result
 }
 
 

@@ -27,7 +27,8 @@ from calib.fit.candidates import MODE_MONOTONE, candidate_specs
 from calib.fit.decision import decision_scores
 from calib.fit.errors import FitError
 from calib.fit.selection import fit_frame, group_folds, is_safe, select
-from calib.traces.reader import TraceError, load_traces
+from calib.traces.errors import TraceError
+from calib.traces.reader import load_traces
 from teacache.io import write_text
 from teacache.rescale import REGION_BINS, Region
 

@@ -19,7 +19,7 @@ import pandas as pd
 from calib.fit import safety
 from calib.fit.candidates import TIME_COLUMN, CandidateSpec, FittedModel, design_matrix, fit_params
 from calib.fit.errors import FitError
-from calib.traces.reader import step_fraction
+from calib.traces.runs import step_fraction
 from calib.traces.tables import finite_or_none
 from teacache.rescale import FORM_MONO_STEP, FORM_POLY_SIGMA, FORM_POLY_STEP, RescaleFunction
 

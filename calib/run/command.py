@@ -6,7 +6,7 @@ import sys
 from collections.abc import Callable
 from typing import TypeVar
 
-from calib.run import arguments, shard
+from calib.run import arguments, ranks, shard
 from calib.run.folder_lock import FolderLocked
 from calib.run.interrupts import Interrupted
 
@@ -18,7 +18,7 @@ def run_guarded(prog: str, action: Callable[[], T]) -> tuple[int, T | None]:
     1 when ranks left pairs undone (mlx.launch itself exits 0 whatever a rank did)."""
     try:
         return 0, action()
-    except (ValueError, FolderLocked, shard.ShardError) as exc:
+    except (ValueError, FolderLocked, ranks.ShardError) as exc:
         return arguments.fail(prog, str(exc)), None
     except Interrupted as exc:
         print(f"{prog}: {exc}", file=sys.stderr)

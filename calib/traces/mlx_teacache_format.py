@@ -17,7 +17,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from calib.traces.reader import TraceError, load_traces, run_key_columns
+from calib.traces.errors import TraceError
+from calib.traces.reader import load_traces
+from calib.traces.runs import run_key_columns
 from teacache.io import file_sha256
 
 DEGREES = 4  # mlx-teacache's poly_eval unpacks exactly five coefficients (c4..c0)

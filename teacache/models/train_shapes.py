@@ -34,7 +34,7 @@ from mflux.models.common.config.model_config import ModelConfig
 from mlx import nn
 
 from teacache.io import FORMAT_VERSION, atomic_path, write_json, write_text
-from teacache.models import shapes
+from teacache.models import shapes, shapes_data
 from teacache.models.training import argument_error, learning_rate, plot_loss, run_steps, save_weights, training_record
 from teacache.templating import template_environment
 
@@ -67,15 +67,15 @@ class BatchMaker:
     def __init__(self, rng: np.random.Generator, prompt_dropout: float) -> None:
         self.rng = rng
         self.prompt_dropout = prompt_dropout
-        self.specs = shapes.split_specs("train")
-        self.tokens = np.stack([shapes.tokenize(s.prompt) for s in self.specs])
+        self.specs = shapes_data.split_specs("train")
+        self.tokens = np.stack([shapes_data.tokenize(s.prompt) for s in self.specs])
 
     def __call__(self, batch: int) -> tuple[np.ndarray, np.ndarray]:
         idx = self.rng.integers(len(self.specs), size=batch)
-        images = shapes.render_batch([self.specs[i] for i in idx], self.rng)
+        images = shapes_data.render_batch([self.specs[i] for i in idx], self.rng)
         tokens = self.tokens[idx].copy()
         tokens[self.rng.random(batch) < self.prompt_dropout] = 0  # all padding = the empty prompt
-        return shapes.patchify(images), tokens
+        return shapes_data.patchify(images), tokens
 
 
 def make_train_step(model: shapes.TinyShapesModel, optimizer: optim.Optimizer, args: argparse.Namespace):
@@ -125,7 +125,7 @@ def train(args: argparse.Namespace) -> tuple[shapes.TinyShapesModel, list[float]
     return model, losses, timing
 
 
-def plot_samples(images: list, specs: list[shapes.ShapeSpec], path: Path) -> None:
+def plot_samples(images: list, specs: list[shapes_data.ShapeSpec], path: Path) -> None:
     """A grid of generated images, each titled with its prompt's attributes."""
     # heavy (matplotlib): loaded only when this runs, and pyplot only after the Agg backend is chosen
     import matplotlib
@@ -196,17 +196,17 @@ def main(argv: list[str] | None = None) -> int:
     out: Path = args.out
 
     model, losses, timing = train(args)
-    weights = save_weights(model, out / WEIGHTS_NAME, shapes.MODEL_NAME, shapes.RECIPE_VERSION)
+    weights = save_weights(model, out / WEIGHTS_NAME, shapes_data.MODEL_NAME, shapes_data.RECIPE_VERSION)
     training = training_record(args, losses, timing, "teacache.models.train_shapes", argv,
                                prompt_dropout=args.prompt_dropout)  # fmt: skip
     print(f"final loss {training['final_loss']:.4f} (last {training['final_loss_window']} steps), "
           f"{timing['wall_time_s']:.1f} s")  # fmt: skip
     manifest = {
         "format_version": FORMAT_VERSION,
-        "name": shapes.MODEL_NAME,
+        "name": shapes_data.MODEL_NAME,
         "weights": weights,
         "architecture": shapes.ARCHITECTURE,
-        "data_recipe": shapes.recipe(),
+        "data_recipe": shapes_data.recipe(),
         "sampling": sampling_record(),
         "training": training,
         "evaluation": None,
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.samples > 0:
         pipeline = shapes.TinyShapesPipeline(model, manifest=manifest)
-        specs = shapes.evaluation_specs(args.samples)
+        specs = shapes_data.evaluation_specs(args.samples)
         images = [pipeline.generate_image(seed=i, prompt=spec.prompt).image for i, spec in enumerate(specs)]
         plot_samples(images, specs, out / "samples.png")
     card = write_model_card(out)

@@ -16,6 +16,7 @@ from bench.peer import arm as peer  # noqa: E402
 from bench.peer import gate as peer_gate  # noqa: E402
 from bench.sweep import baselines  # noqa: E402
 from bench.timing import fullsize as bench_fullsize  # noqa: E402
+from bench.timing import fullsize_tables  # noqa: E402
 from calib.run.generation import generate  # noqa: E402
 from teacache.gate import GateConfig  # noqa: E402
 from teacache.rescale import RescaleFunction  # noqa: E402
@@ -129,7 +130,7 @@ def test_fullsize_times_it_in_the_same_loop_and_says_where_it_cannot(tmp_path, t
             "--thresholds", "0.2", "--peer", "mlx-teacache", "--out", str(tmp_path)]  # fmt: skip
     assert bench_fullsize.main(argv) == 0
     summary = pd.read_csv(tmp_path / "summary.csv")
-    assert list(summary.columns) == list(bench_fullsize.SUMMARY_COLUMNS)
+    assert list(summary.columns) == list(fullsize_tables.SUMMARY_COLUMNS)
     flux = summary[summary["variant"] == "flux1-dev"].set_index("arm")
     assert list(flux.index) == ["proxy-all", "gate", "mlx-teacache-all", "mlx-teacache"]
     assert flux.loc["mlx-teacache-all", "skipped"] == 0 and flux.loc["mlx-teacache-all", "noop_exact"]

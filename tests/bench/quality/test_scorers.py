@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bench.quality import scorers
-from bench.sweep import command
+from bench.sweep import measure
 from teacache import variants
 from teacache.models import scenes_data
 
@@ -42,11 +42,11 @@ def test_the_scenes_scorer_reads_scene_captions(monkeypatch):
 
 
 def test_the_sweep_scores_only_variants_that_score_adherence():
-    assert command._adherence_fn("tiny-flux1") is None
+    assert measure._adherence_fn("tiny-flux1") is None
     shapes_variant = next(s.name for s in variants.all_specs() if s.builder and "shapes" in s.builder)
     image = np.full((32, 32, 3), 245, dtype=np.uint8)
     prompt = "a red circle on a white background at the center"
-    assert command._adherence_fn(shapes_variant)(image, prompt) == pytest.approx(1 / 3)  # the background only
+    assert measure._adherence_fn(shapes_variant)(image, prompt) == pytest.approx(1 / 3)  # the background only
 
 
 def test_a_variant_without_a_scorer_is_one_clear_error():

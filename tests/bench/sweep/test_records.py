@@ -86,7 +86,7 @@ def test_read_sweep_gives_every_table_of_a_folder(tmp_path):
 
 
 def test_a_damaged_pair_file_names_the_way_out(tmp_path):
-    from bench.sweep.command import read_part
+    from bench.sweep.parts import read_part
 
     path = tmp_path / "p-s0.runs.parquet"
     path.write_bytes(b"PAR1 truncated")

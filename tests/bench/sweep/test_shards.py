@@ -19,6 +19,7 @@ import calib.run.generation
 from bench.report import command as report_cmd
 from bench.sweep import command as sweep_cmd
 from bench.sweep import records
+from bench.sweep import settings as sweep_settings
 from tests import ROOT
 from tests.conftest import free_port_pair, patch_everywhere
 
@@ -86,19 +87,21 @@ def test_a_one_process_rerun_merges_what_the_ranks_saved_without_measuring_again
 
 def test_pairs_lacking_a_requested_threshold_are_not_done(tmp_path, prompts, one_process):
     run = sweep_cmd.sharded_run(
-        sweep_cmd.plan("tiny-flux1", "0,0.5", tmp_path / "x", prompts=str(prompts), seeds="0", steps=4, size="32x32"),
+        sweep_settings.plan(
+            "tiny-flux1", "0,0.5", tmp_path / "x", prompts=str(prompts), seeds="0", steps=4, size="32x32"
+        ),
         world=_one_rank(),
     )
     assert run.complete(one_process, "fox-s0")
-    wider = sweep_cmd.plan("tiny-flux1", "0,0.3,0.5", tmp_path / "x", prompts=str(prompts), seeds="0", steps=4)
+    wider = sweep_settings.plan("tiny-flux1", "0,0.3,0.5", tmp_path / "x", prompts=str(prompts), seeds="0", steps=4)
     assert not sweep_cmd.sharded_run(wider, world=_one_rank()).complete(one_process, "fox-s0")
 
 
 def _one_rank():
-    from calib.run import shard
+    from calib.run import ranks
 
-    peer = shard.Peer(rank=0, host="h", device="cpu", gpu=None, cores=None, hardware="cpu-test")
-    return shard.World(rank=0, size=1, backend="none", peers=(peer,))
+    peer = ranks.Peer(rank=0, host="h", device="cpu", gpu=None, cores=None, hardware="cpu-test")
+    return ranks.World(rank=0, size=1, backend="none", peers=(peer,))
 
 
 def test_a_shard_folder_made_with_other_settings_is_refused_before_the_model_loads(

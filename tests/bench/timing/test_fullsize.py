@@ -14,6 +14,7 @@ from mlx.utils import tree_flatten
 
 import teacache  # noqa: F401  (first: OpenBLAS preload before MLX)
 from bench.timing import fullsize as bench_fullsize
+from bench.timing import fullsize_measure, fullsize_tables
 from teacache import variants
 from teacache.models import fullsize
 from teacache.rescale import RescaleFunction
@@ -193,10 +194,10 @@ def test_thresholds_are_chosen_by_replaying_the_signal():
         return sum(not d.compute for d in replay(GateConfig(threshold, identity), xs, num_steps=28))
 
     for target in (5, 10, 13):
-        threshold, predicted = bench_fullsize.choose_threshold(xs, 28, target, identity)
+        threshold, predicted = fullsize_measure.choose_threshold(xs, 28, target, identity)
         assert predicted == skipped(threshold) >= target
         assert skipped(threshold * 0.98) < target
-    assert bench_fullsize.choose_threshold([None, 0.0, 0.0], 3, 1, identity) == (1.0, 0)
+    assert fullsize_measure.choose_threshold([None, 0.0, 0.0], 3, 1, identity) == (1.0, 0)
 
 
 def _runs(model: str, speedup: float, tag: str = "", quantize=None, vanilla=(1.0, 1.1, 0.9)) -> list[dict]:
@@ -224,10 +225,10 @@ def test_the_summary_is_derived_from_runs_csv_at_full_precision(tmp_path):
     import pandas as pd
 
     rows = _runs("random-a", 2.0, vanilla=(1.0 / 3, 0.1 + 0.2, 2**-30))
-    summary = bench_fullsize.write_outputs(tmp_path, rows, {"a": {"model": "random-a"}})
-    runs = bench_fullsize.read_csv(tmp_path / "runs.csv")
+    summary = fullsize_tables.write_outputs(tmp_path, rows, {"a": {"model": "random-a"}})
+    runs = fullsize_tables.read_csv(tmp_path / "runs.csv")
     assert list(runs["loop_s"]) == [r["loop_s"] for r in rows]  # every digit kept
-    rebuilt = bench_fullsize.summarize(runs).to_csv(index=False, float_format="%.6g")
+    rebuilt = fullsize_tables.summarize(runs).to_csv(index=False, float_format="%.6g")
     assert rebuilt == (tmp_path / "summary.csv").read_text()  # summary.csv rebuilds from runs.csv alone
     assert list(summary["arm"]) == ["proxy-all", "gate"] and list(summary["repeats"]) == [3, 3]
     proxy, gate = summary.to_dict("records")
@@ -235,7 +236,7 @@ def test_the_summary_is_derived_from_runs_csv_at_full_precision(tmp_path):
     assert math.isclose(proxy["proxy_overhead_pct"], 5.0) and math.isclose(gate["speedup"], 2.0)
     assert math.isclose(gate["ideal"], 2.0) and gate["peak_memory_gib"] == 3.0 and gate["max_abs_diff"] == 0.5
     written = pd.read_csv(tmp_path / "summary.csv")
-    assert list(written.columns) == list(bench_fullsize.SUMMARY_COLUMNS) and len(written) == 2
+    assert list(written.columns) == list(fullsize_tables.SUMMARY_COLUMNS) and len(written) == 2
 
 
 def test_outputs_merge_by_configuration(tmp_path):
@@ -243,11 +244,11 @@ def test_outputs_merge_by_configuration(tmp_path):
     the summary is rebuilt; another tag or quantization is kept beside it."""
     import pandas as pd
 
-    bench_fullsize.write_outputs(tmp_path, _runs("random-a", 2.0), {"a": {"model": "random-a"}})
-    bench_fullsize.write_outputs(tmp_path, _runs("random-a", 1.0, quantize=4), {"a4": {"model": "random-a"}})
-    bench_fullsize.write_outputs(tmp_path, _runs("random-a", 1.1, tag="before"), {"a-before": {}})
-    bench_fullsize.write_outputs(tmp_path, _runs("random-a", 1.9), {"a": {"model": "random-a"}})
-    bench_fullsize.write_outputs(tmp_path, _runs("random-a", 0.8, quantize=4), {"a4": {"model": "random-a"}})
+    fullsize_tables.write_outputs(tmp_path, _runs("random-a", 2.0), {"a": {"model": "random-a"}})
+    fullsize_tables.write_outputs(tmp_path, _runs("random-a", 1.0, quantize=4), {"a4": {"model": "random-a"}})
+    fullsize_tables.write_outputs(tmp_path, _runs("random-a", 1.1, tag="before"), {"a-before": {}})
+    fullsize_tables.write_outputs(tmp_path, _runs("random-a", 1.9), {"a": {"model": "random-a"}})
+    fullsize_tables.write_outputs(tmp_path, _runs("random-a", 0.8, quantize=4), {"a4": {"model": "random-a"}})
     summary = pd.read_csv(tmp_path / "summary.csv", keep_default_na=False, na_values=[""])
     assert sorted(summary.loc[summary["arm"] == "gate", "speedup"]) == pytest.approx([0.8, 1.1, 1.9])
     assert len(pd.read_csv(tmp_path / "runs.csv")) == 3 * 9
@@ -257,11 +258,11 @@ def test_outputs_merge_by_configuration(tmp_path):
 def test_configurations_measured_before_runs_csv_held_every_field_keep_their_summary_rows(tmp_path):
     import pandas as pd
 
-    old_runs = pd.DataFrame(_runs("random-old", 1.5)).reindex(columns=bench_fullsize.RUN_COLUMNS[:13])
+    old_runs = pd.DataFrame(_runs("random-old", 1.5)).reindex(columns=fullsize_tables.RUN_COLUMNS[:13])
     old_runs.to_csv(tmp_path / "runs.csv", index=False)
     old_summary = "model,quantize,resolution,steps,tag,arm,speedup\nrandom-old,,64x64,4,,gate,1.234\n"
     (tmp_path / "summary.csv").write_text(old_summary)
-    bench_fullsize.write_outputs(tmp_path, _runs("random-new", 2.0), {"new": {}})
+    fullsize_tables.write_outputs(tmp_path, _runs("random-new", 2.0), {"new": {}})
     summary = pd.read_csv(tmp_path / "summary.csv")
     assert list(summary["model"]) == ["random-old", "random-new", "random-new"]
     assert summary["speedup"].iloc[0] == 1.234  # as it was written, not re-derived from the old runs
@@ -290,7 +291,7 @@ def test_the_campaign_runs_end_to_end_at_full_width_with_one_block(tmp_path):
     argv = ["--models", "random-qwen-image", "--blocks", "1", "--size", "32", "--steps", "3", "--repeats", "1"]
     assert bench_fullsize.main([*argv, "--skip-fractions", "0.3", "--fast-path", "--out", str(tmp_path)]) == 0
     summary = pd.read_csv(tmp_path / "summary.csv")
-    assert list(summary.columns) == list(bench_fullsize.SUMMARY_COLUMNS)
+    assert list(summary.columns) == list(fullsize_tables.SUMMARY_COLUMNS)
     assert list(summary["arm"]) == ["proxy-all", "fast-path", "gate"]
     assert summary["model"].iloc[0] == "random-qwen-image[blocks=1, NOT full size]" and not summary["full_size"].any()
     assert summary.set_index("arm").loc[["proxy-all", "fast-path"], "noop_exact"].all()

@@ -12,21 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from calib.fit.command import CandidateSpec, fit_frame, group_folds
-from calib.fit.decision import (
-    CHANGE_OUTPUT,
-    CHANGE_RESIDUAL,
-    RunTable,
-    decision_scores,
-    decision_summary,
-    oracle_per_run,
-    pack_runs,
-    plot_decision_curves,
-    pooled_oracle,
-    pooled_sum,
-    schedule_costs,
-    score_rescales,
-    skippable,
-)
+from calib.fit.decision import decision_scores, decision_summary, score_rescales
+from calib.fit.decision_oracle import oracle_per_run, pooled_oracle, pooled_sum, schedule_costs, skippable
+from calib.fit.decision_plot import plot_decision_curves
+from calib.fit.decision_runs import CHANGE_OUTPUT, CHANGE_RESIDUAL, RunTable, pack_runs
 from teacache.gate_batch import longest_streaks
 from teacache.rescale import RescaleFunction
 

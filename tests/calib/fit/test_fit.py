@@ -22,7 +22,8 @@ from calib.fit.command import (
     rescale_from_fit,
 )
 from calib.fit.selection import paired_standard_error
-from calib.traces.tables import load_traces, step_fraction
+from calib.traces.reader import load_traces
+from calib.traces.runs import step_fraction
 from teacache.coefficients import _upstream, load_packaged, module_name
 from teacache.gate import GateConfig
 from teacache.rescale import FORM_POLY_SIGMA, FORM_POLY_STEP, RescaleFunction

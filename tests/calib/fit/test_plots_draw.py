@@ -22,7 +22,7 @@ def _candidate(label: str, excess: float, selected: bool) -> dict:
 
 
 def test_the_decision_plot_names_what_the_fit_selected_and_what_the_score_picks():
-    from calib.fit.decision import decision_figure
+    from calib.fit.decision_plot import decision_figure
 
     result = {"n_runs": 4, "n_skippable": 10, "skipped_range": [1, 5], "change": "output", "n_folds": 2,
               "oracle": {"uncomputed": [0.0, 0.05, 0.1, 0.15, 0.2], "worst": [0.0, 0.02, 0.04, 0.06, 0.08]},

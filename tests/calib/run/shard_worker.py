@@ -19,10 +19,10 @@ import sys
 import time
 from pathlib import Path
 
-from calib.run import shard
+from calib.run import ranks, shard, units
 from teacache.io import write_json, write_text
 
-LAYOUT = shard.UnitLayout("units", ".rows.json", noun="pairs", shared=("images/{key}-*.txt",))
+LAYOUT = units.UnitLayout("units", ".rows.json", noun="pairs", shared=("images/{key}-*.txt",))
 ARMS = ("vanilla", "t0.1", "t0.2")
 
 
@@ -30,7 +30,7 @@ def plan(prompts: int, seeds: int) -> list[str]:
     return [f"p{p}-s{s}" for p in range(prompts) for s in range(seeds)]
 
 
-def unit_rows(key: str, world: shard.World) -> list[dict]:
+def unit_rows(key: str, world: ranks.World) -> list[dict]:
     rows = []
     for arm in ARMS:
         value = int(hashlib.sha256(f"{key}/{arm}".encode()).hexdigest()[:8], 16) / 2**32
@@ -38,7 +38,7 @@ def unit_rows(key: str, world: shard.World) -> list[dict]:
     return rows
 
 
-def save_unit(folder: Path, out: Path, key: str, world: shard.World) -> None:
+def save_unit(folder: Path, out: Path, key: str, world: ranks.World) -> None:
     parts = folder / LAYOUT.subdir
     write_json(parts / f"{key}.extra.json", {"pair_id": key, "n": len(ARMS)})
     write_text(out / "images" / f"{key}-vanilla.txt", f"image of {key}\n")
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--unit-s", type=float, default=0.0)
     parser.add_argument("--apart", type=Path, default=None)
     args = parser.parse_args(argv)
-    world = shard.connect()
+    world = ranks.connect()
     out = args.apart if args.apart is not None and world.rank > 0 else args.out
     run = shard.ShardedRun(world, out, plan(args.prompts, args.seeds), LAYOUT, settings={"arms": ARMS})
     share = run.start()

@@ -1,4 +1,4 @@
-"""Sharding over mlx.launch ranks (calib.run.shard): shares, contention, verdicts, and two real ring ranks."""
+"""Sharding over mlx.launch ranks (calib.run.shard, ranks, units): shares, contention, verdicts, two real ring ranks."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from calib.run import shard
+from calib.run import ranks, shard, units
 from tests import ROOT
 from tests.calib.run import shard_worker
 from tests.conftest import free_port_pair
@@ -27,8 +27,8 @@ TIMING = ["wall_s", "rank", "contended"]  # what may differ between a sharded an
 @given(st.integers(0, 40), st.integers(1, 6))
 def test_shares_are_deterministic_disjoint_and_cover_the_plan(n_keys, size):
     keys = [f"p{i}-s0" for i in range(n_keys)]
-    shares = shard.assign(keys, size)
-    assert shares == shard.assign(list(keys), size)
+    shares = units.assign(keys, size)
+    assert shares == units.assign(list(keys), size)
     flat = [k for share in shares for k in share]
     assert sorted(flat) == sorted(keys) and len(flat) == len(set(flat))
     assert max(map(len, shares)) - min(map(len, shares)) <= 1
@@ -37,14 +37,14 @@ def test_shares_are_deterministic_disjoint_and_cover_the_plan(n_keys, size):
 
 
 def test_shares_round_robin_over_the_plan():
-    assert shard.assign(["a", "b", "c", "d", "e"], 2) == [["a", "c", "e"], ["b", "d"]]
+    assert units.assign(["a", "b", "c", "d", "e"], 2) == [["a", "c", "e"], ["b", "d"]]
 
 
 @given(st.lists(st.integers(0, 3), min_size=1, max_size=20), st.integers(1, 4))
 def test_a_started_unit_stays_with_its_rank(owners, size):
     keys = [f"k{i}" for i in range(len(owners))]
     sticky = {k: r for k, r in zip(keys, owners, strict=True) if r % 2 == 0}
-    shares = shard.assign(keys, size, sticky)
+    shares = units.assign(keys, size, sticky)
     for key, rank in sticky.items():
         if rank < size:
             assert key in shares[rank]
@@ -53,55 +53,55 @@ def test_a_started_unit_stays_with_its_rank(owners, size):
 
 def test_assign_refuses_no_ranks():
     with pytest.raises(ValueError, match="size"):
-        shard.assign(["a"], 0)
+        units.assign(["a"], 0)
 
 
 # ------------------------------------------------------------------------------------- contention
 
 
 def peer(rank, host="a", device="cpu", gpu=None, cores=(0, 1)):
-    return shard.Peer(rank=rank, host=host, device=device, gpu=gpu, cores=cores, hardware=f"{device}-x")
+    return ranks.Peer(rank=rank, host=host, device=device, gpu=gpu, cores=cores, hardware=f"{device}-x")
 
 
 def test_ranks_on_one_host_sharing_cores_are_contended():
-    assert shard.contention([peer(0), peer(1)]) == {0: (1,), 1: (0,)}
-    assert shard.contention([peer(0, cores=None), peer(1, cores=(1,))]) == {0: (1,), 1: (0,)}
+    assert ranks.contention([peer(0), peer(1)]) == {0: (1,), 1: (0,)}
+    assert ranks.contention([peer(0, cores=None), peer(1, cores=(1,))]) == {0: (1,), 1: (0,)}
 
 
 def test_ranks_with_their_own_cores_host_or_gpu_are_not_contended():
-    assert shard.contention([peer(0, cores=(0,)), peer(1, cores=(1,))]) == {0: (), 1: ()}
-    assert shard.contention([peer(0, host="a"), peer(1, host="b")]) == {0: (), 1: ()}
+    assert ranks.contention([peer(0, cores=(0,)), peer(1, cores=(1,))]) == {0: (), 1: ()}
+    assert ranks.contention([peer(0, host="a"), peer(1, host="b")]) == {0: (), 1: ()}
     cuda = [peer(0, device="cuda", gpu="0"), peer(1, device="cuda", gpu="1")]
-    assert shard.contention(cuda) == {0: (), 1: ()}
+    assert ranks.contention(cuda) == {0: (), 1: ()}
 
 
 def test_ranks_on_one_gpu_are_contended():
     cuda = [peer(0, device="cuda", gpu="0"), peer(1, device="cuda", gpu="0"), peer(2, device="cuda", gpu="1")]
-    assert shard.contention(cuda) == {0: (1,), 1: (0,), 2: ()}
+    assert ranks.contention(cuda) == {0: (1,), 1: (0,), 2: ()}
     metal = [peer(0, device="metal", gpu="0"), peer(1, device="metal", gpu="0")]
-    assert shard.contention(metal) == {0: (1,), 1: (0,)}
+    assert ranks.contention(metal) == {0: (1,), 1: (0,)}
 
 
 def test_world_flags_contention_in_rows_and_provenance():
-    world = shard.World(rank=1, size=2, backend="ring", peers=(peer(0), peer(1)))
+    world = ranks.World(rank=1, size=2, backend="ring", peers=(peer(0), peer(1)))
     assert world.row_fields() == {"rank": 1, "hardware": "cpu-x", "contended": True}
     provenance = world.provenance()
     assert [r["contended_with"] for r in provenance["ranks"]] == [[1], [0]]
     assert "a" not in json.dumps(provenance["ranks"][0]["host"])  # host index, never the host name
     assert "ranks 0, 1 share the CPU cores of host 0" in world.contention_message()
-    alone = shard.World(rank=0, size=2, backend="ring", peers=(peer(0, host="a"), peer(1, host="b")))
+    alone = ranks.World(rank=0, size=2, backend="ring", peers=(peer(0, host="a"), peer(1, host="b")))
     assert alone.contention_message() is None and alone.row_fields()["contended"] is False
 
 
 def test_speedups_of_different_hardware_are_never_pooled():
     rows = pd.DataFrame({"pair_id": ["a", "a", "b", "c"], "hardware": ["cpu-x", "cpu-x", "metal-m2", "cpu-x"]})
-    with pytest.raises(shard.MixedHardware, match=r"2 kinds of hardware \(cpu-x: 2, metal-m2: 1 pairs\)"):
-        shard.one_hardware(rows)
-    assert shard.one_hardware(rows[rows["hardware"] == "cpu-x"]) == "cpu-x"
-    assert shard.one_hardware(rows.drop(columns="hardware")) is None
-    mixed = shard.World(0, 2, "ring", (peer(0), peer(1, device="metal", gpu="0")))
+    with pytest.raises(ranks.MixedHardware, match=r"2 kinds of hardware \(cpu-x: 2, metal-m2: 1 pairs\)"):
+        ranks.one_hardware(rows)
+    assert ranks.one_hardware(rows[rows["hardware"] == "cpu-x"]) == "cpu-x"
+    assert ranks.one_hardware(rows.drop(columns="hardware")) is None
+    mixed = ranks.World(0, 2, "ring", (peer(0), peer(1, device="metal", gpu="0")))
     assert mixed.hardware_message().startswith("the ranks run on 2 kinds of hardware (cpu-x: rank(s) 0; metal-x")
-    assert shard.World(0, 2, "ring", (peer(0), peer(1))).hardware_message() is None
+    assert ranks.World(0, 2, "ring", (peer(0), peer(1))).hardware_message() is None
 
 
 # ----------------------------------------------------------------------------- folders and verdicts
@@ -109,7 +109,7 @@ def test_speedups_of_different_hardware_are_never_pooled():
 
 def test_layout_lists_a_units_files_marker_last(tmp_path):
     folder = tmp_path / "shards" / "rank-1"
-    shard_worker.save_unit(folder, tmp_path, "p1-s0", shard.World(1, 2, "ring", (peer(0), peer(1))))
+    shard_worker.save_unit(folder, tmp_path, "p1-s0", ranks.World(1, 2, "ring", (peer(0), peer(1))))
     (folder / "units" / "p1-s01.rows.json").write_bytes(b"")  # another unit whose name starts alike
     files = shard_worker.LAYOUT.files(tmp_path, folder, "p1-s0")
     assert files == [
@@ -136,7 +136,7 @@ def test_outcome_names_the_units_not_done_and_why():
 
 
 def _one_process_run(out: Path, **kw) -> shard.ShardedRun:
-    return shard.ShardedRun(shard.connect(hardware="cpu-test"), out, shard_worker.plan(3, 2), shard_worker.LAYOUT, **kw)
+    return shard.ShardedRun(ranks.connect(hardware="cpu-test"), out, shard_worker.plan(3, 2), shard_worker.LAYOUT, **kw)
 
 
 def test_one_process_writes_out_itself_and_resumes(tmp_path):
@@ -153,8 +153,8 @@ def test_one_process_writes_out_itself_and_resumes(tmp_path):
 
 
 def test_a_lost_shard_folder_is_redone_and_only_it(tmp_path):
-    world = shard.World(0, 2, "ring", (peer(0), peer(1)))
-    shares = shard.assign(shard_worker.plan(3, 2), 2)
+    world = ranks.World(0, 2, "ring", (peer(0), peer(1)))
+    shares = units.assign(shard_worker.plan(3, 2), 2)
     for rank, share in enumerate(shares):
         for key in share:
             shard_worker.save_unit(tmp_path / "shards" / f"rank-{rank}", tmp_path, key, world)
@@ -177,8 +177,8 @@ def test_a_partial_unit_is_not_done_until_complete(tmp_path):
 
 def test_a_launch_whose_backend_did_not_start_is_refused(monkeypatch):
     monkeypatch.setenv("MLX_RANK", "1")
-    with pytest.raises(shard.ShardError, match="rank 1.*one process"):
-        shard.connect(hardware="cpu-test")
+    with pytest.raises(ranks.ShardError, match="rank 1.*one process"):
+        ranks.connect(hardware="cpu-test")
 
 
 # ------------------------------------------------------------------------------- two ring ranks

@@ -16,7 +16,8 @@ from bench.sweep import replay as replay_cmd
 from calib.fit import command as fit_cmd
 from calib.fit.coefficient_sources import resolve_coefficients
 from calib.fit.errors import FitError
-from calib.traces.reader import TraceError, load_traces
+from calib.traces.errors import TraceError
+from calib.traces.reader import load_traces
 from teacache.gate import GateConfig, replay
 from teacache.rescale import RescaleFunction
 from tests.bench.compare.conftest import make_campaign

@@ -10,8 +10,9 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from bench.quality.adherence import score_adherence, summarize
-from teacache.models import shapes
-from teacache.models.shapes import ShapeSpec, WeightsError
+from teacache.models import shapes, shapes_data
+from teacache.models.shapes import WeightsError
+from teacache.models.shapes_data import ShapeSpec
 
 GENERATED_PROMPTS = 8
 
@@ -30,7 +31,7 @@ def test_weights_match_manifest():
     manifest = json.loads(shapes.DEFAULT_MANIFEST.read_text())
     assert shapes.sha256_file(shapes.DEFAULT_WEIGHTS) == manifest["weights"]["sha256"]
     assert shapes.DEFAULT_WEIGHTS.stat().st_size == manifest["weights"]["bytes"] <= 10 * 1024 * 1024
-    assert manifest["data_recipe"] == json.loads(json.dumps(shapes.recipe()))
+    assert manifest["data_recipe"] == json.loads(json.dumps(shapes_data.recipe()))
 
 
 def test_loaded_model_is_float32_flux2(pipe):
@@ -77,40 +78,40 @@ def test_wrong_tensors_are_named(tmp_path, damage):
 
 
 def test_parse_prompt_round_trip():
-    for spec in shapes.all_specs():
-        assert shapes.parse_prompt(spec.prompt) == spec
+    for spec in shapes_data.all_specs():
+        assert shapes_data.parse_prompt(spec.prompt) == spec
 
 
 def test_parse_prompt_names_unknown_word_and_vocabulary():
     with pytest.raises(ValueError, match="hexagon") as info:
-        shapes.parse_prompt("a red hexagon on a blue background at the left")
+        shapes_data.parse_prompt("a red hexagon on a blue background at the left")
     for word in ("circle", "ring", "purple", "center"):
         assert word in str(info.value)
     with pytest.raises(ValueError, match="background"):
-        shapes.parse_prompt("a red circle on a red background at the left")
+        shapes_data.parse_prompt("a red circle on a red background at the left")
 
 
 def test_tokenizer_pads_and_empty_prompt_is_all_padding():
-    ids = shapes.tokenize("a red circle on a blue background at the left")
-    assert ids.shape == (shapes.TEXT_LEN,) and ids.dtype == np.int32
+    ids = shapes_data.tokenize("a red circle on a blue background at the left")
+    assert ids.shape == (shapes_data.TEXT_LEN,) and ids.dtype == np.int32
     assert (ids[:10] > 0).all() and (ids[10:] == 0).all()
-    assert (shapes.tokenize("") == 0).all()
+    assert (shapes_data.tokenize("") == 0).all()
 
 
 def test_held_out_split_is_fixed_and_disjoint():
-    held = set(shapes.split_specs("held_out"))
-    train = set(shapes.split_specs("train"))
-    assert held and not held & train and len(held | train) == len(shapes.all_specs())
+    held = set(shapes_data.split_specs("held_out"))
+    train = set(shapes_data.split_specs("train"))
+    assert held and not held & train and len(held | train) == len(shapes_data.all_specs())
     rng = np.random.default_rng(0)
-    assert not set(shapes.sample_specs(rng, 500, "train")) & held
-    evaluation = shapes.evaluation_specs(64)
+    assert not set(shapes_data.sample_specs(rng, 500, "train")) & held
+    evaluation = shapes_data.evaluation_specs(64)
     assert len(set(evaluation)) == 64 and set(evaluation) <= held
 
 
 def test_render_is_reproducible_and_in_range():
     spec = ShapeSpec("red", "ring", "blue", "top")
-    a = shapes.render(spec, np.random.default_rng(1))
-    b = shapes.render(spec, np.random.default_rng(1))
+    a = shapes_data.render(spec, np.random.default_rng(1))
+    b = shapes_data.render(spec, np.random.default_rng(1))
     assert a.shape == (32, 32, 3) and np.array_equal(a, b)
     assert a.min() >= -1.0 and a.max() <= 1.0
 
@@ -118,18 +119,20 @@ def test_render_is_reproducible_and_in_range():
 def test_patchify_matches_mflux_packing():
     from mflux.models.flux2.latent_creator.flux2_latent_creator import Flux2LatentCreator
 
-    images = shapes.render_batch(shapes.sample_specs(np.random.default_rng(2), 3, "all"), np.random.default_rng(3))
-    ours = shapes.patchify(images)
+    images = shapes_data.render_batch(
+        shapes_data.sample_specs(np.random.default_rng(2), 3, "all"), np.random.default_rng(3)
+    )
+    ours = shapes_data.patchify(images)
     theirs = Flux2LatentCreator.pack_latents(
         Flux2LatentCreator.patchify_latents(mx.array(images).transpose(0, 3, 1, 2))
     )
     assert ours.shape == (3, 256, 12)
     np.testing.assert_array_equal(ours, np.array(theirs))
-    np.testing.assert_array_equal(shapes.unpatchify(ours), images)
+    np.testing.assert_array_equal(shapes_data.unpatchify(ours), images)
 
 
 def test_same_seed_same_latents(pipe, quiet_progress):
-    prompt = shapes.evaluation_specs(1)[0].prompt
+    prompt = shapes_data.evaluation_specs(1)[0].prompt
     first = pipe.generate_image(seed=5, prompt=prompt, num_inference_steps=4)
     second = pipe.generate_image(seed=5, prompt=prompt, num_inference_steps=4)
     assert first.latents.shape == (1, 256, 12)
@@ -175,8 +178,8 @@ def test_other_sizes_are_refused(pipe):
 
 def test_adherence_reads_rendered_images():
     rng = np.random.default_rng(11)
-    specs = shapes.sample_specs(rng, 400, "all")
-    images = shapes.render_batch(specs, rng)
+    specs = shapes_data.sample_specs(rng, 400, "all")
+    images = shapes_data.render_batch(specs, rng)
     summary = summarize(score_adherence(image, spec) for image, spec in zip(images, specs, strict=True))
     for attribute in ("color", "background", "position"):
         assert summary[attribute] >= 0.98, summary
@@ -185,17 +188,17 @@ def test_adherence_reads_rendered_images():
 
 def test_adherence_accepts_pil_uint8_and_prompts():
     spec = ShapeSpec("yellow", "triangle", "purple", "right")
-    image = shapes.render(spec, np.random.default_rng(4))
+    image = shapes_data.render(spec, np.random.default_rng(4))
     from PIL import Image
 
-    pil = Image.fromarray(shapes.to_uint8(image))
+    pil = Image.fromarray(shapes_data.to_uint8(image))
     assert score_adherence(pil, spec.prompt)["score"] == 1.0
-    assert score_adherence(shapes.to_uint8(image), spec)["score"] == 1.0
+    assert score_adherence(shapes_data.to_uint8(image), spec)["score"] == 1.0
 
 
 def test_adherence_fails_a_wrong_spec():
     spec = ShapeSpec("green", "circle", "white", "left")
-    image = shapes.render(spec, np.random.default_rng(5))
+    image = shapes_data.render(spec, np.random.default_rng(5))
     wrong = ShapeSpec("red", "square", "black", "right")
     result = score_adherence(image, wrong)
     assert result["score"] == 0.0
@@ -204,7 +207,7 @@ def test_adherence_fails_a_wrong_spec():
 
 
 def _followed(pipeline: shapes.TinyShapesPipeline, steps: int) -> int:
-    specs = shapes.evaluation_specs(GENERATED_PROMPTS)
+    specs = shapes_data.evaluation_specs(GENERATED_PROMPTS)
     outs = pipeline.generate_batch(list(range(len(specs))), [s.prompt for s in specs], num_inference_steps=steps)
     return sum(score_adherence(out.image, spec)["score"] == 1.0 for out, spec in zip(outs, specs, strict=True))
 
