@@ -214,11 +214,9 @@ class ShardedRun:
         state = world.all_sum(state)
         done = (state == 2).any(axis=0)
         todo = [k for k in self.plan if not done[index[k]]]
-        sticky = {}
-        for key in todo:
-            started = np.flatnonzero(state[:, index[key]] == 1)
-            if started.size:
-                sticky[key] = int(started[0])
+        started = state == 1
+        first = started.argmax(axis=0)  # the lowest rank that started each unit (one pass, not one per unit)
+        sticky = {key: int(first[index[key]]) for key in todo if started[first[index[key]], index[key]]}
         self.shares = assign(todo, world.size, sticky)
         if world.size > 1:
             self._previous_handler = signal.signal(signal.SIGTERM, _raise_stopped)
