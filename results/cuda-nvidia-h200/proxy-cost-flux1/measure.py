@@ -20,7 +20,7 @@ import warnings
 import teacache  # noqa: F401  (first)
 import mlx.core as mx
 
-from bench.timing import fullsize as fs
+from bench.timing import fullsize_measure as fs
 from calib.run.generation import generate
 from calib.run.interleave import interleave
 from teacache import apply_teacache, core
