@@ -199,9 +199,10 @@ class RescaleFunction:
     def _check_values(self) -> None:
         """Finite values where the gate evaluates it: finite coefficients can still overflow float64."""
         hi = self.x_range[1] if math.isfinite(self.x_range[1]) else max(2.0, self.x_range[0])  # rel-L1 is below 2
+        xs = np.repeat(np.linspace(self.x_range[0], hi, 5), 2)  # each x at u = 0 and u = 1, in one call
         with np.errstate(over="ignore", invalid="ignore"):
-            values = [self(x, u) for x in np.linspace(self.x_range[0], hi, 5) for u in (0.0, 1.0)]
-        if not all(math.isfinite(v) for v in values):
+            values = self(xs, np.tile([0.0, 1.0], 5))
+        if not np.all(np.isfinite(values)):
             raise ValueError(
                 f"coefficients: the rescale function overflows float64 on x {self.x_range[0]:g}..{hi:g}; expected "
                 f"coefficients of a rescale function, got {self.coefficients!r}"

@@ -116,7 +116,14 @@ class FittedModel:
         x = np.asarray(x, dtype=float)
         if spec.form == FORM_MONO_STEP:
             return cls._fit_spline(spec, x, y, u)
-        params = fit_params(spec, x, y, u)
+        return cls.from_params(spec, fit_params(spec, x, y, u), x, u)
+
+    @classmethod
+    def from_params(
+        cls, spec: CandidateSpec, params: np.ndarray, x: np.ndarray, u: np.ndarray | None = None
+    ) -> FittedModel:
+        """The model of a polynomial form whose parameters (:func:`fit_params` order) were fitted to (x, u)."""
+        x = np.asarray(x, dtype=float)
         n_x, n_t = spec.degree + 1, spec.time_degree
         return cls(
             spec,

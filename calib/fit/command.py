@@ -256,10 +256,19 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, dict[str, byte
     comparison_source = None
     if args.compare:  # resolve before fitting so a bad --compare fails fast
         comparison_source = load_comparison(args.compare, variant, x_range)
-    result = fit_frame(frame, specs, args.folds, allow_unsafe=args.allow_unsafe, paired=args.se == SE_PAIRED)
+    fold_models: dict = {}  # each candidate's models per fold: the cv R^2 and the decision score read the same ones
+    result = fit_frame(
+        frame, specs, args.folds, allow_unsafe=args.allow_unsafe, paired=args.se == SE_PAIRED, fold_models=fold_models
+    )
     fit = _fit_document(args, argv, traces, result)
     decision = score_fit(
-        fit, frame, specs, args.folds, args.min_step, comparison_source[0] if comparison_source else None
+        fit,
+        frame,
+        specs,
+        args.folds,
+        args.min_step,
+        comparison_source[0] if comparison_source else None,
+        fold_models=fold_models,
     )
     select_by(fit, args.select, args.allow_unsafe)
     fit["ceiling"] = monotone_ceiling(

@@ -229,11 +229,14 @@ def decision_scores(
     max_consecutive_skips: int = 8,
     n_thresholds: int = DEFAULT_THRESHOLDS,
     skip_range: tuple[float, float] = (0.0, 1.0),
+    fold_models: Mapping[str, Sequence[FittedModel]] | None = None,
 ) -> dict:
     """Decision scores of ``teacache-calib fit`` candidates: each fitted per fold, replayed on its held-out runs.
 
     ``folds``: fold per frame row, as ``calib.fit.command.group_folds`` deals them (computed when None);
-    ``compare``: extra rescale functions scored as they are on every run (e.g. packaged coefficients).
+    ``compare``: extra rescale functions scored as they are on every run (e.g. packaged coefficients);
+    ``fold_models``: models already fitted per fold on these folds and rows, by label in sorted fold order
+    (what ``calib.fit.selection.fit_frame`` fills in), used instead of fitting them again.
     """
     if folds is None:
         folds = group_folds(frame["prompt_id"].to_numpy(), n_folds)
@@ -250,13 +253,16 @@ def decision_scores(
     fold_ids = np.unique(run_fold)
     candidates: dict[str, RescaleFunction | list[RescaleFunction]] = {}
     for spec in specs:
-        u = time_input(spec.form, frame)
-        fitted = []
-        for f in fold_ids:
-            train = folds != f
-            model = FittedModel.fit(spec, x[train], y[train], None if u is None else u[train])
-            fitted.append(model.to_rescale())
-        candidates[spec.label] = fitted
+        known = (fold_models or {}).get(spec.label)
+        if known is not None and len(known) != fold_ids.size:
+            raise ValueError(f"fold_models[{spec.label!r}]: expected one model per fold ({fold_ids.size})")
+        if known is None:
+            u = time_input(spec.form, frame)
+            known = [
+                FittedModel.fit(spec, x[folds != f], y[folds != f], None if u is None else u[folds != f])
+                for f in fold_ids
+            ]
+        candidates[spec.label] = [model.to_rescale() for model in known]
     candidates.update(compare or {})
     return score_rescales(
         table,

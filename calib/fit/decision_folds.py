@@ -16,12 +16,12 @@ it; on tiny-scenes the cv R^2 pick (a time-aware function) tied every other and 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from calib.fit.candidates import CandidateSpec
+from calib.fit.candidates import CandidateSpec, FittedModel
 from calib.fit.decision import CRITERION, decision_scores, decision_summary
 from calib.fit.decision_plot import plot_decision_curves
 from calib.fit.errors import FitError
@@ -49,12 +49,14 @@ def score_fit(
     n_folds: int | None,
     skip_first_n_steps: int,
     comparison: RescaleFunction | None = None,
+    fold_models: Mapping[str, Sequence[FittedModel]] | None = None,
 ) -> dict:
     """Add the decision score to ``fit`` (candidates, selected, comparison, selection, ``decision``).
 
     Returns the full result (curves included) for the plot. The skip rules are the gate's: first
     ``skip_first_n_steps`` steps (the fit's --min-step) and the last step computed, at most the gate's
     default run of consecutive skips. A table the score cannot use leaves the reason in ``fit["decision"]``.
+    ``fold_models``: the candidates' models per fold as ``fit_frame`` fitted them (fitted again when None).
     """
     folds = group_folds(frame["prompt_id"].to_numpy(), n_folds)
     rules = {
@@ -64,7 +66,12 @@ def score_fit(
     }
     try:
         result = decision_scores(
-            frame, specs, folds, compare={COMPARISON_LABEL: comparison} if comparison else None, **rules
+            frame,
+            specs,
+            folds,
+            compare={COMPARISON_LABEL: comparison} if comparison else None,
+            fold_models=fold_models,
+            **rules,
         )
     except ValueError as exc:
         fit["decision"] = {"criterion": CRITERION, "error": str(exc), "rules": rules}

@@ -53,19 +53,37 @@ def min_derivative(coef: np.ndarray, lo: float, hi: float) -> tuple[float, np.nd
     d1 = np.polyder(coef)
     points = [lo, hi]
     if len(d1) > 1:
-        roots = np.roots(np.polyder(d1)) if len(d1) > 2 else np.array([])
+        roots = _roots(np.polyder(d1)) if len(d1) > 2 else np.array([])
         points += [float(t.real) for t in roots if abs(t.imag) < 1e-12 and lo <= t.real <= hi]
     points = np.asarray(points)
     values = np.polyval(d1, points)
     return float(values.min()), points[values < 0]
 
 
-def _critical_values(coef: np.ndarray, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
+def _roots(p: np.ndarray) -> np.ndarray:
+    """``np.roots(p)``, with a first-degree polynomial solved directly: the one eigenvalue of its 1x1 companion
+    matrix is the matrix's entry ``-p[1] / p[0]``, exactly as LAPACK returns it, unless LAPACK scales the
+    matrix first (an entry outside about 1e-138..1e138), so roots outside 1e-100..1e100 go to np.roots, as do
+    zero, infinite and NaN ones and every other degree."""
+    if len(p) == 2 and p[0] != 0 and p[1] != 0:
+        root = -p[1] / p[0]
+        if 1e-100 < abs(root) < 1e100:
+            return np.array([root])
+    return np.roots(p)
+
+
+def _stationary(coef: np.ndarray) -> np.ndarray:
+    """The roots of the polynomial's derivative (complex ones included); empty below degree 2."""
+    return _roots(np.polyder(coef)) if len(coef) > 2 else np.array([])
+
+
+def _critical_values(
+    coef: np.ndarray, lo: float, hi: float, stationary: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """The ends of [lo, hi] and the real stationary points inside it, and the polynomial's values there:
-    its minimum on [lo, hi] is among them."""
-    points = [lo, hi]
-    if len(coef) > 2:
-        points += [float(t.real) for t in np.roots(np.polyder(coef)) if abs(t.imag) < 1e-12 and lo <= t.real <= hi]
+    its minimum on [lo, hi] is among them. ``stationary``: :func:`_stationary` of ``coef``, when known."""
+    roots = _stationary(coef) if stationary is None else stationary
+    points = [lo, hi] + [float(t.real) for t in roots if abs(t.imag) < 1e-12 and lo <= t.real <= hi]
     points = np.asarray(points)
     return points, np.polyval(coef, points)
 
@@ -205,13 +223,15 @@ def fit_monotone_time_aware(
         """(least value, x, u) along each part of the schedule's low x."""
         xcoef, icoef = split(coef)
         tcoef = np.append(coef[n_x : n_x + n_t], 0.0)
+        # without x*u terms the polynomials along the low x differ in their constant only: one derivative
+        shared = None if interaction_degree else _stationary(tcoef)
         out = []
         for x0, a, b in lows:
             along = tcoef.copy()
             along[-1] += np.polyval(xcoef, x0)
             if interaction_degree:
                 along[-(interaction_degree + 1) :] += x0 * np.append(icoef, 0.0)
-            us, values = _critical_values(along, a, b)
+            us, values = _critical_values(along, a, b, shared)
             i = int(np.argmin(values))
             out.append((float(values[i]), x0, float(us[i])))
         return out

@@ -91,14 +91,15 @@ def evaluate_candidate(
     y = frame["y_rel_l1"].to_numpy(dtype=float)
     if u is None:
         u = time_input(spec.form, frame)
-    return _evaluate(spec, x, y, u, folds, int(frame["prompt_id"].nunique()))
+    return _evaluate(spec, x, y, u, folds, int(frame["prompt_id"].nunique()))[0]
 
 
-def _evaluate(spec: CandidateSpec, x, y, u, folds: np.ndarray, n_prompts: int) -> dict:
+def _evaluate(spec: CandidateSpec, x, y, u, folds: np.ndarray, n_prompts: int) -> tuple[dict, list[FittedModel]]:
+    """The candidate's entry of fit.json, and its models fitted per fold (sorted fold order)."""
     model = FittedModel.fit(spec, x, y, u)
     pred = model.predict(x, u)
-    oof = _out_of_fold(spec, x, y, u, folds)
-    return {
+    oof, fold_models = _out_of_fold(spec, x, y, u, folds)
+    entry = {
         "label": spec.label,
         "form": spec.form,
         "degree": spec.degree,
@@ -123,23 +124,29 @@ def _evaluate(spec: CandidateSpec, x, y, u, folds: np.ndarray, n_prompts: int) -
         "n_pairs": len(y),
         "selected": False,
     }
+    return entry, fold_models
 
 
-def _out_of_fold(spec: CandidateSpec, x, y, u, folds: np.ndarray) -> np.ndarray:
-    """Predictions of each fold's rows by the candidate fitted on the other folds."""
+def _out_of_fold(spec: CandidateSpec, x, y, u, folds: np.ndarray) -> tuple[np.ndarray, list[FittedModel]]:
+    """Predictions of each fold's rows by the candidate fitted on the other folds, and those fitted models
+    (sorted fold order): each is what ``FittedModel.fit`` makes of the other folds' rows."""
     oof = np.empty_like(y)
+    models = []
     if spec.form == FORM_MONO_STEP:  # its knots come from the fitted rows: refit per fold, whole
         for k in np.unique(folds):
             test = folds == k
-            oof[test] = FittedModel.fit(spec, x[~test], y[~test], u[~test]).predict(x[test], u[test])
-        return oof
+            models.append(FittedModel.fit(spec, x[~test], y[~test], u[~test]))
+            oof[test] = models[-1].predict(x[test], u[test])
+        return oof, models
     design = design_matrix(spec, x, u)
     for k in np.unique(folds):
         test = folds == k
         train = ~test
-        params = fit_params(spec, x[train], y[train], None if u is None else u[train], design[train])
+        u_train = None if u is None else u[train]
+        params = fit_params(spec, x[train], y[train], u_train, design[train])
         oof[test] = design[test] @ params
-    return oof
+        models.append(FittedModel.from_params(spec, params, x[train], u_train))
+    return oof, models
 
 
 def fold_losses(y: np.ndarray, oof: np.ndarray, folds: np.ndarray) -> list[float]:
@@ -222,12 +229,15 @@ def fit_frame(
     n_folds: int | None = None,
     allow_unsafe: bool = False,
     paired: bool = False,
+    fold_models: dict[str, list[FittedModel]] | None = None,
 ) -> dict:
     """Evaluate every candidate on a validated frame; return the selection part of fit.json.
 
     Only safe candidates are selected unless ``allow_unsafe``; the cv R^2 pick among all candidates is
     recorded beside it (``selection.unconstrained``), so what safety costs is in the file. ``paired``: the
-    standard error of the rule is each candidate's paired one against the best (:func:`select`)."""
+    standard error of the rule is each candidate's paired one against the best (:func:`select`).
+    ``fold_models``: a dict filled with each candidate's models fitted per fold (by label, sorted fold order),
+    for a caller that scores the same folds again (``calib.fit.decision.decision_scores``)."""
     if not specs:
         raise FitError(
             "no candidate to fit: the --form/--degree/--mode/--time-degree/--interaction-degree combination "
@@ -251,7 +261,12 @@ def fit_frame(
             raise FitError(f"{spec.label}: needs column {TIME_COLUMN[spec.form]!r}")
     folds = group_folds(frame["prompt_id"].to_numpy(), n_folds)
     inputs = {form: time_input(form, frame) for form in {s.form for s in specs}}
-    candidates = [_evaluate(s, x, y, inputs[s.form], folds, n_prompts) for s in specs]
+    candidates = []
+    for spec in specs:
+        entry, models = _evaluate(spec, x, y, inputs[spec.form], folds, n_prompts)
+        candidates.append(entry)
+        if fold_models is not None:
+            fold_models[spec.label] = models
     weights = np.array([np.mean(folds == k) for k in np.unique(folds)]) if paired else None
     chosen = select(candidates, allow_unsafe=allow_unsafe, fold_weights=weights)
     unconstrained = candidates[select(candidates, allow_unsafe=True, fold_weights=weights)]

@@ -37,6 +37,12 @@ def test_coefficients_that_overflow_are_refused():
 
     with pytest.raises(ValueError, match="overflows"):
         RescaleFunction((1e308, 1e308))
+    with pytest.raises(ValueError, match="overflows"):  # only at the top of the x range
+        RescaleFunction((1e308, 0.0), (0.0, 2.0))
+    with pytest.raises(ValueError, match="overflows"):  # only at the end of the schedule (u = 1)
+        RescaleFunction((1e308,), (0.0, 2.0), "poly+step", (1e308,))
+    RescaleFunction((1e308, 0.0), (0.0, 1.0))  # finite everywhere it is evaluated: accepted
+    RescaleFunction((1e308,), (0.0, 2.0), "poly+step", (-1e308,))
 
 
 def test_never_skips_names_the_coefficients_it_was_given():

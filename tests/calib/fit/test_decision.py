@@ -11,11 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from calib.fit.candidates import FittedModel
 from calib.fit.command import CandidateSpec, fit_frame, group_folds
 from calib.fit.decision import decision_scores, decision_summary, score_rescales
 from calib.fit.decision_oracle import oracle_per_run, pooled_oracle, pooled_sum, schedule_costs, skippable
 from calib.fit.decision_plot import plot_decision_curves
 from calib.fit.decision_runs import CHANGE_OUTPUT, CHANGE_RESIDUAL, RunTable, pack_runs
+from calib.traces.runs import step_fraction
 from teacache.gate_batch import longest_streaks
 from teacache.rescale import RescaleFunction
 
@@ -208,6 +210,27 @@ def test_decision_scores_fit_on_other_prompts_and_prefer_the_time_aware_form_whe
     run_fold[run_of_row] = group_folds(frame["prompt_id"].to_numpy())
     in_sample = score_rescales(table, {"poly2+step2": whole}, run_fold)["candidates"][0]["decision_excess"]
     assert in_sample != scores["poly2+step2"]
+
+
+def test_the_models_fit_frame_fitted_per_fold_score_exactly_as_fitting_them_again():
+    frame = traces(time_weight=0.4)
+    specs = [
+        CandidateSpec("poly", 2, "monotone"),
+        CandidateSpec("poly+step", 2, "monotone", 2, 1),
+        CandidateSpec("mono+step", 2, "monotone", 2),
+    ]
+    folds = group_folds(frame["prompt_id"].to_numpy())
+    fold_models: dict = {}
+    fit_frame(frame, specs, fold_models=fold_models)
+    x, y = frame["x_rel_l1"].to_numpy(dtype=float), frame["y_rel_l1"].to_numpy(dtype=float)
+    u = step_fraction(frame)
+    for spec in specs:
+        again = [FittedModel.fit(spec, x[folds != f], y[folds != f], u[folds != f]) for f in np.unique(folds)]
+        assert fold_models[spec.label] == again  # the same fields, float for float
+    reused = decision_scores(frame, specs, folds, fold_models=fold_models)
+    assert reused == decision_scores(frame, specs, folds)
+    with pytest.raises(ValueError, match="one model per fold"):
+        decision_scores(frame, specs, folds, fold_models={specs[0].label: fold_models[specs[0].label][:2]})
 
 
 def test_compare_scores_given_coefficients_as_they_are_and_the_summary_drops_the_curves():
