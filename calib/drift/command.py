@@ -17,24 +17,22 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import sys
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from calib.drift import code, model_runs, noise, numbers, verdict
+from calib.drift import against, code, effect_plan, model_runs, noise, numbers, verdict
 from calib.run import arguments
 from calib.run.command import run_guarded
 from calib.run.folder_lock import folder_lock
 from calib.run.interrupts import Interrupted
 from teacache import coefficients, variants
 from teacache._compat import DRIFT_COMMAND, NEWEST_MFLUX
-from teacache.io import read_json_object, write_json
+from teacache.io import write_json
 from teacache.provenance import collect, hardware_slug
 
 PROG = "teacache-calib drift"
-REFERENCES = noise.REFERENCES
 VERDICT_FORMAT = 1
 
 
@@ -91,13 +89,6 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 
 # what drift writes in --out and in --save (calib.run.outputs: a folder new, empty or drift's own)
 WRITES = arguments.Writes(PROG, names=("verdict.json", "numbers.json", "noise_floor.json", "effect", "progress.log"))
-GENERATION_OPTIONS = ("prompts", "seeds", "steps", "size", "guidance", "quantize")
-DATA = Path(__file__).with_name("data")
-
-
-def effect_references(release: str) -> Path:
-    """The committed save of a release's effect models (``drift --save``'s effect/ part, made under it)."""
-    return DATA / f"save-mflux-{release}"
 
 
 @dataclass(frozen=True)
@@ -125,7 +116,7 @@ def _read_folder(folder: Path, arg: str) -> tuple[dict, dict]:
     if not (folder / "numbers.json").is_file() and model_runs.read_saved(folder, arg):
         raise ValueError(f"{arg}: {folder} holds a --model save only; pass the same --model")
     found = []
-    for name, load in (("numbers.json", _load_numbers), ("noise_floor.json", noise.load_floor)):
+    for name, load in (("numbers.json", against.load_numbers), ("noise_floor.json", noise.load_floor)):
         path = folder / name
         if not path.is_file():
             raise ValueError(f"{arg}: {folder} holds no {name}; expected a folder that {PROG} --save wrote")
@@ -134,13 +125,6 @@ def _read_folder(folder: Path, arg: str) -> tuple[dict, dict]:
         except ValueError as exc:
             raise ValueError(f"{arg}: {exc}") from None
     return found[0], found[1]
-
-
-def _load_numbers(path: Path) -> dict:
-    data = read_json_object(path)
-    if data.get("format_version") != numbers.RESULT_FORMAT or not isinstance(data.get("runs"), dict):
-        raise ValueError(f"{path}: not numbers of format_version {numbers.RESULT_FORMAT}")
-    return data
 
 
 def plan(args: argparse.Namespace, command: list[str] | None = None) -> Plan:
@@ -162,7 +146,7 @@ def plan(args: argparse.Namespace, command: list[str] | None = None) -> Plan:
         raise ValueError("--floor-processes: expected at least 2 (the floor is a distance between processes)")
     if args.code_only and (args.against or args.save or args.fullsize or args.model):
         raise ValueError("--code-only: runs no model, so --against, --save, --fullsize and --model do not apply")
-    given = [o for o in GENERATION_OPTIONS if getattr(args, o) is not None]
+    given = [o for o in effect_plan.GENERATION_OPTIONS if getattr(args, o) is not None]
     if args.model is None and (given or args.base_model):
         name = (given or ["base-model"])[0]
         raise ValueError(f"--{name}: only with --model (your own model's runs)")
@@ -171,9 +155,9 @@ def plan(args: argparse.Namespace, command: list[str] | None = None) -> Plan:
             raise ValueError("--fullsize: runs the random-weight models; with --model, name random-<variant> instead")
         if (args.save is None) == (args.against is None):
             raise ValueError("--model: expected one of --save DIR (before an upgrade) or --against DIR (after it)")
-        effect = _own_effect(args)
+        effect = effect_plan.own_effect(args)
     else:
-        effect = () if args.code_only or args.fullsize else _family_effect(args)
+        effect = () if args.code_only or args.fullsize else effect_plan.family_effect(args)
     if args.model is None and args.against is not None:
         against, _ = _read_folder(args.against, "--against")
         if bool(against["settings"].get("fullsize")) != args.fullsize:
@@ -190,94 +174,7 @@ def plan(args: argparse.Namespace, command: list[str] | None = None) -> Plan:
                 own_model=args.model is not None)  # fmt: skip
 
 
-def effect_models() -> tuple[str, ...]:
-    """One model per family whose calibrated gate the effect is judged on: its trained embedded model where it
-    has one (tiny-scenes, tiny-shapes: real decisions), else its embedded random-weight model."""
-    chosen: dict[str, str] = {}
-    for spec in variants.all_specs():
-        if spec.embedded and spec.scores_adherence:
-            chosen.setdefault(spec.family, spec.name)
-    for name in numbers.embedded_variants():
-        chosen.setdefault(variants.get(name).family, name)
-    return tuple(chosen[f.name] for f in variants.families() if f.name in chosen)
-
-
-def _family_effect(args: argparse.Namespace) -> tuple:
-    """Each family's effect model, judged by --against's save, else by the committed save of the baseline
-    (none where that save recorded other runs)."""
-    root = args.against if args.against is not None else effect_references(args.baseline or NEWEST_MFLUX)
-    saved = {runs.name: folder for folder, runs in model_runs.read_saved(root, "--against")} if root.is_dir() else {}
-    random = {variants.get(v).family: v for v in numbers.embedded_variants()}
-    found = []
-    for name in effect_models():
-        family = variants.get(name).family
-        if name not in saved and random.get(family) in saved:  # the older release ran the random model instead
-            name = random[family]
-        runs = model_runs.plan_model(name)
-        if args.save is not None:
-            _check_resumable(args.save, runs)
-        folder = saved.get(runs.name)
-        if folder is not None:
-            previous = model_runs.ModelRuns.from_dict(read_json_object(folder / "settings.json"))
-            if (why := model_runs.mismatch(previous, runs)) is not None:
-                if args.against is not None:
-                    raise ValueError(f"--against: {folder} recorded {name} otherwise ({why}); save it again")
-                folder = None
-        found.append((runs, folder))
-    return tuple(found)
-
-
-def _check_resumable(save: Path, runs: model_runs.ModelRuns) -> None:
-    """A save folder may resume its own recording only."""
-    path = model_runs.folder_of(save, runs) / "settings.json"
-    if path.is_file():
-        previous = model_runs.ModelRuns.from_dict(read_json_object(path))
-        if (why := model_runs.mismatch(previous, runs)) is not None:
-            raise ValueError(
-                f"--save: {path.parent} holds another recording of {runs.name} ({why}); choose a new folder"
-            )
-
-
-def _own_effect(args: argparse.Namespace) -> tuple:
-    """The user's model: planned for --save; for --against, the saved runs, checked against what was given."""
-    options = {o: getattr(args, o) for o in GENERATION_OPTIONS}
-    wanted = model_runs.plan_model(args.model, base_model=args.base_model, **options)
-    if args.save is not None:
-        _check_resumable(args.save, wanted)
-        return ((wanted, None),)
-    if not args.against.is_dir():
-        raise ValueError(f"--against: {args.against} is not a folder; expected one that {PROG} --model --save wrote")
-    saved = model_runs.read_saved(args.against, "--against")
-    match = [(f, r) for f, r in saved if r.name == wanted.name]
-    if not match:
-        if wanted.name in model_runs.unfinished(args.against, "--against"):
-            raise ValueError(
-                f"--against: the save of {wanted.name} in {args.against} did not finish; run the same --save again "
-                "to resume it (under the release it was started with)"
-            )
-        held = ", ".join(r.name for _f, r in saved) or "nothing"
-        raise ValueError(f"--against: {args.against} holds no save of {wanted.name} (it holds {held})")
-    folder, previous = match[0]
-    fields = {"size": ("width", "height")}
-    given = [f for o, v in options.items() if v is not None for f in fields.get(o, (o,))]
-    # what was not given is taken from the save; the runs themselves (weights, prompts, seeds) must agree with
-    # it; a recipe option given otherwise than saved asks the recipe question: the saved runs at that recipe
-    keep = ("weights", "model", "base_model", "variant", *(f for f in given if f not in model_runs.RECIPE))
-    check = model_runs.ModelRuns(**{**previous.__dict__, **{k: getattr(wanted, k) for k in keep}})
-    if (why := model_runs.mismatch(previous, check)) is not None:
-        raise ValueError(f"--against: {folder} holds other runs of {wanted.name}: {why}; repeat them as saved")
-    recipe = {
-        f: getattr(wanted, f) for f in given if f in model_runs.RECIPE and getattr(wanted, f) != getattr(previous, f)
-    }
-    return ((dataclasses.replace(previous, **recipe), folder),)
-
-
 # ------------------------------------------------------------------------------------------ comparison
-
-
-def comparable(current: dict, reference: dict) -> bool:
-    keys = ("steps", "width", "height", "prompt", "seed", "fullsize", "sketch_size", "blocks")
-    return all(current["settings"].get(k) == reference["settings"].get(k) for k in keys)
 
 
 def packaged_notes(plan_: Plan) -> dict[str, str]:
@@ -298,71 +195,15 @@ def packaged_notes(plan_: Plan) -> dict[str, str]:
     return {name: note.replace(f"check with `{DRIFT_COMMAND}`", here) for name, note in notes.items()}
 
 
-def compare_numbers(current: dict, reference: dict, floor: dict) -> dict:
-    """Per run (variant/dtype): each metric's distance, its threshold from the floor, and whether it moved."""
-    result = {}
-    for key, run in current["runs"].items():
-        ref = reference["runs"].get(key)
-        if not numbers.comparable(run, ref) or run["dtype"] not in floor["floor"]:
-            continue
-        metrics = {}
-        for metric, distance in numbers.distances(run, ref).items():
-            limit = noise.threshold(floor, run["dtype"], metric)
-            metrics[metric] = {"distance": distance, "threshold": limit, "moved": distance > limit}
-        result[key] = {
-            "variant": run["variant"],
-            "dtype": run["dtype"],
-            "identical": all(run[p]["sha256"] == ref[p]["sha256"] for p in ("vanilla", "recorded")),
-            "moved": any(m["moved"] for m in metrics.values()),
-            "metrics": metrics,
-        }
-    return result
-
-
-def moved_by_family(comparison: dict | None, dtypes: tuple[str, ...]) -> dict[str, dict[str, bool] | None]:
-    result: dict[str, dict[str, bool] | None] = {fam.name: None for fam in variants.families()}
-    if comparison is None:
-        return result
-    for run in comparison.values():
-        family = variants.get(run["variant"]).family
-        result[family] = (result[family] or {}) | {run["dtype"]: run["moved"]}
-    return {fam: ({d: m[d] for d in dtypes if d in m} or None) if m else None for fam, m in result.items()}
-
-
-def ratios_by_family(comparison: dict | None) -> dict[str, dict[str, float]]:
-    """Per family and dtype, the largest distance / threshold over the metrics (above 1: moved)."""
-    result: dict[str, dict[str, float]] = {}
-    for run in (comparison or {}).values():
-        worst = max(m["distance"] / m["threshold"] for m in run["metrics"].values())
-        slot = result.setdefault(variants.get(run["variant"]).family, {})
-        slot[run["dtype"]] = max(slot.get(run["dtype"], 0.0), worst)
-    return result
-
-
-def numbers_errors(current: dict | None) -> dict[str, str]:
-    """The first error of each family whose model failed to build or run."""
-    errors: dict[str, str] = {}
-    for run in (current or {}).get("runs", {}).values():
-        if "error" in run:
-            errors.setdefault(variants.get(run["variant"]).family, f"{run['variant']} {run['dtype']}: {run['error']}")
-    return errors
-
-
-def committed_references(slug: str) -> dict[str, dict]:
-    """The committed numbers of every verified release on this hardware, by release."""
-    folder = REFERENCES / slug
-    return {p.stem.removeprefix("mflux-"): _load_numbers(p) for p in sorted(folder.glob("mflux-*.json"))}
-
-
 def reference_for(plan_: Plan, slug: str, current: dict) -> tuple[str, dict, dict] | None:
     """(label, numbers, floor) to judge by: --against's folder, else the baseline's committed references."""
     if plan_.against is not None:
         ref, floor = _read_folder(plan_.against, "--against")
         return str(plan_.against), ref, floor
-    refs = committed_references(slug)
+    refs = against.committed_references(slug)
     path = noise.floor_path(slug)
     ref = refs.get(plan_.baseline)
-    if ref is None or not path.is_file() or not comparable(current, ref):
+    if ref is None or not path.is_file() or not against.comparable(current, ref):
         return None
     return f"mflux {plan_.baseline} ({slug})", ref, noise.load_floor(path)
 
@@ -419,7 +260,7 @@ def run_effect(plan_: Plan) -> tuple[dict[str, dict], dict[str, str]]:
 
 def _saved_for(plan_: Plan, runs: model_runs.ModelRuns) -> Path | None:
     """The finished save of exactly these runs in --against's folder (or the baseline's committed one)."""
-    root = plan_.against if plan_.against is not None else effect_references(plan_.baseline)
+    root = plan_.against if plan_.against is not None else effect_plan.effect_references(plan_.baseline)
     for folder, previous in model_runs.read_saved(root, "--against") if root.is_dir() else []:
         if previous.name == runs.name and model_runs.mismatch(previous, runs) is None:
             return folder
@@ -447,6 +288,30 @@ def _effect_of(plan_: Plan, runs: model_runs.ModelRuns, saved: Path | None, root
     return effect
 
 
+def _say_running(what: str) -> None:
+    print(f"running {what}", file=sys.stderr)
+
+
+def _numbers(plan_: Plan, slug: str) -> tuple[dict, dict | None, str | None, dict]:
+    """The embedded models' numbers (written to numbers.json), compared with the reference to judge by and with
+    every committed release of this hardware."""
+    current = numbers.run_numbers(plan_.fullsize, plan_.dtypes, progress=_say_running)
+    current["provenance"] = collect(list(plan_.command), hardware=slug)
+    write_json(plan_.out / "numbers.json", current)
+    comparison = reference_label = None
+    chosen = reference_for(plan_, slug, current)
+    if chosen is not None:
+        reference_label, ref, floor = chosen
+        comparison = against.compare_numbers(current, ref, floor)
+    by_release = {}
+    if plan_.against is None and noise.floor_path(slug).is_file():
+        floor = noise.load_floor(noise.floor_path(slug))
+        for release, ref in against.committed_references(slug).items():
+            if against.comparable(current, ref):
+                by_release[release] = against.compare_numbers(current, ref, floor)
+    return current, comparison, reference_label, by_release
+
+
 def _run_drift(plan_: Plan) -> dict:
     code_report = code.installed_report(plan_.table)
     for line in code_report["lines"]:
@@ -455,27 +320,14 @@ def _run_drift(plan_: Plan) -> dict:
     current = comparison = reference_label = None
     by_release = {}
     if not plan_.code_only and not plan_.own_model:
-        current = numbers.run_numbers(
-            plan_.fullsize, plan_.dtypes, progress=lambda s: print(f"running {s}", file=sys.stderr)
-        )
-        current["provenance"] = collect(list(plan_.command), hardware=slug)
-        write_json(plan_.out / "numbers.json", current)
-        chosen = reference_for(plan_, slug, current)
-        if chosen is not None:
-            reference_label, ref, floor = chosen
-            comparison = compare_numbers(current, ref, floor)
-        if plan_.against is None and noise.floor_path(slug).is_file():
-            floor = noise.load_floor(noise.floor_path(slug))
-            for release, ref in committed_references(slug).items():
-                if comparable(current, ref):
-                    by_release[release] = compare_numbers(current, ref, floor)
+        current, comparison, reference_label, by_release = _numbers(plan_, slug)
     effects, effect_errors = run_effect(plan_)
     if plan_.own_model and plan_.against is not None:
         reference_label = str(plan_.against)
-    moved = moved_by_family(comparison, plan_.dtypes)
+    moved = against.moved_by_family(comparison, plan_.dtypes)
     evidence = {}
     embedded = {variants.get(v).family: v for v in numbers.embedded_variants()}
-    errors = {**numbers_errors(current), **effect_errors}
+    errors = {**against.numbers_errors(current), **effect_errors}
     in_scope = {variants.get(r.variant).family for r, _ in plan_.effect} if plan_.own_model else None
     for family, changed in code_report["families"].items():
         if in_scope is not None and family not in in_scope:
@@ -489,7 +341,7 @@ def _run_drift(plan_: Plan) -> dict:
             except Exception as exc:  # noqa: BLE001 - any failure of the integration is the finding
                 error = f"{type(exc).__name__}: {exc}"
         evidence[family] = verdict.FamilyEvidence(
-            family, changed, moved.get(family), oracles, error, ratios_by_family(comparison).get(family),
+            family, changed, moved.get(family), oracles, error, against.ratios_by_family(comparison).get(family),
             effects.get(family),
         )  # fmt: skip
     specs = variants.all_specs()

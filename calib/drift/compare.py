@@ -14,11 +14,10 @@ import sys
 from pathlib import Path
 
 from calib.drift import noise
+from calib.drift.against import compare_numbers, load_numbers
 
 
 def table(before: dict, after: dict, floor: dict) -> str:
-    from calib.drift.command import compare_numbers
-
     result = compare_numbers(after, before, floor)
     versions = (before["provenance"]["versions"], after["provenance"]["versions"])
     lines = [
@@ -50,11 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=Path, required=True, help="AFTER's release again, another process")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    from calib.drift.command import _load_numbers
     from teacache.io import write_text
 
     try:
-        before, after, repeat = (_load_numbers(p) for p in (args.before, args.after, args.repeat))
+        before, after, repeat = (load_numbers(p) for p in (args.before, args.after, args.repeat))
     except ValueError as exc:
         print(f"python -m calib.drift.compare: {exc}", file=sys.stderr)
         return 2

@@ -9,7 +9,7 @@ from mlx import nn
 from mlx.utils import tree_flatten
 
 from calib.drift import noise, numbers
-from calib.drift.command import compare_numbers, moved_by_family
+from calib.drift.against import compare_numbers, moved_by_family
 
 
 def test_projection_is_fixed_and_balanced():
