@@ -220,21 +220,7 @@ def fit_monotone_time_aware(
         return value, xs[slopes + shifts.min() < 0], us[shifts + slopes.min() < 0]
 
     def lowest(coef) -> list[tuple[float, float, float]]:
-        """(least value, x, u) along each part of the schedule's low x."""
-        xcoef, icoef = split(coef)
-        tcoef = np.append(coef[n_x : n_x + n_t], 0.0)
-        # without x*u terms the polynomials along the low x differ in their constant only: one derivative
-        shared = None if interaction_degree else _stationary(tcoef)
-        out = []
-        for x0, a, b in lows:
-            along = tcoef.copy()
-            along[-1] += np.polyval(xcoef, x0)
-            if interaction_degree:
-                along[-(interaction_degree + 1) :] += x0 * np.append(icoef, 0.0)
-            us, values = _critical_values(along, a, b, shared)
-            i = int(np.argmin(values))
-            out.append((float(values[i]), x0, float(us[i])))
-        return out
+        return _lowest_along(coef, lows, n_x, n_t, interaction_degree)
 
     def refine(coef, pts):
         value, new_x, new_u = worst(coef)
@@ -253,6 +239,26 @@ def fit_monotone_time_aware(
     start_pairs = np.array([(x0, u0) for x0, a, b in lows for u0 in np.linspace(a, b, points_u)]).reshape(-1, 2)
     start = (np.linspace(lo, hi, points_x), np.linspace(ulo, uhi, points_u) if interaction_degree else us0, start_pairs)
     return lstsq_with_inequalities(design, np.asarray(y, dtype=float), rows=rows, points=start, refine=refine)
+
+
+def _lowest_along(
+    coef: np.ndarray, lows: list, n_x: int, n_t: int, interaction_degree: int
+) -> list[tuple[float, float, float]]:
+    """(least value, x, u) of a time-aware form along each part of the schedule's low x (``lows``: x, u from, to)."""
+    xcoef, icoef = coef[:n_x], coef[n_x + n_t :]
+    tcoef = np.append(coef[n_x : n_x + n_t], 0.0)
+    # without x*u terms the polynomials along the low x differ in their constant only: one derivative
+    shared = None if interaction_degree else _stationary(tcoef)
+    out = []
+    for x0, a, b in lows:
+        along = tcoef.copy()
+        along[-1] += np.polyval(xcoef, x0)
+        if interaction_degree:
+            along[-(interaction_degree + 1) :] += x0 * np.append(icoef, 0.0)
+        us, values = _critical_values(along, a, b, shared)
+        i = int(np.argmin(values))
+        out.append((float(values[i]), x0, float(us[i])))
+    return out
 
 
 def _norms(design: np.ndarray) -> np.ndarray:
