@@ -2,7 +2,9 @@
 
 From one model's traces and full fit.json it takes each criterion's safe pick (CV R^2 with the
 one-standard-error rule, the decision score) and the best safe candidate of the other kind (time-aware
-or x only) by each criterion, refits each alone, chooses per candidate the thresholds whose replayed
+or x only) by each criterion, or with ``--candidate LABEL`` the fit's own selection and the named candidates
+only (another rule's pick, e.g. that of ``teacache-calib fit --no-splines --se best``), refits each alone
+(checked against the full fit's numbers for it), chooses per candidate the thresholds whose replayed
 schedules compute the ``--levels`` step counts (median over the recorded runs), sweeps every candidate on
 the same prompts and seeds, and hands the sweeps to ``teacache-bench decision-check``:
 
@@ -30,20 +32,24 @@ import pandas as pd
 from bench.studies import decision_check
 from bench.sweep import command as sweep_command
 from calib.fit import command as fit_command
-from calib.fit.file import read_fit, rescale_from_fit
+from calib.fit.file import read_fit, rescale_from_fit, same_selection
 from calib.run.arguments import CommandParser, Writes, check_out_dir, path_argument
 from calib.run.outputs import granted
-from teacache import variants
-from teacache.gate import GateConfig, replay
+from teacache import gate_batch, variants
 from teacache.io import file_sha256, write_json
 
 PROG = "teacache-bench criteria"
 SETTINGS_NAME = "settings.json"
 LABEL = re.compile(r"^poly(\d)(?:\+(step|sigma)(\d)(?:\+x\*(?:step|sigma)(\d))?)?-?(free|origin|monotone)?$")
+MONO_STEP_LABEL = re.compile(r"^mono(\d+)\+step(\d+)$")  # pieces in x, pieces in the step fraction
 
 
 def fit_arguments(label: str) -> list[str]:
     """A candidate's label -> the ``teacache-calib fit`` options that fit it alone."""
+    mono = MONO_STEP_LABEL.match(label)
+    if mono is not None:
+        pieces, step_pieces = mono.groups()
+        return ["--form", "mono+step", "--degree", pieces, "--time-degree", step_pieces, "--mode", "monotone"]
     match = LABEL.match(label)
     if match is None:
         raise ValueError(f"candidate label {label!r} is not one of teacache-calib fit's")
@@ -56,8 +62,19 @@ def fit_arguments(label: str) -> list[str]:
     ]  # fmt: skip
 
 
-def choose_candidates(fit: dict) -> dict[str, str]:
-    """label -> why: each criterion's pick, and each criterion's best safe candidate of the other kind."""
+def choose_candidates(fit: dict, named: list[str] | None = None) -> dict[str, str]:
+    """label -> why: each criterion's pick, and each criterion's best safe candidate of the other kind; with
+    ``named`` labels, the fit's own selection and those candidates of the fit only."""
+    if named:
+        labels = {c["label"] for c in fit["candidates"]}
+        unknown = [label for label in named if label not in labels]
+        if unknown:
+            raise ValueError(f"--candidate: {unknown[0]!r} is not one of the candidates of --fit")
+        select = (fit.get("options") or {}).get("select") or "cv_r2"
+        chosen = {fit["selected"]["label"]: f"the fit's selection (--select {select})"}
+        for label in named:
+            chosen.setdefault(label, "named by --candidate")
+        return chosen
     safe = [c for c in fit["candidates"] if c.get("safety", {}).get("safe")]
     by = fit["selection"]["selected_by"]
     chosen = {by["cv_r2"]: "cv R^2 pick (one-standard-error rule, safe)"}
@@ -81,26 +98,26 @@ def thresholds_for_levels(
     """Per level: (level, threshold, median computed steps over the runs) from replayed schedules.
 
     The threshold is the smallest on a geometric grid (4 significant digits) whose median computed count
-    over the runs is at most the level.
+    over the runs is at most the level. Each run is replayed as ``teacache.gate.replay`` reads it (its rows in
+    step order, as many steps as rows), for the whole grid at once (``teacache.gate_batch``, decision for
+    decision the gate's).
     """
-    runs = [
-        (group.sort_values("step")["x_rel_l1"].tolist(), group.sort_values("step")["sigma"].to_numpy())
-        for _, group in traces.groupby("run_id", sort=True)
-    ]
-
-    def median_computed(threshold: float) -> float:
-        counts = []
-        for xs, sigmas in runs:
-            config = GateConfig(threshold, rescale, skip_first_n_steps=skip_first)
-            counts.append(sum(d.compute for d in replay(config, xs, sigmas=sigmas)))
-        return float(np.median(counts))
-
-    grid = sorted({float(f"{t:.4g}") for t in np.geomspace(1e-4, 5.0, 600)})
+    runs = [group.sort_values("step") for _, group in traces.groupby("run_id", sort=True)]
+    width = max(len(run) for run in runs)
+    x = np.full((len(runs), width), np.nan)
+    sigmas = np.full((len(runs), width), np.nan)
+    for i, run in enumerate(runs):
+        x[i, : len(run)] = run["x_rel_l1"].to_numpy(dtype=float)
+        sigmas[i, : len(run)] = run["sigma"].to_numpy(dtype=float)
+    num_steps = np.array([len(run) for run in runs])
+    grid = np.array(sorted({float(f"{t:.4g}") for t in np.geomspace(1e-4, 5.0, 600)}))
+    skips = gate_batch.replay_skip_masks(x, rescale, grid, num_steps, sigmas, skip_first_n_steps=skip_first)
+    medians = np.median(num_steps - gate_batch.skipped_counts(skips), axis=1)  # [thresholds]
     out = []
     for level in sorted(levels, reverse=True):
-        found = next(((t, c) for t in grid if (c := median_computed(t)) <= level), None)
-        if found is not None:
-            out.append((level, *found))
+        reached = np.flatnonzero(medians <= level)
+        if reached.size:
+            out.append((level, float(grid[reached[0]]), float(medians[reached[0]])))
     return out
 
 
@@ -143,6 +160,13 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prompts", default=None, help="prompt set of the sweeps (default: <model>-sweep)")
     parser.add_argument("--seeds", default="1", help="seeds of the sweeps (default 1, unseen by the traces' 0,1)")
     parser.add_argument("--levels", default="18,13,10,8,6", help="computed steps to reach and compare at")
+    parser.add_argument(
+        "--candidate",
+        action="append",
+        metavar="LABEL",
+        help="compare the fit's selection with this candidate of --fit (repeatable; e.g. another rule's pick) "
+        "instead of each criterion's picks and the best of the other kind",
+    )
     parser.add_argument("--out", type=path_argument, required=True)
     return parser
 
@@ -159,11 +183,13 @@ def main(argv: list[str] | None = None) -> int:
         levels = decision_check.parse_levels(args.levels)
         if fit.get("variant") not in (None, spec.name):
             raise ValueError(f"--fit: {args.fit} was fitted for {fit['variant']!r}, not --model {spec.name!r}")
-        chosen = choose_candidates(fit)
+        chosen = choose_candidates(fit, args.candidate)
         options = {label: fit_arguments(label) for label in chosen}
         prompts = args.prompts or f"{args.model}-sweep"
         settings = {"model": spec.name, "fit_sha256": file_sha256(args.fit), "traces_sha256": file_sha256(args.traces),
                     "prompts": prompts, "seeds": args.seeds, "levels": sorted(levels)}  # fmt: skip
+        if args.candidate:  # absent otherwise, so folders made before the option still resume
+            settings["candidates"] = list(chosen)
         check_same_settings(args.out / SETTINGS_NAME, settings)
     except (ValueError, KeyError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
@@ -189,6 +215,10 @@ def _compare(args, spec, fit: dict, chosen: dict, options: dict, prompts: str, s
         refit = read_fit(folder / "fit.json")
         if refit["selected"]["label"] != label:
             print(f"{PROG}: error: refitting {label} alone selected {refit['selected']['label']}", file=sys.stderr)
+            return 1
+        full = next(c for c in fit["candidates"] if c["label"] == label)
+        if not same_selection(refit, {"selected": full}):
+            print(f"{PROG}: error: refitting {label} alone gave other numbers than --fit's {label}", file=sys.stderr)
             return 1
         rescale = rescale_from_fit(refit)
         at = thresholds_for_levels(rescale, traces, levels, spec.skip_first_n_steps)

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from bench.studies import across_models, criteria, decision_check
 from calib.fit.candidates import CandidateSpec, candidate_specs
+from calib.fit.file import rescale_from_fit
+from teacache.gate import GateConfig, replay
 from teacache.rescale import RescaleFunction
 from tests.bench.studies.test_decision_check import sweep
 
 
 def test_every_candidate_label_maps_back_to_its_fit_options():
-    for spec in candidate_specs(True, True):
+    specs = candidate_specs(True, True, with_splines=True)
+    assert any(spec.form == "mono+step" for spec in specs)
+    for spec in specs:
         options = dict(zip(*[iter(criteria.fit_arguments(spec.label))] * 2, strict=True))
         rebuilt = CandidateSpec(
             form=options["--form"], degree=int(options["--degree"]), mode=options["--mode"],
@@ -42,6 +47,63 @@ def test_candidates_are_each_criterions_safe_pick_and_the_best_of_the_other_kind
     chosen = criteria.choose_candidates(fit)
     assert list(chosen) == ["poly2+step3", "poly1-origin", "poly2-origin", "poly1+step4-monotone"]
     assert "poly4-free" not in chosen  # unsafe: never a candidate
+
+
+def test_named_candidates_are_compared_with_the_fits_selection_only():
+    fit = {
+        "candidates": [_candidate("mono1+step16", 0.89, 0.33), _candidate("poly2+step3", 0.86, 0.34),
+                       _candidate("poly1-origin", 0.44, 0.18)],
+        "selected": {"label": "mono1+step16"},
+        "options": {"select": "cv_r2"},
+        "selection": {"selected_by": {"cv_r2": "mono1+step16", "decision_excess": "poly1-origin"}},
+    }  # fmt: skip
+    chosen = criteria.choose_candidates(fit, ["poly2+step3"])
+    assert list(chosen) == ["mono1+step16", "poly2+step3"]
+    assert chosen["mono1+step16"] == "the fit's selection (--select cv_r2)"
+    with pytest.raises(ValueError, match="'poly3-free' is not one of the candidates of --fit"):
+        criteria.choose_candidates(fit, ["poly3-free"])
+
+
+def _replayed_thresholds(rescale, traces, levels, skip_first):
+    """The gate itself, one threshold and run at a time: what thresholds_for_levels did before gate_batch."""
+    runs = [
+        (group.sort_values("step")["x_rel_l1"].tolist(), group.sort_values("step")["sigma"].to_numpy())
+        for _, group in traces.groupby("run_id", sort=True)
+    ]
+
+    def median_computed(threshold):
+        counts = []
+        for xs, sigmas in runs:
+            config = GateConfig(threshold, rescale, skip_first_n_steps=skip_first)
+            counts.append(sum(d.compute for d in replay(config, xs, sigmas=sigmas)))
+        return float(np.median(counts))
+
+    grid = sorted({float(f"{t:.4g}") for t in np.geomspace(1e-4, 5.0, 600)})
+    out = []
+    for level in sorted(levels, reverse=True):
+        found = next(((t, c) for t in grid if (c := median_computed(t)) <= level), None)
+        if found is not None:
+            out.append((level, *found))
+    return out
+
+
+@pytest.mark.parametrize("label", ["mono1+step16", "poly2+step3", "poly2+sigma2"])
+def test_thresholds_for_levels_equal_the_gates_replay(label):
+    from tests import ROOT
+
+    fit = json.loads(
+        (ROOT / "results" / "comparisons" / "forms-front" / "tiny-shapes" / "fit" / "fit.json").read_text()
+    )
+    rescale = rescale_from_fit({"selected": next(c for c in fit["candidates"] if c["label"] == label)})
+    traces = pd.read_parquet(
+        ROOT / "results" / "cpu-amd-epyc-2c" / "tiny-shapes" / "0.24.0" / "traces" / "traces.parquet"
+    )
+    traces = traces[traces["run_id"].isin(sorted(traces["run_id"].unique())[:2])]
+    traces = traces.assign(x_rel_l1=traces["x_rel_l1"].where(traces["step"] != 9))  # a broken step: NaN
+    levels = [18, 13, 10, 8, 6]
+    assert criteria.thresholds_for_levels(rescale, traces, levels, 2) == _replayed_thresholds(
+        rescale, traces, levels, 2
+    )
 
 
 def test_thresholds_reach_the_levels_by_replay():
@@ -122,6 +184,7 @@ def test_a_criterions_pick_is_the_fits_own_selection_where_it_was_swept():
         ({"--levels": "5,a"}, "--levels: expected comma-separated computed step counts"),
         ({"--model": "tiny-shapes"}, "was fitted for 'tiny-scenes', not --model 'tiny-shapes'"),
         ({"--traces": "missing.parquet"}, "--traces: missing.parquet does not exist"),
+        ({"--candidate": "mono1+step16"}, "--candidate: 'mono1+step16' is not one of the candidates of --fit"),
     ],
 )
 def test_bad_input_is_one_line_before_any_fit_or_model(tmp_path, capsys, change, message):
