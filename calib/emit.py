@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
             check_importers(module_name(args.variant), text)
     except (FitError, ValueError, KeyError) as exc:
         msg = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
-        print(f"teacache-calib emit: error: {msg}", file=sys.stderr)
+        print(f"teacache-calib emit: {msg}", file=sys.stderr)
         return 2
     path = args.out if args.out is not None else target_path(args.variant)
     if path.exists() and path.read_text(encoding="utf-8") == text:

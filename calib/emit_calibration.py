@@ -26,7 +26,7 @@ def emit_calibration(args: argparse.Namespace) -> int:
         data, note = fmt.calibration_object(fit, args.traces, args.variant, args.polynomial)
     except (FitError, ValueError, KeyError) as exc:
         msg = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
-        print(f"teacache-calib emit: error: {msg}", file=sys.stderr)
+        print(f"teacache-calib emit: {msg}", file=sys.stderr)
         return 2
     fit_dir = Path(args.fit) if Path(args.fit).is_dir() else Path(args.fit).parent
     path = args.out if args.out is not None else fit_dir / fmt.default_name(data["variant"])

@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype={"tag": str})
         lines = side_by_side(summary)
     except (ValueError, KeyError) as exc:
-        print(f"teacache-bench peer-table: error: {exc}", file=sys.stderr)
+        print(f"teacache-bench peer-table: {exc}", file=sys.stderr)
         return 2
     print("\n".join(lines))
     return 0

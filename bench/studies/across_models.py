@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         check_out_dir(args.out, writes=WRITES)
         models = [parse_model(v) for v in args.model]
     except ValueError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
     baselines = pd.concat([baseline_rows(name, b) for name, _, b in models], ignore_index=True)
     outcome_rows, paired = [], []

@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             settings["candidates"] = list(chosen)
         check_same_settings(args.out / SETTINGS_NAME, settings)
     except (ValueError, KeyError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
     with granted(args.out):  # the fits, sweeps and decision check it runs write into the folder it checked
         return _compare(args, spec, fit, chosen, options, prompts, settings, levels)
@@ -214,11 +214,11 @@ def _compare(args, spec, fit: dict, chosen: dict, options: dict, prompts: str, s
                 return code
         refit = read_fit(folder / "fit.json")
         if refit["selected"]["label"] != label:
-            print(f"{PROG}: error: refitting {label} alone selected {refit['selected']['label']}", file=sys.stderr)
+            print(f"{PROG}: refitting {label} alone selected {refit['selected']['label']}", file=sys.stderr)
             return 1
         full = next(c for c in fit["candidates"] if c["label"] == label)
         if not same_selection(refit, {"selected": full}):
-            print(f"{PROG}: error: refitting {label} alone gave other numbers than --fit's {label}", file=sys.stderr)
+            print(f"{PROG}: refitting {label} alone gave other numbers than --fit's {label}", file=sys.stderr)
             return 1
         rescale = rescale_from_fit(refit)
         at = thresholds_for_levels(rescale, traces, levels, spec.skip_first_n_steps)

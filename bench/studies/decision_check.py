@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         candidates = [parse_candidate(v) for v in args.candidate]
         levels = parse_levels(args.levels)
     except ValueError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
     full = json.loads(args.scores.read_text())
     frames, scores, inputs = [], {}, []
@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         fitted = json.loads(fit_path.read_text())["selected"]["label"]
         cand = next((c for c in full["candidates"] if c["label"] == fitted), None)
         if cand is None:
-            print(f"{PROG}: error: --scores has no candidate {fitted!r}", file=sys.stderr)
+            print(f"{PROG}: --scores has no candidate {fitted!r}", file=sys.stderr)
             return 2
         scores[label] = {"cv_r2": cand["cv_r2"], "decision_excess": cand["decision_excess"], "fitted": fitted}
         command = json.loads((sweep / "provenance.json").read_text()).get("command")

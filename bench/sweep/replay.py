@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         check_gated_steps(args, skip_first, skip_last, traces.num_steps["values"])
         peer_for = peer_settings(args, rescale) if args.gate == "mlx-teacache" else None
     except (ValueError, FitError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
     for warning in traces.warnings:
         print(f"{PROG}: warning: {warning}", file=sys.stderr)

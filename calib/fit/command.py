@@ -381,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
         check_out_dir(args.out, writes=WRITES)
         fit, plots = run(args, argv)
     except (TraceError, FitError, ValueError) as exc:
-        print(f"teacache-calib fit: error: {exc}", file=sys.stderr)
+        print(f"teacache-calib fit: {exc}", file=sys.stderr)
         return 2
     for message in fit["data"]["notes"]:
         print(f"teacache-calib fit: {message}", file=sys.stderr)

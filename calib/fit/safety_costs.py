@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             rows += found
             print(f"{path}: done", file=sys.stderr)
     except (TraceError, FitError, ValueError) as exc:
-        print(f"calib.fit.safety_costs: error: {exc}", file=sys.stderr)
+        print(f"calib.fit.safety_costs: {exc}", file=sys.stderr)
         return 2
     write_text(args.out, render(rows, argv))
     print(f"wrote {args.out}")

@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
     error = argument_error(args)
     if error:
-        print(f"python -m teacache.models.train_scenes: error: {error}", file=sys.stderr)
+        print(f"python -m teacache.models.train_scenes: {error}", file=sys.stderr)
         return 2
     ModelConfig.precision = mx.float32  # trained in float32 on every backend
     out: Path = args.out
