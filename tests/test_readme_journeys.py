@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -70,11 +71,9 @@ def test_the_traces_journey_runs_as_written_on_the_shipped_samples(tmp_path):
     """The journey that needs no model (fit, replay and emit on samples/) runs in the fast lane: its last
     command writes the mlx-teacache file, which emit refuses for a default fit's mono+step selection."""
     shutil.copytree(ROOT / "samples", tmp_path / "samples")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # the venv's commands
+    venv_bin = shlex.quote(str(Path(sys.executable).parent))  # the commands of the environment running the tests
     script = journey("Traces and coefficients from another tool")
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=600)  # fmt: skip
+    done = _run(f'export PATH={venv_bin}:"$PATH"\n{script}', tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "runs" / "sample-fit" / "_calibration_tiny_shapes.json").is_file()
 

@@ -32,7 +32,7 @@ from teacache._compat import DRIFT_COMMAND, NEWEST_MFLUX
 from teacache.io import write_json
 from teacache.provenance import collect, hardware_slug
 
-PROG = "teacache-calib drift"
+PROG = DRIFT_COMMAND
 VERDICT_FORMAT = 1
 
 

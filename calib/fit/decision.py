@@ -258,10 +258,8 @@ def decision_scores(
             raise ValueError(f"fold_models[{spec.label!r}]: expected one model per fold ({fold_ids.size})")
         if known is None:
             u = time_input(spec.form, frame)
-            known = [
-                FittedModel.fit(spec, x[folds != f], y[folds != f], None if u is None else u[folds != f])
-                for f in fold_ids
-            ]
+            trains = [folds != f for f in fold_ids]
+            known = [FittedModel.fit(spec, x[t], y[t], None if u is None else u[t]) for t in trains]
         candidates[spec.label] = [model.to_rescale() for model in known]
     candidates.update(compare or {})
     return score_rescales(
