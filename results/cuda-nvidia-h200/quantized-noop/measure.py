@@ -8,6 +8,10 @@
    vanilla.
 
     QUANT=8 PYTHONPATH=. python3 results/cuda-nvidia-h200/quantized-noop/measure.py STEPS SIZE REPEATS OUT.json
+
+``KEEP_BF16=x_embedder`` (comma-separated layer paths) swaps those quantized linears for bfloat16 ones holding
+their dequantized weights after the build: the same values, through the bfloat16 matmul instead of the
+quantized kernel.
 """
 
 import itertools  # noqa: I001
@@ -19,6 +23,8 @@ import warnings
 
 import teacache  # noqa: F401
 import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_unflatten
 
 from bench.timing import fullsize_measure as fs
 from calib.run.generation import generate
@@ -31,6 +37,21 @@ STEPS, SIZE, REPEATS = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 QUANT = int(os.environ["QUANT"])
 BLOCKS = int(os.environ["BLOCKS"]) if os.environ.get("BLOCKS") else None  # smoke tests only
 GROUP = 64  # mflux's quantization (nn.quantize's default group size)
+KEEP_BF16 = [name for name in os.environ.get("KEEP_BF16", "").split(",") if name]
+
+
+def keep_bfloat16(transformer, names: list[str]) -> None:
+    """Replace each named QuantizedLinear by a bfloat16 Linear with its dequantized weight (and its bias)."""
+    layers = dict(transformer.named_modules())
+    for name in names:
+        q = layers[name]
+        weight = mx.dequantize(q.weight, q.scales, q.biases, q.group_size, q.bits).astype(mx.bfloat16)
+        linear = nn.Linear(weight.shape[1], weight.shape[0], bias="bias" in q)
+        linear.weight = weight
+        if "bias" in q:
+            linear.bias = q.bias
+        transformer.update_modules(tree_unflatten([(name, linear)]))
+    mx.eval(transformer.parameters())
 
 
 def _diff(a: mx.array, b: mx.array) -> dict:
@@ -70,6 +91,7 @@ def kernel_check() -> list[dict]:
 kernels = kernel_check() if BLOCKS is None else []
 t0 = time.perf_counter()
 model = fullsize.build_random("random-flux1-dev", seed=0, quantize=QUANT, blocks=BLOCKS)
+keep_bfloat16(model.transformer, KEEP_BF16)
 build_s = time.perf_counter() - t0
 print(f"built in {build_s:.0f} s (quantize {QUANT})", flush=True)
 rescale = RescaleFunction((1.0, 0.0), provenance={"source": "identity"})
@@ -104,7 +126,7 @@ for (na, a), (nb, b) in itertools.combinations(runs, 2):
     pairs.append({"a": na, "b": nb, **_diff(a["latents"], b["latents"])})
 out = {
     "_meta": {"steps": STEPS, "size": SIZE, "repeats": REPEATS, "quantize": QUANT, "group_size": GROUP,
-              "blocks": BLOCKS, "mlx": mx.__version__, "device": str(mx.default_device()), "build_s": build_s},
+              "blocks": BLOCKS, "kept_bfloat16": KEEP_BF16, "mlx": mx.__version__, "device": str(mx.default_device()), "build_s": build_s},
     "kernels": kernels,
     "loop_s": {n: round(r["loop_s"], 3) for n, r in runs},
     "pairs": pairs,
