@@ -9,6 +9,8 @@ from __future__ import annotations
 import warnings
 from importlib import metadata
 
+from teacache.errors import TeaCacheError
+
 # Every release from the oldest to the newest here passes the adapter and no-op tests (`make test MFLUX=...`).
 VERIFIED_RELEASES = ("0.21.0", "0.22.0", "0.23.0", "0.24.0")
 OLDEST_MFLUX = VERIFIED_RELEASES[0]
@@ -24,7 +26,7 @@ _BLOCKERS = (
 _warned_newer = False
 
 
-class MfluxVersionError(RuntimeError):
+class MfluxVersionError(TeaCacheError, RuntimeError):
     """The installed mflux is outside the range this package supports (or not installed)."""
 
 

@@ -17,9 +17,10 @@ from safetensors import safe_open
 from teacache import variants
 from teacache._compat import check_mflux_version
 from teacache._platform import use_float32_on_cpu
+from teacache.errors import TeaCacheError
 
 
-class ModelFolderError(ValueError):
+class ModelFolderError(TeaCacheError, ValueError):
     """A local model folder that cannot be what it claims to be (missing, empty or corrupt weights)."""
 
 

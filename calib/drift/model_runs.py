@@ -20,6 +20,7 @@ from pathlib import Path
 
 from calib.drift import effect
 from calib.run.progress import append_log
+from teacache.errors import TeaCacheError
 from teacache.io import read_json_object, write_json, write_parquet
 
 SETTINGS_FORMAT = 1
@@ -210,7 +211,7 @@ def _settings(root: Path, arg: str) -> list[tuple[Path, ModelRuns]]:
     return found
 
 
-class ModelUnavailable(RuntimeError):
+class ModelUnavailable(TeaCacheError, RuntimeError):
     """The model's weights do not load under the installed release."""
 
 
