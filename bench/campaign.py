@@ -323,6 +323,8 @@ def _main(argv: list[str] | None, prog: str) -> int:
             args.model, args.out or default_out(args.model), args.thresholds, args.record_seeds, args.sweep_seeds,
             args.repeats, args.ssim_floor, args.sweep_prompts, args.force_new,
         )  # fmt: skip
+    except TeaCacheError:  # matched first, so a refusal does not import mflux to look up its interruptions
+        raise
     except interruptions():
         print(
             f"{prog}: interrupted; traces and sweep pairs are kept, the rest is rebuilt: run it again", file=sys.stderr
