@@ -101,7 +101,7 @@ def claim(
         for _rank, other in shard_folders(out):
             if other == folder or (other / fingerprint.FILE).is_file() or any(other.iterdir()):
                 check(other)
-    except (ValueError, FolderLocked) as exc:
+    except TeaCacheError as exc:  # a held folder, other settings: every rank hears which
         error = exc
     agree(world, error)
 

@@ -47,7 +47,10 @@ def calibration(traces: Path, n_prompts: int, seed: int) -> tuple[dict, object]:
 
     from calib.fit import command as fit_cmd
 
-    frame = pd.read_parquet(traces)
+    try:
+        frame = pd.read_parquet(traces)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises many types for a damaged file
+        raise InputError(f"TRACES: cannot read {traces} as parquet ({type(exc).__name__}: {exc})") from exc
     frame = frame[(frame["branch"] == "cond") & (frame["seed"] == seed) & (frame["step"] > 0)]
     prompt_ids = list(dict.fromkeys(frame["prompt_id"]))[:n_prompts]
     if len(prompt_ids) < n_prompts:
