@@ -25,11 +25,12 @@ from bench.sweep import settings as sweep_settings
 from calib import record as record_stage
 from calib.fit import files as fit_files
 from calib.run import arguments, fingerprint, outputs, ranks, shard
-from calib.run.command import run_guarded
-from calib.run.folder_lock import FolderLocked, folder_lock
-from calib.run.interrupts import interruptions
+from calib.run.command import run_command
+from calib.run.folder_lock import folder_lock
+from calib.run.interrupts import Interrupted, interruptions
 from calib.run.prompts import SETS
 from teacache import variants
+from teacache.errors import InputError, TeaCacheError
 from teacache.io import atomic_path, write_json
 from teacache.provenance import hardware_slug
 
@@ -42,6 +43,8 @@ STAGES = {"traces": record_stage.WRITES, "fit": fit_files.WRITES, "sweep": sweep
           "report": report_files.WRITES}  # fmt: skip
 COMPANIONS = ("baselines", "criteria", "decision", "gapcheck", "packaged")
 # Its purpose is the committed results/: it regenerates them there, and says so.
+# refusals a stage passes on as they are: the ranks' own, and the ends of a run that saved its work
+PASSED_ON = (ranks.ShardError, shard.ShardsIncomplete, Interrupted)
 WRITES = arguments.Writes(PROG, names=(*STAGES, *COMPANIONS), regenerates=("results",))
 
 
@@ -108,15 +111,15 @@ def _named(stage_arg: str, campaign_arg: str):
     except ValueError as exc:
         message = str(exc)
         if message.startswith(f"{stage_arg}:"):
-            raise ValueError(campaign_arg + message[len(stage_arg) :]) from None
+            raise InputError(campaign_arg + message[len(stage_arg) :]) from None
         raise
 
 
 def plan_campaign(model: str, out: Path, thresholds=None, record_seeds=None, sweep_seeds=None, repeats=None,
                   ssim_floor: float = 0.95, sweep_prompts=None, force_new: bool = False) -> Campaign:  # fmt: skip
-    """Check the arguments of every stage at once; raise ValueError naming the first bad one."""
+    """Check the arguments of every stage at once; raise InputError naming the first bad one."""
     if model not in campaign_models():
-        raise ValueError(f"--model: expected one of {', '.join(campaign_models())}, got {model!r}")
+        raise InputError(f"--model: expected one of {', '.join(campaign_models())}, got {model!r}")
     cfg = variants.get(model).campaign
     out = arguments.check_out_dir(out, writes=WRITES)
     for stage, writes in STAGES.items():  # each stage's folder is that stage's own; the stages run unchecked in it
@@ -141,7 +144,7 @@ def plan_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swe
         )
     default = variants.get(model).default_threshold
     if default not in sweep.thresholds:  # teacache-bench tolerances derives its constants there
-        raise ValueError(
+        raise InputError(
             f"--thresholds: include {model}'s default threshold {default:g}, where the tolerances are derived "
             f"(got {', '.join(f'{t:g}' for t in sweep.thresholds)})"
         )
@@ -211,7 +214,7 @@ def fit_stage(
         and not force_new
         and fingerprint.has_results(sweep, sweep_files.RESULTS)
     ):
-        raise ValueError(
+        raise InputError(
             f"the traces now give another fit ({fit['selected']['label']}) than {path} "
             f"({previous['selected'].get('label')}), which the sweep in {sweep} was measured with; pass --force-new "
             "to refit and sweep afresh, or choose a new --out"
@@ -273,8 +276,10 @@ def run_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swee
             print(f"\n== {name}", flush=True)
         try:
             result = fn()
-        except (ValueError, FolderLocked) as exc:
-            raise ValueError(f"{name}: {exc}") from None
+        except PASSED_ON:
+            raise
+        except TeaCacheError as exc:  # a stage's refusal names the stage
+            raise InputError(f"{name}: {exc}") from None
         timings[name] = time.perf_counter() - start
         return result
 
@@ -286,7 +291,9 @@ def run_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swee
                 fit_stage(
                     traces, out / "fit", campaign.min_step, campaign.sweep.out, campaign.sweep.force_new, packaged
                 )
-        except (ValueError, FolderLocked) as exc:
+        except PASSED_ON:
+            raise
+        except TeaCacheError as exc:
             error = exc
         share_inputs(world, [out / "fit" / "fit.json", campaign.record.out / "traces.parquet"], error)
 
@@ -305,20 +312,24 @@ def run_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swee
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     """``prog``: the command the user ran, which every message names (``teacache-demo`` runs a campaign)."""
+    return run_command(prog, _main, argv, prog)
+
+
+def _main(argv: list[str] | None, prog: str) -> int:
     args = setup_arg_parser(prog).parse_args(argv)
     start = time.perf_counter()
     try:
-        code, summary = run_guarded(prog, lambda: run_campaign(
+        summary = run_campaign(
             args.model, args.out or default_out(args.model), args.thresholds, args.record_seeds, args.sweep_seeds,
             args.repeats, args.ssim_floor, args.sweep_prompts, args.force_new,
-        ))  # fmt: skip
+        )  # fmt: skip
+    except TeaCacheError:  # matched first, so a refusal does not import mflux to look up its interruptions
+        raise
     except interruptions():
         print(
             f"{prog}: interrupted; traces and sweep pairs are kept, the rest is rebuilt: run it again", file=sys.stderr
         )
-        return arguments.EXIT_INTERRUPTED
-    if code:
-        return code
+        return Interrupted.exit_status
     if summary is None:  # a rank other than 0 under mlx.launch: rank 0 reports
         return 0
     # heavy (matplotlib, pandas, scipy): loaded after the arguments are checked

@@ -5,25 +5,26 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from teacache.errors import InputError
 from teacache.gate import check_threshold
 
 
 def parse_numbers(text: str, option: str, what: str, example: str) -> list[tuple[str, float]]:
-    """'a,b,c' -> [(item, number), ...]; a ValueError naming ``option`` for an empty item among others, an item
+    """'a,b,c' -> [(item, number), ...]; an InputError naming ``option`` for an empty item among others, an item
     that is not a number or no item at all (``what``: the item's name, ``example``: a valid value)."""
     items = []
     parts = [part.strip() for part in str(text).split(",")]
     if any(not part for part in parts) and any(parts):
-        raise ValueError(f"{option}: an empty item in {text!r}; expected numbers separated by commas, like {example}")
+        raise InputError(f"{option}: an empty item in {text!r}; expected numbers separated by commas, like {example}")
     for part in parts:
         if not part:
             continue
         try:
             items.append((part, float(part)))
         except ValueError:
-            raise ValueError(f"{option}: {part!r} is not a number") from None
+            raise InputError(f"{option}: {part!r} is not a number") from None
     if not items:
-        raise ValueError(f"{option}: expected at least one {what}, like {example}")
+        raise InputError(f"{option}: expected at least one {what}, like {example}")
     return items
 
 
@@ -35,10 +36,10 @@ def parse_thresholds(text: str) -> list[float]:
             values.append(check_threshold(value, "--thresholds"))  # the gate's own rule
         except ValueError:
             why = f"{part!r} is not finite" if not math.isfinite(value) else f"{part} is negative"
-            raise ValueError(f"--thresholds: {why}; thresholds are numbers >= 0 (0 = no skipping)") from None
+            raise InputError(f"--thresholds: {why}; thresholds are numbers >= 0 (0 = no skipping)") from None
     duplicates = sorted({v for v in values if values.count(v) > 1})
     if duplicates:
-        raise ValueError(f"--thresholds: duplicate values {', '.join(f'{v:g}' for v in duplicates)}")
+        raise InputError(f"--thresholds: duplicate values {', '.join(f'{v:g}' for v in duplicates)}")
     return sorted(values)
 
 
@@ -55,5 +56,5 @@ def parse_coefficients(spec: str) -> str | Path | tuple[float, ...]:
     except ValueError:
         return Path(spec.split("#", 1)[0])  # a file, read (and checked to exist) by the command's input check
     if not all(math.isfinite(c) for c in coefficients):
-        raise ValueError(f"--coefficients: expected finite numbers, got {spec!r}")
+        raise InputError(f"--coefficients: expected finite numbers, got {spec!r}")
     return coefficients

@@ -14,17 +14,19 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 
 from bench.campaign import PROJECT_ROOT  # noqa: E402
 from bench.campaign import main as campaign_main
-from calib.run.dispatch import refuse_unsupported_mflux
+from calib.run.command import run_command
+from calib.run.dispatch import check_supported_mflux
 from teacache import variants
 
 PROG = "teacache-demo"  # what `make demo` runs: every message names it, not the campaign behind it
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    refused = refuse_unsupported_mflux(PROG)
-    if refused is not None:
-        return refused
+    return run_command(PROG, _main, list(sys.argv[1:] if argv is None else argv))
+
+
+def _main(argv: list[str]) -> int:
+    check_supported_mflux()
     if "--out" not in argv:
         argv += ["--out", str(PROJECT_ROOT / "results" / "demo" / variants.default_model())]
     return campaign_main(argv, prog=PROG)

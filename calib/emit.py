@@ -21,8 +21,10 @@ from calib.emit_notes import GENERATED, lookup, rescale_notes, when_where
 from calib.fit import safety
 from calib.fit.command import FitError, import_module_from_path, read_fit, rescale_from_fit
 from calib.run.arguments import CommandParser, check_out_file, path_argument
+from calib.run.command import command
 from teacache import variants
 from teacache.coefficients import PACKAGED_MODULES, module_name
+from teacache.errors import InputError
 from teacache.io import write_text
 from teacache.rescale import FORM_MONO_STEP, FORM_POLY_STEP, RescaleFunction
 from teacache.variants import dtype_name
@@ -71,7 +73,7 @@ def check_importers(module: str, text: str) -> None:
     for name, names in importers(module).items():
         missing = sorted(names - defined)
         if missing:
-            raise ValueError(
+            raise InputError(
                 f"--variant: {name} imports {', '.join(missing)} from module {module}, which this fit's module "
                 f"would not define; make {name} import from a module emit does not rewrite (or write with --out)"
             )
@@ -82,7 +84,7 @@ def check_variant(variant: str) -> str:
     spec = variants.find(variant)
     if spec is not None and spec.supported and spec.coefficients is None:
         suggested = spec.name.replace("-", "_")
-        raise ValueError(
+        raise InputError(
             f"--variant: {spec.name} has no coefficient module yet; name one in its VariantSpec "
             f'(coefficients="{suggested}" in teacache/variants/{spec.family}.py), then emit writes it'
         )
@@ -94,7 +96,7 @@ def emit_module(fit: dict, variant: str) -> str:
     module = check_variant(variant)
     fit_variants = (fit.get("input") or {}).get("variants") or []
     if fit_variants and variant not in fit_variants:
-        raise ValueError(f"--variant {variant!r} disagrees with the fit, which was made on {', '.join(fit_variants)}")
+        raise InputError(f"--variant {variant!r} disagrees with the fit, which was made on {', '.join(fit_variants)}")
     rescale = rescale_from_fit(fit)
     trace = (fit.get("input") or {}).get("provenance") or {}
     shared = served_variants(module)
@@ -304,6 +306,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@command("teacache-calib emit")
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -312,23 +315,18 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.code or 0)
     if args.format == "mlx-teacache":
         return emit_calibration(args)
-    try:
-        if args.variant is None:
-            raise ValueError("--variant: required with --format module")
-        if args.traces:
-            raise ValueError("--traces: only --format mlx-teacache writes the raw pairs")
-        if args.polynomial:
-            raise ValueError("--polynomial: only with --format mlx-teacache (a module holds every form)")
-        if args.out is not None:
-            check_out_file(args.out, what="coefficient module")
-        fit = read_fit(args.fit)
-        text = emit_module(fit, args.variant)
-        if args.out is None:
-            check_importers(module_name(args.variant), text)
-    except (FitError, ValueError, KeyError) as exc:
-        msg = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
-        print(f"teacache-calib emit: {msg}", file=sys.stderr)
-        return 2
+    if args.variant is None:
+        raise InputError("--variant: required with --format module")
+    if args.traces:
+        raise InputError("--traces: only --format mlx-teacache writes the raw pairs")
+    if args.polynomial:
+        raise InputError("--polynomial: only with --format mlx-teacache (a module holds every form)")
+    if args.out is not None:
+        check_out_file(args.out, what="coefficient module")
+    fit = read_fit(args.fit)
+    text = emit_module(fit, args.variant)
+    if args.out is None:
+        check_importers(module_name(args.variant), text)
     path = args.out if args.out is not None else target_path(args.variant)
     if path.exists() and path.read_text(encoding="utf-8") == text:
         print(f"unchanged: {path} already holds this fit")

@@ -4,10 +4,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from calib.fit.errors import FitError
 from calib.fit.file import read_fit
 from calib.run.arguments import check_out_file, check_variant_name
 
@@ -17,17 +15,12 @@ def emit_calibration(args: argparse.Namespace) -> int:
     from calib.traces import mlx_teacache_format as fmt
     from teacache.io import write_json
 
-    try:
-        if args.variant is not None:
-            check_variant_name(args.variant)
-        if args.out is not None:
-            check_out_file(args.out, what=".json file")
-        fit = read_fit(args.fit)
-        data, note = fmt.calibration_object(fit, args.traces, args.variant, args.polynomial)
-    except (FitError, ValueError, KeyError) as exc:
-        msg = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
-        print(f"teacache-calib emit: {msg}", file=sys.stderr)
-        return 2
+    if args.variant is not None:
+        check_variant_name(args.variant)
+    if args.out is not None:
+        check_out_file(args.out, what=".json file")
+    fit = read_fit(args.fit)
+    data, note = fmt.calibration_object(fit, args.traces, args.variant, args.polynomial)
     fit_dir = Path(args.fit) if Path(args.fit).is_dir() else Path(args.fit).parent
     path = args.out if args.out is not None else fit_dir / fmt.default_name(data["variant"])
     if note:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from calib.run import arguments, estimate, fingerprint, ranks, shard, units
-from calib.run.command import run_guarded
+from calib.run.command import command
 from calib.run.generation import generate, implausible, paired_overhead, settings_fingerprint
 from calib.run.interleave import Turn, interleave
 from calib.run.progress import append_log, track
@@ -99,7 +99,7 @@ def plan(
     force_new: bool = False,
     yes: bool = False,
 ) -> RecordSettings:
-    """Check every argument (nothing loads); raise ValueError with one line naming the argument."""
+    """Check every argument (nothing loads); raise InputError with one line naming the argument."""
     steps, width, height, guidance = arguments.generation_settings(
         model,
         base_model,
@@ -369,22 +369,20 @@ def _previous_overhead(out: Path) -> dict | None:
             "min": None, "max": None}  # fmt: skip
 
 
+@command(PROG)
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
-
-    def work() -> None:
-        settings = settings_from_args(args)
-        if not args.dry_run:
-            run_record(settings)
-            return
-        if not settings.force_new:
-            fingerprint.check(settings.out, fingerprint_settings(settings), RESULTS, EXTENDABLE, command=PROG)
-        todo = _todo(settings)
-        print(describe_plan(settings, todo))
-        for pid, _text, seed in todo:
-            print(f"  would record {run_id(pid, seed)}")
-
-    return run_guarded(PROG, work)[0]
+    settings = settings_from_args(args)
+    if not args.dry_run:
+        run_record(settings)
+        return 0
+    if not settings.force_new:
+        fingerprint.check(settings.out, fingerprint_settings(settings), RESULTS, EXTENDABLE, command=PROG)
+    todo = _todo(settings)
+    print(describe_plan(settings, todo))
+    for pid, _text, seed in todo:
+        print(f"  would record {run_id(pid, seed)}")
+    return 0
 
 
 def _dtype() -> str:

@@ -24,6 +24,7 @@ import numpy as np
 
 from calib.run.outputs import CHECKOUT
 from teacache import variants
+from teacache.errors import TeaCacheError
 from teacache.gate import GateConfig
 from teacache.gate_batch import replay_skip_masks
 from teacache.rescale import RescaleFunction
@@ -34,7 +35,7 @@ STEP_TOLERANCE = 1.0  # a target is reached when the chosen schedule computes wi
 RESULTS = CHECKOUT / "results"
 
 
-class TargetError(ValueError):
+class TargetError(TeaCacheError, ValueError):
     """A target the calibration cannot reach, or evidence that cannot answer it; the message says which."""
 
 

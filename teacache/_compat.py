@@ -6,8 +6,10 @@ check it before anything else, so a release outside the range is refused in well
 
 from __future__ import annotations
 
-import warnings
 from importlib import metadata
+
+from teacache._warnings import warn
+from teacache.errors import TeaCacheError
 
 # Every release from the oldest to the newest here passes the adapter and no-op tests (`make test MFLUX=...`).
 VERIFIED_RELEASES = ("0.21.0", "0.22.0", "0.23.0", "0.24.0")
@@ -24,7 +26,7 @@ _BLOCKERS = (
 _warned_newer = False
 
 
-class MfluxVersionError(RuntimeError):
+class MfluxVersionError(TeaCacheError, RuntimeError):
     """The installed mflux is outside the range this package supports (or not installed)."""
 
 
@@ -72,10 +74,9 @@ def check_mflux_version(version: str | None = None) -> str:
         raise MfluxVersionError(reason)
     if parse_release(version) > parse_release(NEWEST_MFLUX) and not _warned_newer:
         _warned_newer = True
-        warnings.warn(
+        warn(
             f"mflux {version} is newer than {NEWEST_MFLUX}, the newest release this package was verified on: run "
             f"`{DRIFT_COMMAND}` to see whether the hooked code or the numbers changed (a refit may be due)",
             UserWarning,
-            stacklevel=2,
         )
     return version

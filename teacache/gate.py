@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import math
 import numbers
-import warnings
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from teacache._warnings import warn
 from teacache.rescale import RescaleFunction
 
 # Why a step was computed or skipped; the decision log and reports use these names.
@@ -196,13 +196,12 @@ def warn_if_never_skips(config: GateConfig, num_steps: int | None = None, sigmas
         return False
     floor = config.rescale_floor(num_steps, sigmas)
     if config.rel_l1_thresh <= floor:
-        warnings.warn(
+        warn(
             f"rel_l1_thresh={config.rel_l1_thresh:g} can never skip a step{where}: every gated step adds at "
             f"least {floor:.4g} (the rescale function's minimum over its calibrated range "
             f"{config.rescale.x_range[0]:.4g}..{config.rescale.x_range[1]:.4g}). "
             f"Use a threshold above {floor:.4g}.",
             NeverSkipsWarning,
-            stacklevel=3,
         )
         return False
     return True

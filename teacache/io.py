@@ -11,6 +11,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from teacache.errors import InputError
+
 FORMAT_VERSION = 1  # of every JSON/Parquet artifact this toolkit writes; readers reject other versions
 
 
@@ -70,7 +72,7 @@ def write_json(path: str | os.PathLike, data: dict) -> None:
     write_text(path, json_text(data))
 
 
-def read_json_object(path: str | os.PathLike, error: type[Exception] = ValueError) -> dict:
+def read_json_object(path: str | os.PathLike, error: type[Exception] = InputError) -> dict:
     """A JSON file that must hold an object; anything else raises ``error`` with one line naming the file."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))

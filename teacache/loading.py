@@ -17,9 +17,10 @@ from safetensors import safe_open
 from teacache import variants
 from teacache._compat import check_mflux_version
 from teacache._platform import use_float32_on_cpu
+from teacache.errors import InputError, TeaCacheError
 
 
-class ModelFolderError(ValueError):
+class ModelFolderError(TeaCacheError, ValueError):
     """A local model folder that cannot be what it claims to be (missing, empty or corrupt weights)."""
 
 
@@ -42,7 +43,7 @@ def resolve_spec(name_or_path: str, base_model: str | None = None) -> variants.V
     if base_model is not None:
         spec = variants.find(base_model)
         if spec is None:
-            raise ValueError(
+            raise InputError(
                 f"base_model: unknown architecture {base_model!r}; expected one of {', '.join(variants.load_names())}"
             )
         if not spec.supported:
@@ -53,11 +54,11 @@ def resolve_spec(name_or_path: str, base_model: str | None = None) -> variants.V
         return variants.get(name_or_path)
     if path.exists():
         kind = "folder" if path.is_dir() else "file, not a folder of weights"
-        raise ValueError(
+        raise InputError(
             f"base_model: {name_or_path} is a local {kind}; name its architecture with base_model "
             f"({', '.join(n for n in variants.load_names() if not variants.get(n).embedded)})"
         )
-    raise ValueError(
+    raise InputError(
         f"model: unknown model {name_or_path!r}; expected one of {', '.join(variants.load_names())} "
         "or a local folder with base_model"
     )
@@ -137,7 +138,7 @@ def _quantized(model, spec: variants.VariantSpec, quantize: int | None):
     try:
         quantize_like_mflux(model.transformer, quantize, variants.attribute(variants.family(spec.family).weights))
     except ValueError as exc:
-        raise ValueError(f"--quantize: {spec.name} cannot be quantized to {quantize} bits ({exc})") from None
+        raise InputError(f"--quantize: {spec.name} cannot be quantized to {quantize} bits ({exc})") from None
     return model
 
 

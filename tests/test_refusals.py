@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import calib.run.generation
+from teacache.errors import InputError
 from tests import ROOT
 from tests.conftest import command_main, patch_everywhere, refused, tree
 
@@ -89,7 +90,7 @@ def test_a_run_refused_after_the_model_loaded_leaves_no_fingerprint(command, tmp
     corrected command is not refused as "other settings"."""
 
     def refuse(*_args, **_kwargs):
-        raise ValueError("height/width: this model cannot make that")
+        raise InputError("height/width: this model cannot make that")
 
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("a red circle on a blue background at the left\n")

@@ -24,8 +24,9 @@ from bench.compare.compute import KIND, build, jsonable
 from bench.compare.input import PROJECT_ROOT, CompareError
 from bench.compare.render import render_markdown, render_plot
 from bench.report.compute import validate_floor
-from bench.report.input import ReportInputError
 from calib.run.arguments import CommandParser, Writes, check_out_dir, path_argument
+from calib.run.command import command
+from teacache.errors import InputError
 from teacache.io import atomic_path, write_json, write_text
 from teacache.provenance import collect
 
@@ -54,19 +55,16 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@command(KIND)
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
-    try:
-        if args.out is not None:
-            check_out_dir(args.out, writes=WRITES)
-        validate_floor(args.ssim_floor)
-        if Path(args.a).resolve() == Path(args.b).resolve():
-            raise ValueError(f"B: {args.b} is A itself; compare two machines' folders (results/<hardware>)")
-        result = build(args.a, args.b, args.ssim_floor)
-        out = args.out if args.out is not None else check_out_dir(default_out(result), writes=WRITES)
-    except (CompareError, ReportInputError, ValueError) as exc:
-        print(f"{KIND}: {exc}", file=sys.stderr)
-        return 2
+    if args.out is not None:
+        check_out_dir(args.out, writes=WRITES)
+    validate_floor(args.ssim_floor)
+    if Path(args.a).resolve() == Path(args.b).resolve():
+        raise InputError(f"B: {args.b} is A itself; compare two machines' folders (results/<hardware>)")
+    result = build(args.a, args.b, args.ssim_floor)
+    out = args.out if args.out is not None else check_out_dir(default_out(result), writes=WRITES)
     text = render_markdown(result)
     png = None if args.no_plot else render_plot(result)
     data = jsonable(result)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from teacache.errors import TeaCacheError
 from teacache.io import read_json_object
 from teacache.provenance import tolerance_module_name
 
@@ -18,7 +19,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 STAGES = ("traces", "fit", "sweep", "report", "tolerances.py", "gapcheck")
 
 
-class CompareError(ValueError):
+class CompareError(TeaCacheError, ValueError):
     """An input this command cannot compare; the message says which and why."""
 
 

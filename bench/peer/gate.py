@@ -23,6 +23,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from unittest import mock
 
+from teacache.errors import InputError
 from teacache.gate import GateConfig, replay
 from teacache.rescale import RescaleFunction
 
@@ -58,12 +59,12 @@ class PeerSettings:
 def peer_coefficients(rescale: RescaleFunction) -> tuple[float, float, float, float, float]:
     """``rescale`` as the five numbers mlx-teacache takes (c4..c0); ValueError where it cannot take them."""
     if rescale.is_time_aware:
-        raise ValueError(
+        raise InputError(
             f"--coefficients: a {rescale.form} form; mlx-teacache's gate takes a polynomial in x only "
             "(write the fit with teacache-calib emit --format mlx-teacache for its best x-only candidate)"
         )
     if len(rescale.coefficients) > 5:
-        raise ValueError(f"--coefficients: degree {len(rescale.coefficients) - 1}; mlx-teacache's gate takes 4 at most")
+        raise InputError(f"--coefficients: degree {len(rescale.coefficients) - 1}; mlx-teacache's gate takes 4 at most")
     return tuple([0.0] * (5 - len(rescale.coefficients)) + list(rescale.coefficients))  # type: ignore[return-value]
 
 

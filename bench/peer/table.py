@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from calib.run.command import command
+from teacache.errors import InputError
+
 OURS_ALL, THEIRS_ALL, OURS, THEIRS = "proxy-all", "mlx-teacache-all", "gate", "mlx-teacache"
 HEADER = [
     "| model | steps | guidance | vanilla ms/step | setting | ours: skipped, speedup | mlx-teacache: skipped, "
@@ -73,8 +76,28 @@ def side_by_side(summary: pd.DataFrame) -> list[str]:
                 f"{_skipped(theirs, predicted=True)}, {_speed(theirs)} | - |"
             )
     if len(lines) == len(HEADER):
-        raise ValueError("SUMMARY: no rows of a teacache-bench fullsize --peer run")
+        raise InputError("SUMMARY: no rows of a teacache-bench fullsize --peer run")
     return lines + ([""] + notes if notes else [])
+
+
+# the columns of a fullsize summary.csv that every row of the table reads
+COLUMNS = ("model", "quantize", "resolution", "steps", "tag", "arm", "guidance", "vanilla_ms_per_step")
+
+
+def read_summary(path: Path) -> pd.DataFrame:
+    """A fullsize run's summary.csv; a missing file, one that is not CSV or one without its columns is refused."""
+    if not path.is_file():
+        raise InputError(f"SUMMARY: {path} does not exist")
+    try:
+        summary = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype={"tag": str})
+    except (ValueError, UnicodeDecodeError) as exc:  # pandas' parser errors are ValueErrors
+        raise InputError(f"SUMMARY: {path} is not a readable CSV file ({exc})") from exc
+    missing = [c for c in COLUMNS if c not in summary.columns]
+    if missing:
+        raise InputError(
+            f"SUMMARY: {path} has no column {missing[0]!r}; expected teacache-bench fullsize's summary.csv"
+        )
+    return summary
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -83,17 +106,11 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@command("teacache-bench peer-table")
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
     path = args.summary / "summary.csv" if args.summary.is_dir() else args.summary
-    try:
-        if not path.is_file():
-            raise ValueError(f"SUMMARY: {path} does not exist")
-        summary = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype={"tag": str})
-        lines = side_by_side(summary)
-    except (ValueError, KeyError) as exc:
-        print(f"teacache-bench peer-table: {exc}", file=sys.stderr)
-        return 2
+    lines = side_by_side(read_summary(path))
     print("\n".join(lines))
     return 0
 

@@ -23,6 +23,8 @@ import PIL.Image
 from scipy import ndimage
 
 from calib.run import arguments
+from calib.run.command import command
+from teacache.errors import InputError
 from teacache.io import write_json
 from teacache.models import shapes, shapes_data
 from teacache.models.shapes_data import PALETTE, POSITIONS, ShapeSpec, parse_prompt
@@ -208,25 +210,23 @@ def check_arguments(args: argparse.Namespace) -> None:
     """Every argument, before the model loads: a tiny-shapes folder, as many held-out prompts as exist."""
     folder = args.model_dir
     if not folder.is_dir():
-        raise ValueError(f"--model-dir: {folder} is not a folder with {WEIGHTS_NAME} and {MANIFEST_NAME}")
+        raise InputError(f"--model-dir: {folder} is not a folder with {WEIGHTS_NAME} and {MANIFEST_NAME}")
     arguments.check_input_file(folder / WEIGHTS_NAME, "--model-dir")
     arguments.check_input_file(folder / MANIFEST_NAME, "--model-dir")
     if not args.no_card:
         arguments.check_out_dir(folder, "--model-dir")  # the manifest and the card are rewritten there
     available = len(shapes_data.split_specs("held_out"))
     if not 1 <= args.n <= available:
-        raise ValueError(f"--n: expected 1 to {available} held-out prompts (that many exist), got {args.n}")
+        raise InputError(f"--n: expected 1 to {available} held-out prompts (that many exist), got {args.n}")
     arguments.check_at_least(args.steps, 1, "--steps")
     arguments.check_guidance(args.guidance)
     arguments.check_at_least(args.prompt_seed, 0, "--prompt-seed")
 
 
+@command(PROG)
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
-    try:
-        check_arguments(args)
-    except ValueError as exc:
-        return arguments.fail(PROG, str(exc))
+    check_arguments(args)
     # heavy (mflux): loaded after the arguments are checked
     from mflux.models.common.config.model_config import ModelConfig
 

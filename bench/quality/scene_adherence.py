@@ -37,6 +37,8 @@ import PIL.Image
 from scipy import ndimage
 
 from calib.run import arguments
+from calib.run.command import command
+from teacache.errors import InputError
 from teacache.io import read_json_object, write_json
 from teacache.models import scenes_data
 from teacache.models.scenes_data import PALETTE, STRIPE_SHADE, SceneObject, SceneSpec, parse_prompt
@@ -228,7 +230,7 @@ def check_arguments(args: argparse.Namespace) -> dict:
     """Every argument, before the model loads; the manifest that will be updated."""
     folder = args.model_dir
     if not folder.is_dir():
-        raise ValueError(f"--model-dir: {folder} is not a folder with {WEIGHTS_NAME} and {MANIFEST_NAME}")
+        raise InputError(f"--model-dir: {folder} is not a folder with {WEIGHTS_NAME} and {MANIFEST_NAME}")
     arguments.check_input_file(folder / WEIGHTS_NAME, "--model-dir")
     arguments.check_input_file(folder / MANIFEST_NAME, "--model-dir")
     arguments.check_out_dir(folder, "--model-dir")  # the manifest and the card are rewritten there
@@ -238,23 +240,21 @@ def check_arguments(args: argparse.Namespace) -> dict:
     try:
         manifest = read_json_object(folder / MANIFEST_NAME, ValueError)
     except ValueError as exc:
-        raise ValueError(f"--model-dir: {exc}") from None
+        raise InputError(f"--model-dir: {exc}") from None
     recipe = manifest.get("data_recipe")
     vocab = recipe.get("vocab") if isinstance(recipe, dict) else None
     if vocab != list(scenes_data.VOCAB) or not {"weights", "training"} <= set(manifest):
-        raise ValueError(
+        raise InputError(
             f"--model-dir: {folder / MANIFEST_NAME} is not a tiny-scenes manifest of this vocabulary "
             "(data_recipe.vocab, weights, training)"
         )
     return manifest
 
 
+@command(PROG)
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
-    try:
-        manifest = check_arguments(args)
-    except ValueError as exc:
-        return arguments.fail(PROG, str(exc))
+    manifest = check_arguments(args)
     # heavy (mlx, mflux): loaded after the arguments are checked
     import mlx.core as mx
     from mflux.models.common.config.model_config import ModelConfig
@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         pipeline = scenes.load_tiny_scenes(args.model_dir / WEIGHTS_NAME, args.model_dir / MANIFEST_NAME)
     except scenes.WeightsError as exc:
-        return arguments.fail(PROG, f"--model-dir: {exc}")
+        raise InputError(f"--model-dir: {exc}") from exc
     specs = scenes_data.evaluation_specs(args.prompts)
     start = time.perf_counter()
     try:

@@ -10,6 +10,7 @@ import importlib
 from collections.abc import Callable
 
 from teacache import variants
+from teacache.errors import InputError
 
 SCORERS: dict[str, str] = {  # builder module -> module with score_adherence(image, prompt) -> {"score": ...}
     "teacache.models.shapes": "bench.quality.adherence",
@@ -26,6 +27,6 @@ def adherence_scorer(variant: str) -> Callable[[object, str], float]:
     """``(image, prompt) -> score in [0, 1]`` for a variant whose spec has ``scores_adherence``."""
     module = scorer_module(variants.get(variant).builder)
     if module is None:
-        raise ValueError(f"{variant}: no adherence scorer reads its images (bench.quality.scorers.SCORERS)")
+        raise InputError(f"{variant}: no adherence scorer reads its images (bench.quality.scorers.SCORERS)")
     score = importlib.import_module(module).score_adherence  # heavy: imported when asked for
     return lambda image, prompt: float(score(image, prompt)["score"])

@@ -25,6 +25,7 @@ from bench.report.markdown import num, ratio
 from bench.report.render import OUTPUTS, render_files
 from bench.sweep.schedules import same_schedule_warnings
 from calib.run.arguments import CommandParser, check_out_dir, path_argument
+from calib.run.command import command
 from teacache.io import atomic_path, write_text
 
 __all__ = [
@@ -169,16 +170,13 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@command(PROG)
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
-    try:
-        check_out_dir(args.out, writes=WRITES)
-        summary = build_report(
-            args.runs, args.out, ssim_floor=args.floor, metric=args.metric, target_speedup=args.target_speedup
-        )
-    except (ReportInputError, ValueError) as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
+    check_out_dir(args.out, writes=WRITES)
+    summary = build_report(
+        args.runs, args.out, ssim_floor=args.floor, metric=args.metric, target_speedup=args.target_speedup
+    )
     print_summary(summary)
     print_warnings(summary)
     return 0

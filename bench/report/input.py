@@ -14,13 +14,14 @@ import pandas as pd
 
 from bench.sweep import records
 from calib.run import ranks
+from teacache.errors import TeaCacheError
 
 RUN_COLUMNS: tuple[str, ...] = records.RUNS.names
 DECISION_COLUMNS: tuple[str, ...] = records.DECISIONS.required
 KINDS = records.KINDS
 
 
-class ReportInputError(ValueError):
+class ReportInputError(TeaCacheError, ValueError):
     """The sweep folder cannot be reported on; the message says what is wrong and what to do."""
 
 

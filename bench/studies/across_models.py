@@ -24,6 +24,8 @@ from pathlib import Path
 import pandas as pd
 
 from calib.run.arguments import CommandParser, Writes, check_out_dir, path_argument
+from calib.run.command import command
+from teacache.errors import InputError
 from teacache.io import atomic_path, write_json, write_text
 from teacache.provenance import collect
 from teacache.templating import template_environment
@@ -37,14 +39,14 @@ PROG_CRITERIA = "teacache-bench criteria"
 def parse_model(value: str) -> tuple[str, Path, Path]:
     parts = value.split("=")
     if len(parts) != 3 or not all(parts):
-        raise ValueError(f"--model: expected NAME=CRITERIA_DIR=BASELINES_REPORT_DIR, got {value!r}")
+        raise InputError(f"--model: expected NAME=CRITERIA_DIR=BASELINES_REPORT_DIR, got {value!r}")
     name, criteria, baselines = parts[0], Path(parts[1]), Path(parts[2])
     report = "teacache-bench report of a --baselines sweep"
     needed = ((criteria / "verdicts.json", PROG_CRITERIA), (criteria / "paired.csv", PROG_CRITERIA),
               (baselines / "baselines_comparison.csv", report))  # fmt: skip
     for path, what in needed:
         if not path.is_file():
-            raise ValueError(f"--model {name}: {path} does not exist (written by {what})")
+            raise InputError(f"--model {name}: {path} does not exist (written by {what})")
     return name, criteria, baselines
 
 
@@ -133,15 +135,12 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@command(PROG)
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = setup_arg_parser().parse_args(argv)
-    try:
-        check_out_dir(args.out, writes=WRITES)
-        models = [parse_model(v) for v in args.model]
-    except ValueError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
+    check_out_dir(args.out, writes=WRITES)
+    models = [parse_model(v) for v in args.model]
     baselines = pd.concat([baseline_rows(name, b) for name, _, b in models], ignore_index=True)
     outcome_rows, paired = [], []
     for name, criteria, _ in models:

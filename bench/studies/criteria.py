@@ -34,8 +34,10 @@ from bench.sweep import command as sweep_command
 from calib.fit import command as fit_command
 from calib.fit.file import read_fit, rescale_from_fit, same_selection
 from calib.run.arguments import CommandParser, Writes, check_out_dir, path_argument
+from calib.run.command import command
 from calib.run.outputs import granted
 from teacache import gate_batch, variants
+from teacache.errors import InputError
 from teacache.io import file_sha256, write_json
 
 PROG = "teacache-bench criteria"
@@ -52,7 +54,7 @@ def fit_arguments(label: str) -> list[str]:
         return ["--form", "mono+step", "--degree", pieces, "--time-degree", step_pieces, "--mode", "monotone"]
     match = LABEL.match(label)
     if match is None:
-        raise ValueError(f"candidate label {label!r} is not one of teacache-calib fit's")
+        raise InputError(f"candidate label {label!r} is not one of teacache-calib fit's")
     degree, time_name, time_degree, interaction, mode = match.groups()
     if time_name is None:
         return ["--form", "poly", "--degree", degree, "--mode", mode or "free"]
@@ -69,7 +71,7 @@ def choose_candidates(fit: dict, named: list[str] | None = None) -> dict[str, st
         labels = {c["label"] for c in fit["candidates"]}
         unknown = [label for label in named if label not in labels]
         if unknown:
-            raise ValueError(f"--candidate: {unknown[0]!r} is not one of the candidates of --fit")
+            raise InputError(f"--candidate: {unknown[0]!r} is not one of the candidates of --fit")
         select = (fit.get("options") or {}).get("select") or "cv_r2"
         chosen = {fit["selected"]["label"]: f"the fit's selection (--select {select})"}
         for label in named:
@@ -128,7 +130,7 @@ def check_same_settings(path: Path, settings: dict) -> None:
     earlier = read_json(path)
     differ = sorted(k for k in settings.keys() | earlier.keys() if settings.get(k) != earlier.get(k))
     if differ:
-        raise ValueError(
+        raise InputError(
             f"--out: {path.parent} was made with other settings ({', '.join(differ)} differ); choose another --out"
         )
 
@@ -171,29 +173,26 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@command(PROG)
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = setup_arg_parser().parse_args(argv)
-    try:
-        check_out_dir(args.out, writes=WRITES)
-        spec = variants.get(args.model)
-        fit = read_fit(args.fit)
-        if not args.traces.is_file():
-            raise ValueError(f"--traces: {args.traces} does not exist")
-        levels = decision_check.parse_levels(args.levels)
-        if fit.get("variant") not in (None, spec.name):
-            raise ValueError(f"--fit: {args.fit} was fitted for {fit['variant']!r}, not --model {spec.name!r}")
-        chosen = choose_candidates(fit, args.candidate)
-        options = {label: fit_arguments(label) for label in chosen}
-        prompts = args.prompts or f"{args.model}-sweep"
-        settings = {"model": spec.name, "fit_sha256": file_sha256(args.fit), "traces_sha256": file_sha256(args.traces),
-                    "prompts": prompts, "seeds": args.seeds, "levels": sorted(levels)}  # fmt: skip
-        if args.candidate:  # absent otherwise, so folders made before the option still resume
-            settings["candidates"] = list(chosen)
-        check_same_settings(args.out / SETTINGS_NAME, settings)
-    except (ValueError, KeyError) as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
+    check_out_dir(args.out, writes=WRITES)
+    spec = variants.get(args.model)
+    fit = read_fit(args.fit)
+    if not args.traces.is_file():
+        raise InputError(f"--traces: {args.traces} does not exist")
+    levels = decision_check.parse_levels(args.levels)
+    if fit.get("variant") not in (None, spec.name):
+        raise InputError(f"--fit: {args.fit} was fitted for {fit['variant']!r}, not --model {spec.name!r}")
+    chosen = choose_candidates(fit, args.candidate)
+    options = {label: fit_arguments(label) for label in chosen}
+    prompts = args.prompts or f"{args.model}-sweep"
+    settings = {"model": spec.name, "fit_sha256": file_sha256(args.fit), "traces_sha256": file_sha256(args.traces),
+                "prompts": prompts, "seeds": args.seeds, "levels": sorted(levels)}  # fmt: skip
+    if args.candidate:  # absent otherwise, so folders made before the option still resume
+        settings["candidates"] = list(chosen)
+    check_same_settings(args.out / SETTINGS_NAME, settings)
     with granted(args.out):  # the fits, sweeps and decision check it runs write into the folder it checked
         return _compare(args, spec, fit, chosen, options, prompts, settings, levels)
 

@@ -34,6 +34,8 @@ import pandas as pd
 from bench.report import front, stats
 from bench.sweep.baselines import TEACACHE
 from calib.run.arguments import CommandParser, Writes, check_out_dir, path_argument
+from calib.run.command import command
+from teacache.errors import InputError
 from teacache.io import atomic_path, write_json, write_text
 from teacache.provenance import collect
 
@@ -45,12 +47,12 @@ PAIRED_COLUMNS = ["a", "b", "measure", "n_prompts", "median_difference", "ci_low
 def parse_candidate(value: str) -> tuple[str, Path, Path]:
     parts = value.split("=")
     if len(parts) != 3 or not all(parts):
-        raise ValueError(f"--candidate: expected LABEL=SWEEP_DIR=FIT_JSON, got {value!r}")
+        raise InputError(f"--candidate: expected LABEL=SWEEP_DIR=FIT_JSON, got {value!r}")
     label, sweep, fit = parts
     if not (Path(sweep) / "runs.parquet").is_file():
-        raise ValueError(f"--candidate {label}: {sweep} holds no runs.parquet (a teacache-bench sweep folder)")
+        raise InputError(f"--candidate {label}: {sweep} holds no runs.parquet (a teacache-bench sweep folder)")
     if not Path(fit).is_file():
-        raise ValueError(f"--candidate {label}: {fit} does not exist (the fit.json the sweep used)")
+        raise InputError(f"--candidate {label}: {fit} does not exist (the fit.json the sweep used)")
     return label, Path(sweep), Path(fit)
 
 
@@ -60,7 +62,7 @@ def parse_levels(text: str) -> list[int]:
     except ValueError:
         levels = []
     if not levels or min(levels) < 1:
-        raise ValueError(f"--levels: expected comma-separated computed step counts (e.g. 18,13,10,8,6), got {text!r}")
+        raise InputError(f"--levels: expected comma-separated computed step counts (e.g. 18,13,10,8,6), got {text!r}")
     return levels
 
 
@@ -263,16 +265,13 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@command(PROG)
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = setup_arg_parser().parse_args(argv)
-    try:
-        check_out_dir(args.out, writes=WRITES)
-        candidates = [parse_candidate(v) for v in args.candidate]
-        levels = parse_levels(args.levels)
-    except ValueError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
+    check_out_dir(args.out, writes=WRITES)
+    candidates = [parse_candidate(v) for v in args.candidate]
+    levels = parse_levels(args.levels)
     full = json.loads(args.scores.read_text())
     frames, scores, inputs = [], {}, []
     for label, sweep, fit_path in candidates:
@@ -281,8 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         fitted = json.loads(fit_path.read_text())["selected"]["label"]
         cand = next((c for c in full["candidates"] if c["label"] == fitted), None)
         if cand is None:
-            print(f"{PROG}: --scores has no candidate {fitted!r}", file=sys.stderr)
-            return 2
+            raise InputError(f"--scores has no candidate {fitted!r}")
         scores[label] = {"cv_r2": cand["cv_r2"], "decision_excess": cand["decision_excess"], "fitted": fitted}
         command = json.loads((sweep / "provenance.json").read_text()).get("command")
         inputs.append({"candidate": label, "sweep": str(sweep), "fit": str(fit_path), "sweep_command": command})

@@ -35,6 +35,7 @@ from calib.run.interleave import Turn, interleave
 from calib.run.prompts import pair_id
 from teacache import apply_teacache
 from teacache.core import is_applied
+from teacache.errors import InputError
 from teacache.gate import GateConfig
 from teacache.rescale import RescaleFunction
 from teacache.schedule import StaticSchedule, apply_schedule
@@ -64,11 +65,11 @@ def parse_baselines(text: str | None) -> tuple[str, ...]:
     names = [part.strip() for part in str(text).split(",") if part.strip()]
     unknown = [n for n in names if n not in BASELINES]
     if unknown:
-        raise ValueError(f"--baselines: unknown arm {unknown[0]!r}; expected a comma-separated subset of "
+        raise InputError(f"--baselines: unknown arm {unknown[0]!r}; expected a comma-separated subset of "
                          f"{','.join(BASELINES)}")  # fmt: skip
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
-        raise ValueError(f"--baselines: {duplicates[0]!r} given twice")
+        raise InputError(f"--baselines: {duplicates[0]!r} given twice")
     return tuple(names)
 
 
@@ -148,7 +149,7 @@ def mlx_teacache(gate: GateConfig) -> Arm:
 def fewer_steps(steps: int, num_steps: int) -> Arm:
     """The pipeline run with ``steps`` (< ``num_steps``, at least 2) steps."""
     if isinstance(steps, bool) or not isinstance(steps, int) or not 2 <= steps < num_steps:
-        raise ValueError(f"fewer-steps: expected a step count in 2..{num_steps - 1}, got {steps!r}")
+        raise InputError(f"fewer-steps: expected a step count in 2..{num_steps - 1}, got {steps!r}")
     return Arm(FEWER_STEPS, str(steps), steps=steps)
 
 
@@ -159,7 +160,7 @@ def static(schedule: StaticSchedule) -> Arm:
 def step_cache(ratio: float) -> Arm:
     """mflux's StepCache skipping round(ratio * N) steps (inside its protected first/last 10 %)."""
     if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 < ratio < 1:
-        raise ValueError(f"step-cache: expected a ratio in (0, 1), got {ratio!r}")
+        raise InputError(f"step-cache: expected a ratio in (0, 1), got {ratio!r}")
     return Arm(STEP_CACHE, f"{ratio:g}", ratio=float(ratio))
 
 

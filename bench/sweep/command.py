@@ -31,7 +31,7 @@ from bench.sweep.merge import write_tables
 from bench.sweep.parts import check_parts_agree, done_thresholds, todo_pairs
 from bench.sweep.settings import SweepSettings, fingerprint_settings, plan
 from calib.run import arguments, fingerprint, ranks, shard
-from calib.run.command import run_guarded
+from calib.run.command import command
 from calib.run.prompts import pair_id
 
 if TYPE_CHECKING:
@@ -150,11 +150,10 @@ def _interrupted_message(settings: SweepSettings) -> str:
     )
 
 
+@command(PROG)
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
-    code, path = run_guarded(PROG, lambda: run_sweep(settings_from_args(args)))
-    if code:
-        return code
+    path = run_sweep(settings_from_args(args))
     if path is None:  # a rank other than 0 under mlx.launch: rank 0 says what was merged
         return 0
     # heavy (pandas): loaded after the arguments are checked

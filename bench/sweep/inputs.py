@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from bench.common import parse_coefficients
 from bench.sweep.settings import SweepSettings
 from calib.run import arguments
+from teacache.errors import InputError
 from teacache.loading import resolve_spec
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ def read_traces(path: Path, steps: int) -> Traces:
     try:
         return read_replay_traces([path], steps, num_steps_arg="--steps")
     except TraceError as exc:  # the reader names its input TRACES; here it is the --traces argument
-        raise ValueError(f"--traces: {str(exc).removeprefix('TRACES: ')}") from None
+        raise InputError(f"--traces: {str(exc).removeprefix('TRACES: ')}") from None
 
 
 def check_inputs(settings: SweepSettings) -> tuple[Traces | None, RescaleFunction | None]:
@@ -36,7 +37,7 @@ def check_inputs(settings: SweepSettings) -> tuple[Traces | None, RescaleFunctio
         variant = resolve_spec(settings.model, settings.base_model).name
         others = [v for v in traces.variants if v != variant]
         if others:
-            raise ValueError(
+            raise InputError(
                 f"--traces: {settings.traces} holds traces of {', '.join(others)}, not of {variant}: its replay "
                 f"would predict nothing about this sweep; record {variant}'s traces (teacache-calib record)"
             )

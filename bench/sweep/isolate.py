@@ -20,7 +20,9 @@ import mlx.core as mx
 import numpy as np
 
 from bench.sweep.baselines import Arm, run_arm
+from calib.run.command import command
 from teacache import load_model
+from teacache.errors import InputError
 
 _ROOT = Path(__file__).resolve().parents[2]  # the folder holding bench/, calib/, teacache/
 RESULT_PREFIX = "isolate-result: "
@@ -104,6 +106,7 @@ def _run(spec: dict) -> dict:
     }
 
 
+@command("bench.sweep.isolate")
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
@@ -112,8 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         spec = json.loads(argv[0])
     except json.JSONDecodeError as exc:
-        print(f"bench.sweep.isolate: JOB_JSON is not JSON: {exc}", file=sys.stderr)
-        return 2
+        raise InputError(f"JOB_JSON is not JSON: {exc}") from exc
     print(RESULT_PREFIX + json.dumps(_run(spec)), flush=True)
     return 0
 

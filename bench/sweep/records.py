@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from teacache.errors import TeaCacheError
 from teacache.gate import StepDecision
 from teacache.io import FORMAT_VERSION, file_sha256, read_json_object, write_parquet
 
@@ -25,7 +26,7 @@ MAX_LISTED = 5  # offending rows named in one error message before "and N more"
 SWEEP_FILES = ("runs.parquet", "decisions.parquet", "noop.parquet", "provenance.json")
 
 
-class RecordError(ValueError):
+class RecordError(TeaCacheError, ValueError):
     """A sweep table cannot be read; the message names the file, the column and what was expected."""
 
 

@@ -22,12 +22,13 @@ import pandas as pd
 from bench.common import parse_thresholds
 from bench.peer import gate as peer_gate
 from calib.fit.coefficient_sources import parse_x_range, resolve_coefficients
-from calib.fit.errors import FitError
 from calib.run.arguments import CommandParser, Writes, check_at_least, check_out_file, check_variant_name, path_argument
+from calib.run.command import command
 from calib.traces.checks import NUM_STEPS_INFERRED
 from calib.traces.reader import REPLAY_COLUMNS, load_traces
 from calib.traces.runs import NUM_STEPS_TABLE, RunTrace, Traces
 from teacache import variants
+from teacache.errors import InputError
 from teacache.gate import GateConfig
 from teacache.gate_batch import longest_streaks, replay_skip_masks, skipped_counts
 from teacache.io import write_json, write_text
@@ -128,7 +129,7 @@ def check_gated_steps(args: argparse.Namespace, skip_first: int, skip_last: int,
     for n in sorted(num_steps):
         lo, hi = max(skip_first, 1), n - 1 - skip_last
         if hi < lo:
-            raise ValueError(
+            raise InputError(
                 f"{' '.join(given)}: skip first {skip_first} / last {skip_last} leave no step the gate could skip "
                 f"in the traces' {n}-step runs (it may skip steps {lo}..{hi}: none); expected skip-first + "
                 f"skip-last below {n}"
@@ -237,7 +238,7 @@ def peer_settings(args, rescale):
     import importlib.util
 
     if importlib.util.find_spec("mlx_teacache") is None:
-        raise ValueError("--gate mlx-teacache: the mlx-teacache package is not installed (the 'peer' extra)")
+        raise InputError("--gate mlx-teacache: the mlx-teacache package is not installed (the 'peer' extra)")
     coefficients = peer_gate.peer_coefficients(rescale)
 
     def peer_for(config: GateConfig) -> peer_gate.PeerSettings:
@@ -258,32 +259,29 @@ def peer_provenance(peer_for, configs: dict) -> dict:
     }  # fmt: skip
 
 
+@command(PROG)
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = setup_arg_parser().parse_args(argv)
-    try:
-        thresholds = parse_thresholds(args.thresholds)
-        x_range = parse_x_range(args.x_range)
-        check_step_rules(args)
-        if args.out is not None:
-            main_out, *beside = output_paths(args.out, args.gate == "mlx-teacache")
-            check_out_file(main_out, what="CSV file", writes=WRITES, force=args.force)
-            for path in beside:
-                check_out_file(path, what="file", writes=WRITES, force=args.force, beside=main_out.name)
-        traces = read_replay_traces(args.traces, args.num_steps, args.variant, args.branch)
-        variant = args.variant or (traces.variants[0] if len(traces.variants) == 1 else None)
-        rescale, source = resolve_coefficients(args.coefficients, variant, x_range)
-        if rescale.form == "poly+sigma" and "sigma" not in traces.frame.columns:
-            raise ValueError(f"--coefficients: {source} is a poly+sigma form; the traces have no finite sigma column")
-        skip_first, skip_last, defaults_from = gate_defaults(variant)
-        skip_first = skip_first if args.skip_first is None else args.skip_first
-        skip_last = skip_last if args.skip_last is None else args.skip_last
-        configs = {t: GateConfig(t, rescale, skip_first, skip_last, args.max_consecutive_skips) for t in thresholds}
-        check_gated_steps(args, skip_first, skip_last, traces.num_steps["values"])
-        peer_for = peer_settings(args, rescale) if args.gate == "mlx-teacache" else None
-    except (ValueError, FitError) as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
+    thresholds = parse_thresholds(args.thresholds)
+    x_range = parse_x_range(args.x_range)
+    check_step_rules(args)
+    if args.out is not None:
+        main_out, *beside = output_paths(args.out, args.gate == "mlx-teacache")
+        check_out_file(main_out, what="CSV file", writes=WRITES, force=args.force)
+        for path in beside:
+            check_out_file(path, what="file", writes=WRITES, force=args.force, beside=main_out.name)
+    traces = read_replay_traces(args.traces, args.num_steps, args.variant, args.branch)
+    variant = args.variant or (traces.variants[0] if len(traces.variants) == 1 else None)
+    rescale, source = resolve_coefficients(args.coefficients, variant, x_range)
+    if rescale.form == "poly+sigma" and "sigma" not in traces.frame.columns:
+        raise InputError(f"--coefficients: {source} is a poly+sigma form; the traces have no finite sigma column")
+    skip_first, skip_last, defaults_from = gate_defaults(variant)
+    skip_first = skip_first if args.skip_first is None else args.skip_first
+    skip_last = skip_last if args.skip_last is None else args.skip_last
+    configs = {t: GateConfig(t, rescale, skip_first, skip_last, args.max_consecutive_skips) for t in thresholds}
+    check_gated_steps(args, skip_first, skip_last, traces.num_steps["values"])
+    peer_for = peer_settings(args, rescale) if args.gate == "mlx-teacache" else None
     for warning in traces.warnings:
         print(f"{PROG}: warning: {warning}", file=sys.stderr)
     start = time.perf_counter()

@@ -17,6 +17,7 @@ from bench.sweep.files import WRITES
 from calib.run import arguments
 from calib.run.generation import settings_fingerprint
 from calib.run.prompts import parse_seeds
+from teacache.errors import InputError
 
 if TYPE_CHECKING:
     from teacache.rescale import RescaleFunction
@@ -96,7 +97,7 @@ def plan(
     isolate: bool = False,
     yes: bool = False,
 ) -> SweepSettings:
-    """Check every argument (nothing is read but the prompt file, nothing loads); raise ValueError."""
+    """Check every argument (nothing is read but the prompt file, nothing loads); raise InputError."""
     steps, width, height, guidance = arguments.generation_settings(
         model, base_model, steps, size, guidance, 3, " steps"
     )
@@ -106,7 +107,7 @@ def plan(
     arms = parse_baselines(baselines)
     compare = _parse_compare(compare_coefficients)
     if compare and x_range is not None:
-        raise ValueError("--x-range: applies to --coefficients numbers only; give files to --compare-coefficients")
+        raise InputError("--x-range: applies to --coefficients numbers only; give files to --compare-coefficients")
     return SweepSettings(
         model=model,
         thresholds=parse_thresholds(thresholds),
@@ -138,15 +139,15 @@ def _parse_compare(text: str | None) -> tuple[str, ...]:
         return ()
     sources = tuple(part.strip() for part in str(text).split(",") if part.strip())
     if not sources:
-        raise ValueError("--compare-coefficients: expected comma-separated rescale sources, e.g. packaged,fit.json")
+        raise InputError("--compare-coefficients: expected comma-separated rescale sources, e.g. packaged,fit.json")
     for source in sources:
         if source != "packaged" and not isinstance(parse_coefficients(source), Path):
-            raise ValueError(
+            raise InputError(
                 f"--compare-coefficients: {source!r} is not 'packaged' or a file (a fit.json, a calibration .json "
                 "or a .py module); coefficient numbers go to --coefficients"
             )
     if len(set(sources)) != len(sources):
-        raise ValueError("--compare-coefficients: a source given twice")
+        raise InputError("--compare-coefficients: a source given twice")
     return sources
 
 

@@ -45,11 +45,13 @@ from bench.timing.fullsize_tables import (
     write_outputs,
 )
 from calib.run.arguments import CommandParser, Writes, check_guidance, check_out_dir, path_argument
+from calib.run.command import command
 from calib.run.interrupts import interruptions
 from calib.run.progress import append_log
 from teacache import provenance as prov
 from teacache._compat import check_mflux_version
 from teacache._platform import use_float32_on_cpu
+from teacache.errors import InputError
 from teacache.models.fullsize import MEANINGLESS, parse_random_name
 
 DEFAULT_MODELS = "random-flux1-dev,random-flux2-klein-base-4b,random-qwen-image,random-z-image"
@@ -104,7 +106,7 @@ def parse_fractions(text: str) -> list[float]:
     values = []
     for part, value in parse_numbers(text, "--skip-fractions", "fraction", "0.35,0.7"):
         if not 0 < value < 1:
-            raise ValueError(f"--skip-fractions: {part} is outside (0, 1); fractions of the steps to skip")
+            raise InputError(f"--skip-fractions: {part} is outside (0, 1); fractions of the steps to skip")
         values.append(value)
     return sorted(set(values))
 
@@ -114,58 +116,51 @@ def validate(args: argparse.Namespace) -> dict:
     try:
         variants = [parse_random_name(name.strip()) for name in args.models.split(",") if name.strip()]
     except ValueError as exc:
-        raise ValueError(f"--models: {str(exc).removeprefix('model: ')}") from None
+        raise InputError(f"--models: {str(exc).removeprefix('model: ')}") from None
     if not variants:
-        raise ValueError("--models: expected at least one random-<variant> name")
+        raise InputError("--models: expected at least one random-<variant> name")
     if args.size is not None and (args.size < 16 or args.size % 16):
-        raise ValueError(f"--size: expected a positive multiple of 16, got {args.size}")
+        raise InputError(f"--size: expected a positive multiple of 16, got {args.size}")
     if args.steps is not None and args.steps < 3:
-        raise ValueError(
+        raise InputError(
             f"--steps: expected at least 3 (the first and last steps are always computed), got {args.steps}"
         )
     if args.repeats < 1:
-        raise ValueError(f"--repeats: expected at least 1, got {args.repeats}")
+        raise InputError(f"--repeats: expected at least 1, got {args.repeats}")
     if args.blocks is not None and args.blocks < 1:
-        raise ValueError(f"--blocks: expected at least 1, got {args.blocks}")
+        raise InputError(f"--blocks: expected at least 1, got {args.blocks}")
     if args.blocks is not None and args.out is None:
-        raise ValueError("--out: --blocks builds models that are not full size; name a folder outside results/")
+        raise InputError("--out: --blocks builds models that are not full size; name a folder outside results/")
     if args.out is not None:
         check_out_dir(args.out, writes=WRITES)
     if args.guidance is not None:
         check_guidance(args.guidance)
     if args.budget_s is not None and not args.budget_s > 0:
-        raise ValueError(f"--budget-s: expected seconds > 0, got {args.budget_s}")
+        raise InputError(f"--budget-s: expected seconds > 0, got {args.budget_s}")
     thresholds = None if args.thresholds is None else [t for t in parse_thresholds(args.thresholds) if t > 0]
     if thresholds == []:
-        raise ValueError("--thresholds: expected at least one threshold > 0 (use --fast-path for threshold 0)")
+        raise InputError("--thresholds: expected at least one threshold > 0 (use --fast-path for threshold 0)")
     fractions = parse_fractions(args.skip_fractions) if thresholds is None else []
     if args.peer is not None:
         if peer.version() is None:
-            raise ValueError(f"--peer: {peer.PEER} is not installed (the 'peer' extra)")
+            raise InputError(f"--peer: {peer.PEER} is not installed (the 'peer' extra)")
         refused = [t for t in thresholds or [] if peer.refusal(threshold=t)]
         if refused:
-            raise ValueError(f"--peer: {peer.refusal(threshold=refused[0])}")
+            raise InputError(f"--peer: {peer.refusal(threshold=refused[0])}")
     return {"variants": variants, "thresholds": thresholds, "fractions": fractions}
 
 
+@command("teacache-bench fullsize")
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
-    try:
-        plan = validate(args)
-    except ValueError as exc:
-        print(f"teacache-bench fullsize: {exc}", file=sys.stderr)
-        return 2
+    plan = validate(args)
 
     check_mflux_version()
     use_float32_on_cpu()
     hardware = prov.hardware_slug()
     out = args.out or PROJECT_ROOT / "results" / hardware / "fullsize"
-    try:
-        if args.out is None:  # a given --out was checked with the other arguments
-            check_out_dir(out, writes=WRITES)
-    except ValueError as exc:
-        print(f"teacache-bench fullsize: {exc}", file=sys.stderr)
-        return 2
+    if args.out is None:  # a given --out was checked with the other arguments
+        check_out_dir(out, writes=WRITES)
     deadline = None if args.budget_s is None else time.perf_counter() + args.budget_s
     finished: list[str] = []
     failed: list[str] = []

@@ -16,6 +16,7 @@ import time
 import warnings
 
 from calib.run import arguments
+from calib.run.command import command
 from calib.run.generation import paired_overhead
 from calib.run.interleave import Turn, interleave
 from calib.run.prompts import default_set, load_prompts
@@ -90,13 +91,11 @@ def check_args(args: argparse.Namespace) -> tuple[int, int] | None:
     return (width, height) if args.size is not None else None
 
 
+@command(PROG)
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
-    try:
-        size = check_args(args)
-        model = arguments.load_model(args.model, args.base_model, None)
-    except ValueError as exc:
-        return arguments.fail(PROG, str(exc))
+    size = check_args(args)
+    model = arguments.load_model(args.model, args.base_model, None)
     print(f"{args.model}, {args.steps} steps, {args.pairs} interleaved pairs after warm-up")
     for label, proxy in (("threshold 0 (fast path)", False), ("proxy active, every step computed", True)):
         r = measure(model, args.steps, size, args.pairs, proxy)

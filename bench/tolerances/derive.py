@@ -37,6 +37,8 @@ from bench.tolerances.module import (
     render_module,
 )
 from calib.run.arguments import CommandParser, Writes, check_out_file, path_argument
+from calib.run.command import command
+from teacache.errors import InputError
 from teacache.io import write_text
 from teacache.provenance import hardware_slug
 
@@ -97,9 +99,9 @@ def _read(sweep_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
     try:
         records = read_sweep(sweep_dir)
     except RecordError as exc:
-        raise ValueError(f"RUNS: {exc}") from None
+        raise InputError(f"RUNS: {exc}") from None
     if records.noop is None:
-        raise ValueError(f"RUNS: {sweep_dir} has no {NOOP.file}; run teacache-bench sweep into it first")
+        raise InputError(f"RUNS: {sweep_dir} has no {NOOP.file}; run teacache-bench sweep into it first")
     return records.provenance, records.runs, records.noop
 
 
@@ -108,7 +110,7 @@ def _at_threshold(tc: pd.DataFrame, threshold: float, sweep_dir: Path) -> pd.Dat
     available = sorted(tc["threshold"].unique())
     at = tc[np.isclose(tc["threshold"], threshold)]
     if at.empty:
-        raise ValueError(
+        raise InputError(
             f"--threshold: {threshold:g} was not swept in {sweep_dir}; swept: {', '.join(f'{t:g}' for t in available)}"
         )
     return at
@@ -284,31 +286,28 @@ def load_module(path: Path):
     """Import a generated tolerance module from a path."""
     spec = importlib.util.spec_from_file_location(f"_tolerances_{Path(path).stem}", path)
     if spec is None or spec.loader is None or not Path(path).exists():
-        raise ValueError(f"--tolerances: cannot import {path}")
+        raise InputError(f"--tolerances: cannot import {path}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
+@command("teacache-bench tolerances")
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
-    try:
-        if args.out is not None:
-            check_out_file(args.out, what=".py module", writes=WRITES, force=args.force)
-        derived = [derive(path, args.threshold, args.provisional) for path in args.runs]
-        hardware = {d["hardware"] for d in derived}
-        if len(hardware) > 1:
-            raise ValueError(f"RUNS: sweeps from different hardware ({', '.join(sorted(hardware))}); one module each")
-        variants = [d["variant"] for d in derived]
-        if len(set(variants)) != len(variants):
-            raise ValueError(f"RUNS: two sweeps of the same variant ({', '.join(variants)})")
-        out = args.out or check_out_file(module_path(derived[0]["hardware"]), what=".py module", writes=WRITES)
-        kept, provisional_from = complete(derived, out, TOLERANCES_DIR)
-        text = render_module(derived, kept, provisional_from)
-        compile(text, "<tolerances>", "exec")
-    except ValueError as exc:
-        print(f"teacache-bench tolerances: {exc}", file=sys.stderr)
-        return 2
+    if args.out is not None:
+        check_out_file(args.out, what=".py module", writes=WRITES, force=args.force)
+    derived = [derive(path, args.threshold, args.provisional) for path in args.runs]
+    hardware = {d["hardware"] for d in derived}
+    if len(hardware) > 1:
+        raise InputError(f"RUNS: sweeps from different hardware ({', '.join(sorted(hardware))}); one module each")
+    variants = [d["variant"] for d in derived]
+    if len(set(variants)) != len(variants):
+        raise InputError(f"RUNS: two sweeps of the same variant ({', '.join(variants)})")
+    out = args.out or check_out_file(module_path(derived[0]["hardware"]), what=".py module", writes=WRITES)
+    kept, provisional_from = complete(derived, out, TOLERANCES_DIR)
+    text = render_module(derived, kept, provisional_from)
+    compile(text, "<tolerances>", "exec")
     write_text(out, text)
     for d in derived:
         print(f"{d['variant']}: {d['status']}, {len(d['constants'])} constants")

@@ -26,11 +26,13 @@ from bench.tolerances.derive import PROJECT_ROOT, check_run, load_module, prefix
 from bench.tolerances.mutants import MUTANTS, Mutant, apply_mutant, leftovers
 from calib.run import arguments
 from calib.run.arguments import CommandParser, Writes, check_out_dir, path_argument
+from calib.run.command import command
 from calib.run.generation import generate
 from calib.run.progress import track
 from calib.run.prompts import pair_id, parse_seeds
 from teacache import apply_teacache
 from teacache.core import StepController
+from teacache.errors import InputError
 from teacache.gate import GateConfig
 from teacache.io import json_text, write_json, write_text
 from teacache.provenance import collect, hardware_slug, tolerance_module_name
@@ -112,7 +114,7 @@ def check_args(args) -> tuple[Path, dict[str, str], list[int]]:
     prompts = arguments.read_prompts(args.prompts, args.model, args.base_model)
     tol_path = args.tolerances or PROJECT_ROOT / "tests" / "tolerances" / f"{tolerance_module_name(hardware_slug())}.py"
     if args.tolerances is None and not tol_path.is_file():
-        raise ValueError(
+        raise InputError(
             f"--tolerances: no tolerance module for this hardware ({tol_path.name}); derive one first "
             "(teacache-bench tolerances, docs/tolerances.md: Re-derive tolerances on new hardware) or name one"
         )
@@ -127,7 +129,7 @@ def run_gapcheck(args) -> dict:
     variant = variant_of(model)
     p = prefix(variant)
     if not hasattr(tol, f"{p}_SETTINGS"):
-        raise ValueError(f"--tolerances: {tol_path} has no constants for {variant} (variants: {tol.VARIANTS})")
+        raise InputError(f"--tolerances: {tol_path} has no constants for {variant} (variants: {tol.VARIANTS})")
     settings = getattr(tol, f"{p}_SETTINGS")
     width, height = (int(v) for v in settings["resolution"].split("x"))
     pairs = [(pid, text, s) for pid, text in list(prompts.items())[: args.max_prompts] for s in seeds]
@@ -215,9 +217,9 @@ def rerender(folder: Path) -> str:
         data = json.loads(path.read_text(encoding="utf-8"))
         return render_markdown(data["summary"], data["provenance"])
     except KeyError as exc:
-        raise ValueError(f"--out: cannot rebuild from {path}: it lacks the field {exc}") from None
+        raise InputError(f"--out: cannot rebuild from {path}: it lacks the field {exc}") from None
     except (OSError, ValueError, TypeError) as exc:
-        raise ValueError(f"--out: cannot rebuild from {path}: {exc}") from None
+        raise InputError(f"--out: cannot rebuild from {path}: {exc}") from None
 
 
 # What a rerun may change without measuring anything else: when and from which checkout it ran.
@@ -248,27 +250,16 @@ WRITES = Writes(
 )
 
 
+@command("teacache-bench gapcheck")
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
-    try:
-        check_out_dir(args.out, writes=WRITES)
-    except ValueError as exc:
-        print(f"teacache-bench gapcheck: {exc}", file=sys.stderr)
-        return 2
+    check_out_dir(args.out, writes=WRITES)
     if args.render_only:
-        try:
-            text = rerender(args.out)
-        except ValueError as exc:
-            print(f"teacache-bench gapcheck: {exc}", file=sys.stderr)
-            return 2
+        text = rerender(args.out)
         write_text(args.out / "gapcheck.md", text)
         print(f"wrote {args.out / 'gapcheck.md'}")
         return 0
-    try:
-        result = run_gapcheck(args)
-    except ValueError as exc:
-        print(f"teacache-bench gapcheck: {exc}", file=sys.stderr)
-        return 2
+    result = run_gapcheck(args)
     summary = summarize(result)
     provenance = collect(model=args.model, variant=result["variant"], settings=result["settings"])
     data = {"summary": summary, "provenance": provenance, "runs": json.loads(result["frame"].to_json(orient="records"))}

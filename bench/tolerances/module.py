@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.tolerances.pyliteral import assignment, evaluate
+from teacache.errors import InputError
 from teacache.provenance import tolerance_module_name
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -75,7 +76,7 @@ def read_module(path: str | Path) -> ModuleSource:
         source = path.read_text(encoding="utf-8")
         tree = ast.parse(source, filename=str(path))
     except (OSError, UnicodeDecodeError, SyntaxError) as exc:
-        raise ValueError(f"{path} is not a readable tolerance module: {exc}") from None
+        raise InputError(f"{path} is not a readable tolerance module: {exc}") from None
     lines = source.splitlines()
     module = ModuleSource(path)
     for node in tree.body:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from calib.drift import noise, numbers
 from teacache import variants
+from teacache.errors import InputError
 from teacache.io import read_json_object
 
 
@@ -16,7 +17,7 @@ def load_numbers(path: Path) -> dict:
     """numbers.json as ``numbers`` wrote it (its format checked)."""
     data = read_json_object(path)
     if data.get("format_version") != numbers.RESULT_FORMAT or not isinstance(data.get("runs"), dict):
-        raise ValueError(f"{path}: not numbers of format_version {numbers.RESULT_FORMAT}")
+        raise InputError(f"{path}: not numbers of format_version {numbers.RESULT_FORMAT}")
     return data
 
 

@@ -22,6 +22,7 @@ from importlib import metadata
 from pathlib import Path
 
 from calib.drift import hooked
+from teacache.errors import InputError
 
 TABLE = Path(__file__).with_name("data") / "code.json"
 TABLE_FORMAT = 1
@@ -144,7 +145,7 @@ def load_table(path: Path = TABLE) -> dict:
 
     table = read_json_object(path)
     if table.get("format_version") != TABLE_FORMAT:
-        raise ValueError(f"{path}: format_version {table.get('format_version')}, expected {TABLE_FORMAT}")
+        raise InputError(f"{path}: format_version {table.get('format_version')}, expected {TABLE_FORMAT}")
     return table
 
 

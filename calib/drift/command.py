@@ -24,11 +24,12 @@ from pathlib import Path
 
 from calib.drift import against, code, effect_plan, model_runs, noise, numbers, verdict
 from calib.run import arguments
-from calib.run.command import run_guarded
+from calib.run import command as ending
 from calib.run.folder_lock import folder_lock
 from calib.run.interrupts import Interrupted
 from teacache import coefficients, variants
 from teacache._compat import DRIFT_COMMAND, NEWEST_MFLUX
+from teacache.errors import InputError
 from teacache.io import write_json
 from teacache.provenance import collect, hardware_slug
 
@@ -112,18 +113,18 @@ class Plan:
 def _read_folder(folder: Path, arg: str) -> tuple[dict, dict]:
     """numbers.json and noise_floor.json of a folder ``--save`` wrote."""
     if not folder.is_dir():
-        raise ValueError(f"{arg}: {folder} is not a folder; expected one that {PROG} --save wrote")
+        raise InputError(f"{arg}: {folder} is not a folder; expected one that {PROG} --save wrote")
     if not (folder / "numbers.json").is_file() and model_runs.read_saved(folder, arg):
-        raise ValueError(f"{arg}: {folder} holds a --model save only; pass the same --model")
+        raise InputError(f"{arg}: {folder} holds a --model save only; pass the same --model")
     found = []
     for name, load in (("numbers.json", against.load_numbers), ("noise_floor.json", noise.load_floor)):
         path = folder / name
         if not path.is_file():
-            raise ValueError(f"{arg}: {folder} holds no {name}; expected a folder that {PROG} --save wrote")
+            raise InputError(f"{arg}: {folder} holds no {name}; expected a folder that {PROG} --save wrote")
         try:
             found.append(load(path))
         except ValueError as exc:
-            raise ValueError(f"{arg}: {exc}") from None
+            raise InputError(f"{arg}: {exc}") from None
     return found[0], found[1]
 
 
@@ -133,40 +134,40 @@ def plan(args: argparse.Namespace, command: list[str] | None = None) -> Plan:
     table = code.load_table()
     baseline = args.baseline or NEWEST_MFLUX
     if baseline not in table["releases"]:
-        raise ValueError(
+        raise InputError(
             f"--baseline: {baseline} is not a verified release; expected one of {', '.join(table['releases'])}"
         )
     default_dtypes = ("bfloat16",) if args.fullsize else numbers.DTYPES
     dtypes = tuple(d.strip() for d in args.dtypes.split(",")) if args.dtypes else default_dtypes
     if not dtypes or any(d not in numbers.DTYPES for d in dtypes):
-        raise ValueError(
+        raise InputError(
             f"--dtypes: expected a comma-separated list of {', '.join(numbers.DTYPES)}, got {args.dtypes!r}"
         )
     if args.floor_processes < 2:
-        raise ValueError("--floor-processes: expected at least 2 (the floor is a distance between processes)")
+        raise InputError("--floor-processes: expected at least 2 (the floor is a distance between processes)")
     if args.code_only and (args.against or args.save or args.fullsize or args.model):
-        raise ValueError("--code-only: runs no model, so --against, --save, --fullsize and --model do not apply")
+        raise InputError("--code-only: runs no model, so --against, --save, --fullsize and --model do not apply")
     given = [o for o in effect_plan.GENERATION_OPTIONS if getattr(args, o) is not None]
     if args.model is None and (given or args.base_model):
         name = (given or ["base-model"])[0]
-        raise ValueError(f"--{name}: only with --model (your own model's runs)")
+        raise InputError(f"--{name}: only with --model (your own model's runs)")
     if args.model is not None:
         if args.fullsize:
-            raise ValueError("--fullsize: runs the random-weight models; with --model, name random-<variant> instead")
+            raise InputError("--fullsize: runs the random-weight models; with --model, name random-<variant> instead")
         if (args.save is None) == (args.against is None):
-            raise ValueError("--model: expected one of --save DIR (before an upgrade) or --against DIR (after it)")
+            raise InputError("--model: expected one of --save DIR (before an upgrade) or --against DIR (after it)")
         effect = effect_plan.own_effect(args)
     else:
         effect = () if args.code_only or args.fullsize else effect_plan.family_effect(args)
     if args.model is None and args.against is not None:
         against, _ = _read_folder(args.against, "--against")
         if bool(against["settings"].get("fullsize")) != args.fullsize:
-            raise ValueError(f"--against: {args.against} holds {'full-size' if args.fullsize is False else 'tiny'} "
+            raise InputError(f"--against: {args.against} holds {'full-size' if args.fullsize is False else 'tiny'} "
                              "numbers; run with the same --fullsize")  # fmt: skip
     if args.save is not None:
         arguments.check_out_dir(args.save, "--save", writes=WRITES)
         if args.model is None and (args.save / "numbers.json").exists():
-            raise ValueError(f"--save: {args.save} already holds numbers.json; choose a new folder")
+            raise InputError(f"--save: {args.save} already holds numbers.json; choose a new folder")
     out = arguments.check_out_dir(args.out or Path("runs") / f"drift-mflux-{version}", writes=WRITES)
     return Plan(version=version, out=out, baseline=baseline, table=table, dtypes=dtypes, fullsize=args.fullsize,
                 code_only=args.code_only, oracles=args.oracles, against=args.against, save=args.save,
@@ -383,12 +384,12 @@ def _run_drift(plan_: Plan) -> dict:
     return report
 
 
+@ending.command(PROG)
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = setup_arg_parser().parse_args(argv)
-    command = [*PROG.split(), *argv]  # as typed: sys.argv[0] would be the interpreter's path to the script
-    code_, report = run_guarded(PROG, lambda: run_drift(plan(args, command)))
-    return code_ if report is None else report["exit_status"]
+    typed = [*PROG.split(), *argv]  # as typed: sys.argv[0] would be the interpreter's path to the script
+    return run_drift(plan(args, typed))["exit_status"]
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from calib.drift import noise
 from calib.drift.against import compare_numbers, load_numbers
+from calib.run.command import command
 
 
 def table(before: dict, after: dict, floor: dict) -> str:
@@ -42,6 +43,7 @@ def table(before: dict, after: dict, floor: dict) -> str:
     return "\n".join(lines + [f"- error: {e}" for e in errors]) + "\n"
 
 
+@command("python -m calib.drift.compare")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m calib.drift.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("before", type=Path)
@@ -51,11 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from teacache.io import write_text
 
-    try:
-        before, after, repeat = (load_numbers(p) for p in (args.before, args.after, args.repeat))
-    except ValueError as exc:
-        print(f"python -m calib.drift.compare: {exc}", file=sys.stderr)
-        return 2
+    before, after, repeat = (load_numbers(p) for p in (args.before, args.after, args.repeat))
     text = table(before, after, noise.floor_from([after, repeat]))
     print(text)
     if args.out:

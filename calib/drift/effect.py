@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from teacache.errors import InputError
 from teacache.gate_batch import rescaled_increments, skip_masks
 from teacache.rescale import FORM_POLY_SIGMA, RescaleFunction
 
@@ -182,7 +183,7 @@ def margins(decisions: Decisions, keep: np.ndarray) -> np.ndarray:
 def decision_changes(gate: Gate, before: Signals, after: Signals, thresholds: list[dict]) -> list[dict]:
     """Per threshold: decisions and schedules that differ between before and after, and the nearest call."""
     if before.run_ids != after.run_ids:
-        raise ValueError("after: its runs differ from before's; expected the same runs recorded again")
+        raise InputError("after: its runs differ from before's; expected the same runs recorded again")
     ts = [t["threshold"] for t in thresholds]
     a, b = replay(gate, before, ts), replay(gate, after, ts)
     looked = a.gated[None] | b.gated[None]
@@ -349,7 +350,7 @@ def skip_changes(gate: Gate, before: Signals, after: Signals, thresholds: list[d
     """Per threshold, for runs whose steps do not line up (another step count): the share of gated steps each
     side skips, and the nearest call after; a decision has no counterpart to differ from."""
     if sorted(before.run_ids) != sorted(after.run_ids):
-        raise ValueError("after: its runs differ from before's; expected the same prompts and seeds")
+        raise InputError("after: its runs differ from before's; expected the same prompts and seeds")
     ts = [t["threshold"] for t in thresholds]
     a, b = replay(gate, before, ts), replay(gate, after, ts)
     fa, fb, nearest = skip_fraction(a), skip_fraction(b), margins(b, np.ones(b.skipped.shape, dtype=bool))

@@ -11,6 +11,7 @@ from calib.drift import model_runs, numbers
 from teacache import variants
 from teacache._compat import DRIFT_COMMAND as PROG
 from teacache._compat import NEWEST_MFLUX
+from teacache.errors import InputError
 from teacache.io import read_json_object
 
 GENERATION_OPTIONS = ("prompts", "seeds", "steps", "size", "guidance", "quantize")
@@ -53,7 +54,7 @@ def family_effect(args: argparse.Namespace) -> tuple:
             previous = model_runs.ModelRuns.from_dict(read_json_object(folder / "settings.json"))
             if (why := model_runs.mismatch(previous, runs)) is not None:
                 if args.against is not None:
-                    raise ValueError(f"--against: {folder} recorded {name} otherwise ({why}); save it again")
+                    raise InputError(f"--against: {folder} recorded {name} otherwise ({why}); save it again")
                 folder = None
         found.append((runs, folder))
     return tuple(found)
@@ -65,7 +66,7 @@ def check_resumable(save: Path, runs: model_runs.ModelRuns) -> None:
     if path.is_file():
         previous = model_runs.ModelRuns.from_dict(read_json_object(path))
         if (why := model_runs.mismatch(previous, runs)) is not None:
-            raise ValueError(
+            raise InputError(
                 f"--save: {path.parent} holds another recording of {runs.name} ({why}); choose a new folder"
             )
 
@@ -78,17 +79,17 @@ def own_effect(args: argparse.Namespace) -> tuple:
         check_resumable(args.save, wanted)
         return ((wanted, None),)
     if not args.against.is_dir():
-        raise ValueError(f"--against: {args.against} is not a folder; expected one that {PROG} --model --save wrote")
+        raise InputError(f"--against: {args.against} is not a folder; expected one that {PROG} --model --save wrote")
     saved = model_runs.read_saved(args.against, "--against")
     match = [(f, r) for f, r in saved if r.name == wanted.name]
     if not match:
         if wanted.name in model_runs.unfinished(args.against, "--against"):
-            raise ValueError(
+            raise InputError(
                 f"--against: the save of {wanted.name} in {args.against} did not finish; run the same --save again "
                 "to resume it (under the release it was started with)"
             )
         held = ", ".join(r.name for _f, r in saved) or "nothing"
-        raise ValueError(f"--against: {args.against} holds no save of {wanted.name} (it holds {held})")
+        raise InputError(f"--against: {args.against} holds no save of {wanted.name} (it holds {held})")
     folder, previous = match[0]
     fields = {"size": ("width", "height")}
     given = [f for o, v in options.items() if v is not None for f in fields.get(o, (o,))]
@@ -97,7 +98,7 @@ def own_effect(args: argparse.Namespace) -> tuple:
     keep = ("weights", "model", "base_model", "variant", *(f for f in given if f not in model_runs.RECIPE))
     check = model_runs.ModelRuns(**{**previous.__dict__, **{k: getattr(wanted, k) for k in keep}})
     if (why := model_runs.mismatch(previous, check)) is not None:
-        raise ValueError(f"--against: {folder} holds other runs of {wanted.name}: {why}; repeat them as saved")
+        raise InputError(f"--against: {folder} holds other runs of {wanted.name}: {why}; repeat them as saved")
     recipe = {
         f: getattr(wanted, f) for f in given if f in model_runs.RECIPE and getattr(wanted, f) != getattr(previous, f)
     }

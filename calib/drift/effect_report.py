@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 
 from calib.drift.report import FAMILY_LABELS, family_numbers, parse_report_arguments
+from calib.run.command import command
 
 
 def _numbers(entry: dict | None) -> str:
@@ -93,10 +94,9 @@ def render(runs: list[dict], rows: list[dict], notes: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
+@command("python -m calib.drift.effect_report")
 def main(argv: list[str] | None = None) -> int:
     args, runs = parse_report_arguments("python -m calib.drift.effect_report", __doc__.split("\n\n")[0], argv)
-    if runs is None:
-        return 2
     from teacache.io import write_json, write_text
 
     rows = rows_of(runs[1:])  # the first run is where the series starts: its save is what the second judges

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from calib.drift import effect
 from calib.run.progress import append_log
+from teacache.errors import InputError, TeaCacheError
 from teacache.io import read_json_object, write_json, write_parquet
 
 SETTINGS_FORMAT = 1
@@ -101,7 +102,7 @@ def plan_model(
     base_model: str | None = None,
     quantize: int | None = None,
 ) -> ModelRuns:
-    """Every argument checked (record's checks), nothing loaded; ValueError naming the argument."""
+    """Every argument checked (record's checks), nothing loaded; InputError naming the argument."""
     from calib.run import arguments
     from calib.run.prompts import parse_seeds
     from teacache.loading import resolve_spec
@@ -205,12 +206,12 @@ def _settings(root: Path, arg: str) -> list[tuple[Path, ModelRuns]]:
         try:
             runs = ModelRuns.from_dict(read_json_object(path))
         except (ValueError, TypeError) as exc:
-            raise ValueError(f"{arg}: {path} is not a drift save's settings ({exc})") from None
+            raise InputError(f"{arg}: {path} is not a drift save's settings ({exc})") from None
         found.append((path.parent, runs))
     return found
 
 
-class ModelUnavailable(RuntimeError):
+class ModelUnavailable(TeaCacheError, RuntimeError):
     """The model's weights do not load under the installed release."""
 
 
@@ -239,7 +240,7 @@ def record(runs: ModelRuns, folder: Path, log: Log, rerun: bool = True) -> None:
     if settings_path.is_file():
         previous = ModelRuns.from_dict(read_json_object(settings_path))
         if (why := mismatch(previous, runs)) is not None:
-            raise ValueError(f"--save: {folder} holds another recording ({why}); choose a new folder")
+            raise InputError(f"--save: {folder} holds another recording ({why}); choose a new folder")
     todo = [r for r in runs.runs if not (folder / "runs" / f"{run_id(r[0], r[2])}.json").is_file()]
     want_rerun = rerun and not (folder / "rerun" / f"{run_id(runs.runs[0][0], runs.runs[0][2])}.parquet").is_file()
     write_json(settings_path, runs.to_dict())

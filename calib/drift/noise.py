@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from calib.drift import numbers
+from teacache.errors import InputError
 
 REFERENCES = Path(__file__).with_name("data") / "references"
 FLOOR_FORMAT = 1
@@ -83,7 +84,7 @@ def load_floor(path: Path) -> dict:
 
     data = read_json_object(path)
     if data.get("format_version") != FLOOR_FORMAT:
-        raise ValueError(f"{path}: format_version {data.get('format_version')}, expected {FLOOR_FORMAT}")
+        raise InputError(f"{path}: format_version {data.get('format_version')}, expected {FLOOR_FORMAT}")
     return data
 
 

@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 
 from calib.drift import code, hooked
+from calib.run.command import command
+from teacache.errors import InputError
 
 FULLSIZE_SECTION = "## Full size on the H200 (random weights, bfloat16)"
 FAMILY_LABELS = {"flux1": "FLUX.1", "flux2": "FLUX.2", "qwen": "Qwen-Image", "zimage": "Z-Image"}
@@ -30,7 +32,7 @@ def load_runs(folders: list[Path]) -> list[dict]:
     for folder in folders:
         path = folder / "verdict.json"
         if not path.is_file():
-            raise ValueError(f"DIR: {folder} holds no verdict.json; expected a folder teacache-calib drift wrote")
+            raise InputError(f"DIR: {folder} holds no verdict.json; expected a folder teacache-calib drift wrote")
         runs.append(read_json_object(path) | {"folder": folder.name})
     return sorted(runs, key=lambda r: (code.parse_version(r["mflux"]), code.parse_version(r["mlx"])))
 
@@ -174,25 +176,18 @@ def render(
     return "\n".join(lines)
 
 
-def parse_report_arguments(
-    prog: str, description: str, argv: list[str] | None
-) -> tuple[argparse.Namespace, list | None]:
-    """DIR... --out FOLDER of a report over drift runs, and the runs read (None: refused, one line printed)."""
+def parse_report_arguments(prog: str, description: str, argv: list[str] | None) -> tuple[argparse.Namespace, list]:
+    """DIR... --out FOLDER of a report over drift runs, and the runs read."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("runs", nargs="+", type=Path, metavar="DIR", help="folders teacache-calib drift wrote")
     parser.add_argument("--out", type=Path, required=True, help="folder for report.md and summary.json")
     args = parser.parse_args(argv)
-    try:
-        return args, load_runs(args.runs)
-    except ValueError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return args, None
+    return args, load_runs(args.runs)
 
 
+@command("python -m calib.drift.report")
 def main(argv: list[str] | None = None) -> int:
     args, runs = parse_report_arguments("python -m calib.drift.report", __doc__.split("\n\n")[0], argv)
-    if runs is None:
-        return 2
     from calib.drift import noise
     from teacache.io import write_json, write_text
 

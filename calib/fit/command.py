@@ -75,7 +75,7 @@ from calib.fit.selection import (  # noqa: F401
 )
 from calib.fit.summary import ceiling_line, print_summary  # noqa: F401  (re-exported: bench.campaign prints fits)
 from calib.run.arguments import CommandParser, check_out_dir, check_variant_name, path_argument
-from calib.traces.errors import TraceError
+from calib.run.command import command
 from calib.traces.reader import load_traces
 from calib.traces.runs import Traces
 from teacache.io import FORMAT_VERSION, atomic_path, write_json
@@ -371,18 +371,15 @@ def _comparison(
     return comparison
 
 
+@command("teacache-calib fit")
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = setup_arg_parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
-    try:
-        check_out_dir(args.out, writes=WRITES)
-        fit, plots = run(args, argv)
-    except (TraceError, FitError, ValueError) as exc:
-        print(f"teacache-calib fit: {exc}", file=sys.stderr)
-        return 2
+    check_out_dir(args.out, writes=WRITES)
+    fit, plots = run(args, argv)
     for message in fit["data"]["notes"]:
         print(f"teacache-calib fit: {message}", file=sys.stderr)
     for message in fit["data"]["warnings"]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from teacache.errors import TeaCacheError
 
-class FitError(ValueError):
+
+class FitError(TeaCacheError, ValueError):
     """The data or an argument cannot support the requested fit; the message says which and why."""

@@ -43,6 +43,15 @@ def read_fit(path: str | os.PathLike) -> dict:
 def rescale_from_fit(fit: dict | str | os.PathLike) -> RescaleFunction:
     """The selected candidate of a fit.json (dict, file or folder holding fit.json) as a RescaleFunction."""
     data = read_fit(fit) if not isinstance(fit, dict) else fit
+    try:
+        return _rescale(data)
+    except KeyError as exc:  # a fit.json edited by hand, or written by another tool
+        raise FitError(f"FIT: selected: missing field {exc}") from exc
+    except (TypeError, ValueError) as exc:
+        raise FitError(f"FIT: selected: {exc}") from exc
+
+
+def _rescale(data: dict) -> RescaleFunction:
     sel = data["selected"]
     prov = data.get("provenance") or {}
     variants = (data.get("input") or {}).get("variants") or []

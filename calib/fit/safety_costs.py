@@ -25,10 +25,10 @@ from pathlib import Path
 from calib.fit import candidates as candidates_module
 from calib.fit.candidates import MODE_MONOTONE, candidate_specs
 from calib.fit.decision import decision_scores
-from calib.fit.errors import FitError
 from calib.fit.selection import fit_frame, group_folds, is_safe, select
-from calib.traces.errors import TraceError
+from calib.run.command import command
 from calib.traces.reader import load_traces
+from teacache.errors import InputError
 from teacache.io import write_text
 from teacache.rescale import REGION_BINS, Region
 
@@ -147,6 +147,7 @@ def render(rows: list[dict], argv: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+@command("calib.fit.safety_costs")
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="python -m calib.fit.safety_costs", description=__doc__.splitlines()[0])
@@ -154,28 +155,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, type=Path, metavar="FILE", help="the markdown table to write")
     args = parser.parse_args(argv)
     rows = []
-    try:
-        for item in args.traces:
-            path, _, step = item.partition("@")
-            min_step = int(step) if step else 1
-            frame = load_traces([path]).frame
-            frame = frame[frame["step"] >= min_step]
-            with monotone_without_positivity():
-                before = scored_candidates(frame, min_step)
-            now = scored_candidates(frame, min_step)
-            found = policy_rows(path, before, now)
-            default = next(r for r in found if r["policy"] == "refuse unsafe + positive monotone")
-            for row in found:
-                row["excess_by_bins"] = ""
-            default["excess_by_bins"] = excess_by_bins(frame, default["selected"], min_step)
-            rows += found
-            print(f"{path}: done", file=sys.stderr)
-    except (TraceError, FitError, ValueError) as exc:
-        print(f"calib.fit.safety_costs: {exc}", file=sys.stderr)
-        return 2
+    for item in args.traces:
+        path, _, step = item.partition("@")
+        min_step = _min_step(item, step)
+        frame = load_traces([path]).frame
+        frame = frame[frame["step"] >= min_step]
+        with monotone_without_positivity():
+            before = scored_candidates(frame, min_step)
+        now = scored_candidates(frame, min_step)
+        found = policy_rows(path, before, now)
+        default = next(r for r in found if r["policy"] == "refuse unsafe + positive monotone")
+        for row in found:
+            row["excess_by_bins"] = ""
+        default["excess_by_bins"] = excess_by_bins(frame, default["selected"], min_step)
+        rows += found
+        print(f"{path}: done", file=sys.stderr)
     write_text(args.out, render(rows, argv))
     print(f"wrote {args.out}")
     return 0
+
+
+def _min_step(item: str, step: str) -> int:
+    """The MIN_STEP of TRACES[@MIN_STEP] (1 when not given)."""
+    try:
+        return int(step) if step else 1
+    except ValueError as exc:
+        raise InputError(f"TRACES: {item!r}: expected TRACES@MIN_STEP with an integer MIN_STEP") from exc
 
 
 if __name__ == "__main__":

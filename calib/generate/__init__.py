@@ -4,6 +4,8 @@ It lives in calib because choosing a threshold by target reads calibration trace
 (:mod:`calib.targets`); the caching core it applies (:mod:`teacache`) imports neither.
 """
 
+from teacache.errors import TeaCacheError
 
-class Refusal(ValueError):
+
+class Refusal(TeaCacheError, ValueError):
     """Bad input found before any model loads; the message is the one line to print."""

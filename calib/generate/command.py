@@ -17,7 +17,8 @@ from pathlib import Path
 
 from calib.generate import Refusal, families
 from calib.generate.output import output_path, save_image, teacache_metadata
-from calib.run.arguments import EXIT_BAD_INPUT
+from calib.run.command import command
+from calib.run.interrupts import Interrupted
 from teacache import variants
 
 PROG = "teacache-generate"
@@ -231,19 +232,16 @@ def generate_all(spec, args, model, handle, record: dict, out: list[Path]) -> No
         print(f"{PROG}: skipped {len(skipped)} of {steps} (steps {shown}); saved {path}")
 
 
+@command(PROG)
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     saved: list[Path] = []
     try:
-        try:
-            spec, args = parse(argv)
-            check_generation(spec, args)
-            config, choice, rescale_source, coefficients = resolve_gate(spec, args)
-            for seed in args.seed:
-                output_path(args, seed, check=True)
-        except Refusal as exc:
-            print(f"{PROG}: {exc}", file=sys.stderr)
-            return EXIT_BAD_INPUT
+        spec, args = parse(argv)
+        check_generation(spec, args)
+        config, choice, rescale_source, coefficients = resolve_gate(spec, args)
+        for seed in args.seed:
+            output_path(args, seed, check=True)
         print(f"{PROG}: {spec.name}, {describe_threshold(spec, config, choice)}; rescale {rescale_source}")
         record = {
             "threshold": config.rel_l1_thresh,
@@ -279,11 +277,9 @@ def _run(spec, args, config, coefficients, record, saved: list[Path]) -> int:
         generate_all(spec, args, model, handle, record, saved)
     except StopImageGenerationException as exc:  # mflux turns Ctrl-C inside its loop into this
         where = ", ".join(map(str, saved)) if saved else "nothing"
-        print(f"{PROG}: {exc}; saved {where}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        raise Interrupted(f"{exc}; saved {where}") from exc
     except PromptFileReadError as exc:
-        print(f"{PROG}: --prompt-file: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        raise Refusal(f"--prompt-file: {exc}") from exc
     finally:
         handle.restore()
         if memory_saver:

@@ -11,7 +11,6 @@ import importlib
 import math
 import numbers
 import os
-import sys
 import textwrap
 from pathlib import Path
 
@@ -19,9 +18,10 @@ from calib.run.outputs import Writes, check_out_dir, check_out_file  # noqa: F40
 from calib.run.prompts import SETS, default_set, load_prompts, parse_size
 from teacache import load_model as _load
 from teacache import variants
+from teacache.errors import InputError, TeaCacheError
 from teacache.loading import model_defaults, resolve_spec
 
-EXIT_BAD_INPUT = 2
+EXIT_BAD_INPUT = TeaCacheError.exit_status  # argparse's own errors exit 2 too
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 
 
@@ -67,12 +67,6 @@ def add_model_arguments(parser: argparse.ArgumentParser, prompts: bool = True) -
         )
 
 
-def fail(prog: str, message: str) -> int:
-    """Print one line for a refused input; the caller returns the exit code."""
-    print(f"{prog}: {' '.join(str(message).split())}", file=sys.stderr)
-    return EXIT_BAD_INPUT
-
-
 def path_argument(text: str) -> Path:
     """argparse ``type`` of every path argument: an empty string is refused, since ``Path("")`` is the
     current folder and a command would write its files there."""
@@ -92,13 +86,13 @@ def check_input_file(path: str | os.PathLike, arg: str) -> Path:
     path = Path(path)
     try:
         if not path.exists():
-            raise ValueError(f"{arg}: {path} does not exist")
+            raise InputError(f"{arg}: {path} does not exist")
         if not path.is_file():
-            raise ValueError(f"{arg}: {path} is not a file")
+            raise InputError(f"{arg}: {path} is not a file")
         with path.open("rb") as handle:
             handle.read(1)
     except OSError as exc:  # a name too long for the system, a folder we may not look into
-        raise ValueError(f"{arg}: cannot read {shown(path)} ({exc.strerror or exc})") from None
+        raise InputError(f"{arg}: cannot read {shown(path)} ({exc.strerror or exc})") from None
     return path
 
 
@@ -108,12 +102,12 @@ def check_model(name: str, base_model: str | None = None) -> None:
     Loads nothing (the registry imports no mflux): a bad name costs milliseconds, not a model load.
     """
     if not str(name).strip():
-        raise ValueError("--model: expected a model name or a local folder, got an empty string")
+        raise InputError("--model: expected a model name or a local folder, got an empty string")
     path = Path(name).expanduser()
     if path.is_file():
-        raise ValueError(f"--model: {name} is a file; a local model is a folder of mflux-format weights")
+        raise InputError(f"--model: {name} is a file; a local model is a folder of mflux-format weights")
     if base_model is not None and not path.exists():
-        raise ValueError(f"--model: no folder at {name}; --base-model names the architecture of a local folder")
+        raise InputError(f"--model: no folder at {name}; --base-model names the architecture of a local folder")
     try:
         resolve_spec(name, base_model)
     except ValueError as exc:
@@ -122,7 +116,7 @@ def check_model(name: str, base_model: str | None = None) -> None:
             if message.startswith(field):
                 message = arg + message[len(field) :]
                 break
-        raise ValueError(message) from None
+        raise InputError(message) from None
 
 
 def read_prompts(spec: str | None, model: str, base_model: str | None = None) -> dict[str, str]:
@@ -130,12 +124,12 @@ def read_prompts(spec: str | None, model: str, base_model: str | None = None) ->
     spec = spec or default_set(base_model or model)
     try:
         prompts = load_prompts(spec)
-    except ValueError as exc:
+    except ValueError as exc:  # a refusal of load_prompts', or a .json or .csv file Python cannot parse
         if str(exc).startswith("--prompts"):
             raise
-        raise ValueError(f"--prompts: {spec} is not a usable prompt file ({exc})") from None
+        raise InputError(f"--prompts: {spec} is not a usable prompt file ({exc})") from None
     except (OSError, KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(f"--prompts: cannot read {spec} ({type(exc).__name__}: {exc})") from None
+        raise InputError(f"--prompts: cannot read {spec} ({type(exc).__name__}: {exc})") from None
     check_prompts(prompts, model, base_model)
     return prompts
 
@@ -151,31 +145,31 @@ def check_prompts(prompts: dict[str, str], model: str, base_model: str | None = 
         try:
             parse(text)
         except ValueError as exc:
-            raise ValueError(f"--prompts: {prompt_id}: {str(exc).removeprefix('prompt: ')}") from None
+            raise InputError(f"--prompts: {prompt_id}: {str(exc).removeprefix('prompt: ')}") from None
 
 
 def load_model(name: str, base_model: str | None, quantize: int | None):
     """teacache.load_model, with a failure to get the weights (network, disk, format) said in one line."""
     try:
         return _load(name, base_model=base_model, quantize=quantize)
-    except ValueError:
+    except TeaCacheError:
         raise
     except Exception as exc:  # noqa: BLE001 - mflux and the Hub raise many types (network, disk, format)
-        raise ValueError(f"--model: cannot load {name} ({type(exc).__name__}: {exc})") from None
+        raise InputError(f"--model: cannot load {name} ({type(exc).__name__}: {exc})") from None
 
 
 def check_fraction(value: float, arg: str) -> float:
     """A number in (0, 1], like a quality floor (numpy's scalars too)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{arg}: expected a number in (0, 1], got {value!r}")
+        raise InputError(f"{arg}: expected a number in (0, 1], got {value!r}")
     if not math.isfinite(value) or not 0 < value <= 1:
-        raise ValueError(f"{arg}: expected a number in (0, 1], got {float(value):g}")
+        raise InputError(f"{arg}: expected a number in (0, 1], got {float(value):g}")
     return float(value)
 
 
 def check_at_least(value: int, minimum: int, arg: str, why: str = "") -> int:
     if value < minimum:
-        raise ValueError(f"{arg}: expected at least {minimum}{why}, got {value}")
+        raise InputError(f"{arg}: expected at least {minimum}{why}, got {value}")
     return value
 
 
@@ -183,14 +177,14 @@ def check_guidance(value: float, arg: str = "--guidance") -> float:
     """A guidance scale: finite and >= 0 (0 turns guidance off; a negative one steers away from the prompt, which
     no model here is meant to run)."""
     if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{arg}: expected a finite number >= 0, got {value:g}")
+        raise InputError(f"{arg}: expected a finite number >= 0, got {value:g}")
     return float(value)
 
 
 def check_variant_name(name: str, arg: str = "--variant") -> str:
     """A variant the registry knows (or one of its aliases), else one line naming the known ones."""
     if variants.find(name) is None:
-        raise ValueError(f"{arg}: unknown variant {name!r}; known: {', '.join(variants.names())}")
+        raise InputError(f"{arg}: unknown variant {name!r}; known: {', '.join(variants.names())}")
     return name
 
 
@@ -203,7 +197,7 @@ def generation_settings(
     defaults = model_defaults(model, base_model)
     width, height = parse_size(size) if size else (defaults["width"], defaults["height"])
     if resolve_spec(model, base_model).only_its_size and (width, height) != (defaults["width"], defaults["height"]):
-        raise ValueError(
+        raise InputError(
             f"--size: {model} only makes {defaults['width']}x{defaults['height']} images, got {width}x{height}"
         )
     steps = steps if steps is not None else defaults["steps"]

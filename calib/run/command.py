@@ -1,28 +1,38 @@
-"""How record, sweep and campaign end: their expected failures become one line and an exit code."""
+"""How every command ends: a refusal (:class:`~teacache.errors.TeaCacheError`) becomes one line and its status.
+
+:func:`run_command` is the one place that turns a refusal into ``prog: message`` on stderr and the error's
+``exit_status`` (2 for bad input, 130 when interrupted, 1 when ranks left work undone); the dispatcher runs every
+subcommand through it, and :func:`command` routes a module's own ``main`` (``python -m``, a test, another
+command calling it) through it too. Any other exception is a bug: it propagates, traceback and all.
+"""
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
-from typing import TypeVar
 
-from calib.run import arguments, ranks, shard
-from calib.run.folder_lock import FolderLocked
-from calib.run.interrupts import Interrupted
-
-T = TypeVar("T")
+from teacache.errors import TeaCacheError, one_line
 
 
-def run_guarded(prog: str, action: Callable[[], T]) -> tuple[int, T | None]:
-    """(exit code, what ``action`` returned): 2 for bad input or a held folder, 130 when interrupted,
-    1 when ranks left pairs undone (mlx.launch itself exits 0 whatever a rank did)."""
+def run_command(prog: str, action: Callable[..., int | None], *args, **kwargs) -> int:
+    """``action(*args, **kwargs)``'s exit code (None counts as 0); a refusal prints ``prog: message`` and ends
+    with its ``exit_status``."""
     try:
-        return 0, action()
-    except (ValueError, FolderLocked, ranks.ShardError) as exc:
-        return arguments.fail(prog, str(exc)), None
-    except Interrupted as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return arguments.EXIT_INTERRUPTED, None
-    except shard.ShardsIncomplete as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return 1, None
+        return action(*args, **kwargs) or 0
+    except TeaCacheError as exc:
+        print(f"{prog}: {one_line(exc)}", file=sys.stderr)
+        return exc.exit_status
+
+
+def command(prog: str) -> Callable[[Callable[..., int | None]], Callable[..., int]]:
+    """Decorator of a module's ``main(argv)``: it ends through :func:`run_command` under ``prog``."""
+
+    def decorate(main: Callable[..., int | None]) -> Callable[..., int]:
+        @functools.wraps(main)
+        def guarded(*args, **kwargs) -> int:
+            return run_command(prog, main, *args, **kwargs)
+
+        return guarded
+
+    return decorate

@@ -6,23 +6,19 @@ import importlib
 import os
 import sys
 
+from calib.run.command import run_command
 from calib.run.interrupts import interruptions
 
 # mflux draws a tqdm bar per generation; our commands show one progress bar of their own.
 os.environ.setdefault("TQDM_DISABLE", "1")
 
 
-def refuse_unsupported_mflux(prog: str) -> int | None:
-    """Exit code 2 after one line when the installed mflux is outside the supported range, before any import
-    of mflux or the command; None when the command may run."""
-    from teacache._compat import MfluxVersionError, check_mflux_version
+def check_supported_mflux() -> None:
+    """Raise MfluxVersionError (exit 2) when the installed mflux is outside the supported range, before any import
+    of mflux or the command."""
+    from teacache._compat import check_mflux_version
 
-    try:
-        check_mflux_version()
-    except MfluxVersionError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return 2
-    return None
+    check_mflux_version()
 
 
 def dispatch(prog: str, subcommands: dict[str, str], argv: list[str] | None = None) -> int:
@@ -34,13 +30,13 @@ def dispatch(prog: str, subcommands: dict[str, str], argv: list[str] | None = No
             print(f"{prog}: unknown command {argv[0]!r}; expected one of: {names}", file=sys.stderr)
             return 2
         return 0
-    refused = refuse_unsupported_mflux(f"{prog} {argv[0]}")
-    if refused is not None:
-        return refused
-
     try:
-        module = importlib.import_module(subcommands[argv[0]])
-        return module.main(argv[1:]) or 0
+        return run_command(f"{prog} {argv[0]}", _run, subcommands[argv[0]], argv[1:])
     except interruptions():  # commands that save as they go say so themselves
         print(f"{prog} {argv[0]}: interrupted before it finished; run it again", file=sys.stderr)
         return 130
+
+
+def _run(module_name: str, argv: list[str]) -> int | None:
+    check_supported_mflux()
+    return importlib.import_module(module_name).main(argv)

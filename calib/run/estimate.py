@@ -11,6 +11,8 @@ import datetime
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from teacache.errors import InputError
+
 # Above this much estimated work a command asks for --yes before it measures anything.
 CONFIRM_ABOVE_S = 3600.0
 
@@ -42,10 +44,10 @@ def describe(work: Work, per_step_s: float, source: str) -> str:
 def check_confirmed(
     work: Work, per_step_s: float, yes: bool, fewer: str = "prompts, seeds, thresholds or repeats"
 ) -> None:
-    """Raise ValueError naming --yes when the work is estimated above an hour and was not confirmed."""
+    """Raise InputError naming --yes when the work is estimated above an hour and was not confirmed."""
     seconds = work.seconds(per_step_s)
     if seconds > CONFIRM_ABOVE_S and not yes:
-        raise ValueError(
+        raise InputError(
             f"--yes: this is about {clock(seconds)} of work ({work.generations} generations x {work.steps} steps at "
             f"{per_step_s:.3g} s/step); pass --yes to run it, or ask for fewer {fewer}"
         )

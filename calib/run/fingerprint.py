@@ -23,6 +23,7 @@ from pathlib import Path
 
 import mlx.core as mx
 
+from teacache.errors import TeaCacheError
 from teacache.io import FORMAT_VERSION, file_sha256, portable, write_json
 from teacache.loading import resolve_spec
 from teacache.provenance import DISTRIBUTION, hardware_slug, installed_version
@@ -40,7 +41,7 @@ COMPUTED = ("coefficients", "compare_rescales")
 FIT_RTOL = 1e-9
 
 
-class SettingsMismatch(ValueError):
+class SettingsMismatch(TeaCacheError, ValueError):
     """The folder holds results made with other settings; the message names them and the way out."""
 
 

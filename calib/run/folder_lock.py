@@ -20,10 +20,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from teacache.errors import TeaCacheError
+
 LOCK_NAME = ".lock"
 
 
-class FolderLocked(RuntimeError):
+class FolderLocked(TeaCacheError, RuntimeError):
     """Another live process writes the folder; the message names it."""
 
 

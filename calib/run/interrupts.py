@@ -6,9 +6,13 @@ mean the user stopped the command.
 
 from __future__ import annotations
 
+from teacache.errors import TeaCacheError
 
-class Interrupted(Exception):
+
+class Interrupted(TeaCacheError):
     """The user stopped the command; the message says what is saved and how to resume."""
+
+    exit_status = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 
 
 def interruptions() -> tuple[type[BaseException], ...]:

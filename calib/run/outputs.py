@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from teacache.errors import InputError
+
 CHECKOUT = Path(__file__).resolve().parents[2]  # the repository holding this package, when it is a git checkout
 # Entries that say nothing about who owns a folder: a writer's lock (calib.run.folder_lock), the Finder's index.
 NEUTRAL = (".lock", ".DS_Store")
@@ -151,7 +153,7 @@ def _check_checkout(path: Path, writes: Writes, arg: str, folder: bool) -> str |
         place = "in the root of this project's checkout, where git tracks files"
     else:
         place = f"in {where}/ of this project's checkout, which git tracks"
-    raise ValueError(
+    raise InputError(
         f"{arg}: {path} is {place}; {writes.command} does not regenerate them: write under runs/ (ignored) or "
         "outside the checkout"
     )
@@ -187,7 +189,7 @@ def check_folder_is_own(path: Path, writes: Writes, arg: str = "--out") -> None:
         if writes.is_own is not None:
             if writes.is_own(marker):
                 return
-            raise ValueError(
+            raise InputError(
                 f"{arg}: {path} holds a {writes.marker} that {writes.command} did not write; expected {expected}: "
                 f"choose another {arg}"
             )
@@ -195,13 +197,13 @@ def check_folder_is_own(path: Path, writes: Writes, arg: str = "--out") -> None:
         if other == writes.command:
             return
         if other is not None:
-            raise ValueError(
+            raise InputError(
                 f"{arg}: {path} holds the results of {other}; {writes.command} writes a folder of its own: choose "
                 f"another {arg}"
             )
     foreign = [name for name in entries if not writes.writes(name)]
     if foreign:
-        raise ValueError(
+        raise InputError(
             f"{arg}: {path} holds {_shown(foreign)}, which {writes.command} does not write; expected {expected}: "
             f"choose another {arg}"
         )
@@ -209,7 +211,7 @@ def check_folder_is_own(path: Path, writes: Writes, arg: str = "--out") -> None:
 
 def _check_path(path: str | os.PathLike, arg: str) -> Path:
     if isinstance(path, str) and not path.strip():
-        raise ValueError(f"{arg}: expected a path, got an empty string")
+        raise InputError(f"{arg}: expected a path, got an empty string")
     return Path(path)
 
 
@@ -218,14 +220,14 @@ def check_writable_under(path: Path, arg: str) -> None:
     to root on a read-only or immutable folder). Creates nothing that stays."""
     existing = _nearest_existing(path)
     if not existing.is_dir():
-        raise ValueError(f"{arg}: cannot create {path}: {existing} is a file, not a folder")
+        raise InputError(f"{arg}: cannot create {path}: {existing} is a file, not a folder")
     try:
         with tempfile.TemporaryFile(dir=existing, prefix=".write-probe-"):
             pass
     except OSError as exc:
         # the folder is there, so "No such file or directory" means a system folder (/proc) that takes no files
         reason = "it takes no new files" if exc.errno == errno.ENOENT else exc.strerror or exc
-        raise ValueError(f"{arg}: cannot write in {existing} ({reason}); choose a writable folder") from None
+        raise InputError(f"{arg}: cannot write in {existing} ({reason}); choose a writable folder") from None
 
 
 def check_out_dir(path: str | os.PathLike, arg: str = "--out", writes: Writes | None = None) -> Path:
@@ -238,7 +240,7 @@ def check_out_dir(path: str | os.PathLike, arg: str = "--out", writes: Writes | 
     path = _check_path(path, arg)
     if path.exists() and not path.is_dir():
         command = writes.command if writes is not None else "this command"
-        raise ValueError(f"{arg}: {path} is a file; expected a folder (a new one, an empty one, or one {command} "
+        raise InputError(f"{arg}: {path} is a file; expected a folder (a new one, an empty one, or one {command} "
                          "wrote)")  # fmt: skip
     if writes is not None and not _is_granted(path):
         note = _check_checkout(path, writes, arg, folder=True)
@@ -267,16 +269,16 @@ def check_out_file(
     """
     path = _check_path(path, arg)
     if path.is_dir():
-        raise ValueError(f"{arg}: {path} is a folder; expected the path of the {what} to write")
+        raise InputError(f"{arg}: {path} is a folder; expected the path of the {what} to write")
     if path.exists() and not os.access(path, os.W_OK):
-        raise ValueError(f"{arg}: cannot overwrite {path} (not writable); choose another path")
+        raise InputError(f"{arg}: cannot overwrite {path} (not writable); choose another path")
     note = None
     if writes is not None and not _is_granted(path):
         note = _check_checkout(path, writes, arg, folder=False)
         own = note is not None or (writes.is_own is not None and path.is_file() and writes.is_own(path))
         if path.exists() and not force and not own:  # a file it regenerates or wrote itself is its to rewrite
             where = f" (written beside {beside})" if beside else ""
-            raise ValueError(f"{arg}: {path} exists{where}; pass --force to replace it, or choose another path")
+            raise InputError(f"{arg}: {path} exists{where}; pass --force to replace it, or choose another path")
     check_writable_under(path.parent, arg)
     if note:
         print(note)

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from teacache import variants
+from teacache.errors import InputError
 
 # Diverse prompts for real models: objects, scenes, portraits, text rendering, abstract, fine detail.
 DEFAULT = {
@@ -120,9 +121,9 @@ _SAFE_ID = re.compile(rf"[A-Za-z0-9_-][A-Za-z0-9._-]{{0,{MAX_ID_LENGTH - 1}}}")
 
 
 def check_prompt_id(prompt_id: str, where: str = "--prompts") -> str:
-    """An id that is a safe file name, else ValueError naming ``where`` (file and row) and the alphabet."""
+    """An id that is a safe file name, else InputError naming ``where`` (file and row) and the alphabet."""
     if not isinstance(prompt_id, str) or _SAFE_ID.fullmatch(prompt_id) is None:
-        raise ValueError(
+        raise InputError(
             f"{where}: id {prompt_id!r} is not a safe file name (ids name files: 1 to {MAX_ID_LENGTH} characters "
             f"of {ID_ALPHABET}, not starting with '.')"
         )
@@ -148,7 +149,7 @@ def _rows(path: Path) -> tuple[str, list[tuple[int, object, object]]]:
         with path.open(newline="", encoding="utf-8") as handle:
             reader = csv.DictReader(handle)
             if not reader.fieldnames or not {"id", "text"} <= set(reader.fieldnames):
-                raise ValueError(f"--prompts: {path} needs the columns id,text; found {reader.fieldnames}")
+                raise InputError(f"--prompts: {path} needs the columns id,text; found {reader.fieldnames}")
             return "line", [(reader.line_num, row["id"], row["text"]) for row in reader]
     lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
     return "line", [
@@ -166,7 +167,7 @@ def load_prompts(spec: str) -> dict[str, str]:
         return dict(SETS[spec])
     path = Path(spec)
     if not path.exists():
-        raise ValueError(f"--prompts: {spec!r} is neither a built-in set ({', '.join(SETS)}) nor an existing file")
+        raise InputError(f"--prompts: {spec!r} is neither a built-in set ({', '.join(SETS)}) nor an existing file")
     row, rows = _rows(path)
     rows_word = {"entry": "entries", "line": "lines"}[row]
     prompts: dict[str, str] = {}
@@ -175,7 +176,7 @@ def load_prompts(spec: str) -> dict[str, str]:
         number_id = isinstance(raw_id, int | float) and not isinstance(raw_id, bool)  # JSON's {"id": 7}
         prompt_id = check_prompt_id(str(raw_id) if number_id else raw_id, f"--prompts: {path} {row} {number}")
         if prompt_id in first_row:
-            raise ValueError(
+            raise InputError(
                 f"--prompts: {path} {rows_word} {first_row[prompt_id]} and {number}: the id {prompt_id!r} comes "
                 "twice (an id names its prompt's files and rows: each must be unique)"
             )
@@ -183,7 +184,7 @@ def load_prompts(spec: str) -> dict[str, str]:
         if str(text).strip():
             prompts[prompt_id] = str(text)
     if not prompts:
-        raise ValueError(f"--prompts: {spec} holds no prompts")
+        raise InputError(f"--prompts: {spec} holds no prompts")
     return prompts
 
 
@@ -210,22 +211,22 @@ def parse_seeds(text: str) -> list[int]:
                 _check_seed(lo, text)
                 _check_seed(hi, text)
                 if hi - lo + 1 + len(seeds) > MAX_SEEDS:
-                    raise ValueError(f"--seeds: at most {MAX_SEEDS} seeds, got {text!r}")
+                    raise InputError(f"--seeds: at most {MAX_SEEDS} seeds, got {text!r}")
                 seeds.extend(range(lo, hi + 1))
             elif part:
                 seeds.append(_check_seed(int(part), text))
     except ValueError as exc:
         if str(exc).startswith("--seeds"):
             raise
-        raise ValueError(f"--seeds: expected integers like '0,1,2' or '0-4', got {text!r}") from None
+        raise InputError(f"--seeds: expected integers like '0,1,2' or '0-4', got {text!r}") from None
     if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
-        raise ValueError(f"--seeds: expected distinct non-negative integers, got {text!r}")
+        raise InputError(f"--seeds: expected distinct non-negative integers, got {text!r}")
     return seeds
 
 
 def _check_seed(seed: int, text: str) -> int:
     if seed > MAX_SEED:
-        raise ValueError(f"--seeds: a seed is at most 2^32-1 = {MAX_SEED} (what the generators take), got {text!r}")
+        raise InputError(f"--seeds: a seed is at most 2^32-1 = {MAX_SEED} (what the generators take), got {text!r}")
     return seed
 
 
@@ -233,7 +234,7 @@ def parse_size(text: str) -> tuple[int, int]:
     try:
         width, height = (int(v) for v in str(text).lower().split("x"))
     except ValueError:
-        raise ValueError(f"--size: expected WIDTHxHEIGHT like 256x256, got {text!r}") from None
+        raise InputError(f"--size: expected WIDTHxHEIGHT like 256x256, got {text!r}") from None
     if width <= 0 or height <= 0:
-        raise ValueError(f"--size: expected positive sizes, got {text!r}")
+        raise InputError(f"--size: expected positive sizes, got {text!r}")
     return width, height

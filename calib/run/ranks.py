@@ -18,17 +18,18 @@ from typing import TYPE_CHECKING
 import mlx.core as mx
 import numpy as np
 
+from teacache.errors import TeaCacheError
 from teacache.provenance import hardware_slug
 
 if TYPE_CHECKING:
     import pandas as pd
 
 
-class ShardError(RuntimeError):
+class ShardError(TeaCacheError, RuntimeError):
     """The ranks cannot work together (a broken launch, ranks with different plans); the message says why."""
 
 
-class MixedHardware(ValueError):
+class MixedHardware(TeaCacheError, ValueError):
     """A table holds runs timed on several hardware: their speedups must not be pooled."""
 
 

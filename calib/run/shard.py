@@ -34,6 +34,7 @@ from calib.run.folder_lock import FolderLocked, folder_lock
 from calib.run.interrupts import Interrupted, interruptions
 from calib.run.ranks import ShardError, World
 from calib.run.units import UnitLayout, assign, locate, shard_folders, writer_folder
+from teacache.errors import TeaCacheError
 from teacache.io import atomic_path
 
 MAX_NAMED = 8  # units named in one message before "and N more"
@@ -42,8 +43,10 @@ MAX_ERROR = 300  # characters of a rank's error carried to rank 0
 Measured = TypeVar("Measured")
 
 
-class ShardsIncomplete(RuntimeError):
+class ShardsIncomplete(TeaCacheError, RuntimeError):
     """Units are not done after every rank finished; the message names them and what went wrong."""
+
+    exit_status = 1  # the work ran and part of it failed: not a refused input
 
 
 class Stopped(BaseException):  # noqa: N818 - like KeyboardInterrupt: not an error of this rank's own
@@ -98,7 +101,7 @@ def claim(
         for _rank, other in shard_folders(out):
             if other == folder or (other / fingerprint.FILE).is_file() or any(other.iterdir()):
                 check(other)
-    except (ValueError, FolderLocked) as exc:
+    except TeaCacheError as exc:  # a held folder, other settings: every rank hears which
         error = exc
     agree(world, error)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from teacache.errors import TeaCacheError
 
-class TraceError(ValueError):
+
+class TraceError(TeaCacheError, ValueError):
     """Unusable trace input; the message says which argument or column and what was expected."""

@@ -14,6 +14,7 @@ import math
 import pandas as pd
 
 from teacache import variants
+from teacache.errors import InputError
 from teacache.rescale import RescaleFunction
 
 SOURCE = "mlx-teacache calibration"
@@ -36,14 +37,14 @@ def signal_block(data: dict, signal: str | None, name: str) -> tuple[dict, str |
     signals = data.get("signals")
     if not isinstance(signals, dict):
         if signal is not None:
-            raise ValueError(f"'#{signal}' given, but the file holds a single signal (no 'signals' field)")
+            raise InputError(f"'#{signal}' given, but the file holds a single signal (no 'signals' field)")
         return data, None
     if signal is None:
         if len(signals) != 1:
-            raise ValueError(f"holds signals {', '.join(map(str, signals))}; name one as {name}#{next(iter(signals))}")
+            raise InputError(f"holds signals {', '.join(map(str, signals))}; name one as {name}#{next(iter(signals))}")
         signal = next(iter(signals))
     if signal not in signals:
-        raise ValueError(f"no signal {signal!r}; the file holds {', '.join(map(str, signals))}")
+        raise InputError(f"no signal {signal!r}; the file holds {', '.join(map(str, signals))}")
     return signals[signal], signal
 
 
@@ -88,24 +89,24 @@ def calibration_traces(data: dict, signal: str | None, name: str) -> tuple[pd.Da
     block, signal = signal_block(data, signal, name)
     xs, ys = block.get("x_values"), block.get("y_values")
     if xs is None or ys is None:
-        raise ValueError(
+        raise InputError(
             "holds no raw x_values/y_values, only a fitted tuple: use it as coefficients "
             "(--compare / --coefficients), not as traces"
         )
     if not isinstance(xs, list) or not isinstance(ys, list) or len(xs) != len(ys):
-        raise ValueError(f"x_values and y_values: expected two lists of one length, got {len(xs)} and {len(ys)}")
+        raise InputError(f"x_values and y_values: expected two lists of one length, got {len(xs)} and {len(ys)}")
     steps = num_steps_of(data)
     if steps is None or steps < 2:
-        raise ValueError("no num_inference_steps: the pairs cannot be placed on steps")
+        raise InputError("no num_inference_steps: the pairs cannot be placed on steps")
     per_prompt = steps - 1
     if not xs or len(xs) % per_prompt:
-        raise ValueError(
+        raise InputError(
             f"{len(xs)} pairs is not a whole number of prompts of {per_prompt} pairs (steps 1..{steps - 1})"
         )
     n_prompts = len(xs) // per_prompt
     declared = {data.get(k) for k in ("n_fit_prompts", "num_prompts", "n_prompts") if data.get(k) is not None}
     if declared and n_prompts not in declared:
-        raise ValueError(
+        raise InputError(
             f"{len(xs)} pairs make {n_prompts} prompts of {per_prompt} steps; the file declares "
             f"{', '.join(map(str, sorted(declared)))} prompts"
         )
@@ -130,7 +131,7 @@ def calibration_rescale(data: dict, signal: str | None, name: str) -> RescaleFun
     block, signal = signal_block(data, signal, name)
     coefficients = block.get("coefficients_c4_to_c0")
     if not isinstance(coefficients, list) or not coefficients:
-        raise ValueError("coefficients_c4_to_c0: expected a list of numbers")
+        raise InputError("coefficients_c4_to_c0: expected a list of numbers")
     lo, hi = block.get("x_min"), block.get("x_max")
     if (lo is None or hi is None) and block.get("x_values"):
         finite = [float(v) for v in block["x_values"] if isinstance(v, int | float) and math.isfinite(v)]

@@ -20,6 +20,7 @@ from pathlib import Path
 from calib.traces.errors import TraceError
 from calib.traces.reader import load_traces
 from calib.traces.runs import run_key_columns
+from teacache.errors import TeaCacheError
 from teacache.io import file_sha256
 
 DEGREES = 4  # mlx-teacache's poly_eval unpacks exactly five coefficients (c4..c0)
@@ -27,7 +28,7 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent  # where "./" in an artifa
 GENERATED_BY = "teacache-calib emit --format mlx-teacache"
 
 
-class FormatError(ValueError):
+class FormatError(TeaCacheError, ValueError):
     """A fit that cannot become an mlx-teacache calibration file; the message says why."""
 
 

@@ -18,8 +18,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from calib.run.arguments import CommandParser, Writes, check_input_file, check_out_file, fail, path_argument
+from calib.run.arguments import CommandParser, Writes, check_input_file, check_out_file, path_argument
+from calib.run.command import command
 from calib.traces import mlx_teacache_format as fmt
+from teacache.errors import InputError
 from teacache.io import write_json, write_text
 
 PROG = "python -m calib.traces.sample_calibration"
@@ -45,11 +47,14 @@ def calibration(traces: Path, n_prompts: int, seed: int) -> tuple[dict, object]:
 
     from calib.fit import command as fit_cmd
 
-    frame = pd.read_parquet(traces)
+    try:
+        frame = pd.read_parquet(traces)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises many types for a damaged file
+        raise InputError(f"TRACES: cannot read {traces} as parquet ({type(exc).__name__}: {exc})") from exc
     frame = frame[(frame["branch"] == "cond") & (frame["seed"] == seed) & (frame["step"] > 0)]
     prompt_ids = list(dict.fromkeys(frame["prompt_id"]))[:n_prompts]
     if len(prompt_ids) < n_prompts:
-        raise ValueError(f"--prompts: {traces} holds {len(prompt_ids)} prompts of seed {seed}, not {n_prompts}")
+        raise InputError(f"--prompts: {traces} holds {len(prompt_ids)} prompts of seed {seed}, not {n_prompts}")
     frame = frame[frame["prompt_id"].isin(prompt_ids)].sort_values(["prompt_id", "step"], kind="stable")
     frame = frame.set_index("prompt_id").loc[prompt_ids].reset_index()
     variant = str(frame["variant"].iloc[0])
@@ -73,16 +78,14 @@ def calibration(traces: Path, n_prompts: int, seed: int) -> tuple[dict, object]:
     return data, frame[["prompt_id", "step", "x_rel_l1", "y_rel_l1"]]
 
 
+@command(PROG)
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
-    try:
-        check_input_file(args.traces, "TRACES")
-        check_out_file(args.out, what="calibration .json", writes=WRITES, force=args.force)
-        if args.table is not None:
-            check_out_file(args.table, "--table", what="CSV file", writes=WRITES, force=args.force)
-        data, table = calibration(args.traces, args.prompts, args.seed)
-    except ValueError as exc:
-        return fail(PROG, str(exc))
+    check_input_file(args.traces, "TRACES")
+    check_out_file(args.out, what="calibration .json", writes=WRITES, force=args.force)
+    if args.table is not None:
+        check_out_file(args.table, "--table", what="CSV file", writes=WRITES, force=args.force)
+    data, table = calibration(args.traces, args.prompts, args.seed)
     write_json(args.out, data)
     print(f"wrote {args.out} ({data['num_pairs']} pairs, {data['num_prompts']} prompts)")
     if args.table is not None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from teacache import _compat, variants
 from teacache._compat import DRIFT_COMMAND, parse_release
+from teacache.errors import InputError
 from teacache.rescale import RescaleFunction
 
 MFLUX = "mflux"
@@ -50,7 +51,7 @@ def module_name(variant: str) -> str:
     """The module under ``teacache.coefficients`` holding a variant's packaged calibration."""
     spec = variants.find(variant)
     if spec is None or spec.coefficients is None:
-        raise ValueError(
+        raise InputError(
             f"variant: no packaged coefficients for {variant!r}; known: {', '.join(variants.packaged_variants())}"
         )
     return spec.coefficients

@@ -9,10 +9,11 @@ import mlx.core as mx
 from mlx import nn
 from mlx.utils import tree_flatten
 
+from teacache.errors import TeaCacheError
 from teacache.io import file_sha256
 
 
-class WeightsError(ValueError):
+class WeightsError(TeaCacheError, ValueError):
     """The weights file is not the one its manifest describes, or does not fit the architecture."""
 
 

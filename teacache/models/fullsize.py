@@ -29,6 +29,7 @@ from mlx import nn
 from mlx.utils import tree_flatten
 
 from teacache import variants
+from teacache.errors import InputError
 from teacache.models._init import redraw_linears
 
 RANDOM_PREFIX = "random-"
@@ -56,7 +57,7 @@ def parse_random_name(name: str) -> str:
     """``random-flux1-dev`` (or ``flux1-dev``) -> ``flux1-dev``; a ValueError naming the choices otherwise."""
     variant = name.removeprefix(RANDOM_PREFIX)
     if variant not in {spec.name for spec in variants.random_specs()}:
-        raise ValueError(f"model: unknown full-size random model {name!r}; expected one of {', '.join(random_names())}")
+        raise InputError(f"model: unknown full-size random model {name!r}; expected one of {', '.join(random_names())}")
     return variant
 
 
@@ -133,7 +134,7 @@ def random_transformer(variant: str, seed: int = 0, quantize: int | None = None,
     """The full-size transformer with drawn weights in mflux's precision, quantized on request."""
     variant = parse_random_name(variant)
     if quantize not in (None, 4, 8):
-        raise ValueError(f"quantize: expected 4, 8 or None, got {quantize!r}")
+        raise InputError(f"quantize: expected 4, 8 or None, got {quantize!r}")
     transformer = full_transformer(variant, blocks)
     draw_weights(transformer, seed, ModelConfig.precision)
     if family_of(variant) == "zimage":

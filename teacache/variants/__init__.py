@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from teacache._compat import parse_release
+from teacache.errors import InputError
 
 FAMILY_MODULES = ("flux1", "flux2", "qwen", "zimage")
 
@@ -153,7 +154,7 @@ def family(name: str) -> Family:
     for fam in families():
         if fam.name == name:
             return fam
-    raise ValueError(f"family: unknown family {name!r}; known: {', '.join(f.name for f in families())}")
+    raise InputError(f"family: unknown family {name!r}; known: {', '.join(f.name for f in families())}")
 
 
 def all_specs(include_refused: bool = False) -> tuple[VariantSpec, ...]:
@@ -177,9 +178,9 @@ def get(name: str) -> VariantSpec:
     """The spec of a variant name (``flux1-dev``) or of a name ``load_model`` accepts (``dev``)."""
     found = find(name)
     if found is None:
-        raise ValueError(f"variant: unknown variant {name!r}; supported: {', '.join(names())}")
+        raise InputError(f"variant: unknown variant {name!r}; supported: {', '.join(names())}")
     if not found.supported:
-        raise ValueError(_refusal(found))
+        raise InputError(_refusal(found))
     return found
 
 
@@ -209,12 +210,12 @@ def variant_of(model, family_name: str | None = None) -> str:
     model_name = getattr(getattr(model, "model_config", None), "model_name", None)
     spec = for_mflux_name(model_name)
     if spec is not None and not spec.supported:
-        raise ValueError(_refusal(spec))
+        raise InputError(_refusal(spec))
     if spec is None:
         if family_name is None:
             family_name = _by_name("teacache.adapters").adapter_for(model).FAMILY
         fam = family(family_name)
-        raise ValueError(
+        raise InputError(
             f"model: a {fam.label} pipeline for {model_name!r}, which has no TeaCache integration; supported "
             f"{fam.label} variants: {', '.join(family_variants(fam.name))} (a local folder of weights: "
             "load_model(path, base_model=<variant>))"
