@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from calib.fit.errors import FitError
-from calib.fit.file import read_fit
+from calib.fit.result import FitResult
 from calib.run.arguments import check_out_file, check_variant_name
 
 
@@ -22,7 +22,7 @@ def emit_calibration(args: argparse.Namespace) -> int:
             check_variant_name(args.variant)
         if args.out is not None:
             check_out_file(args.out, what=".json file")
-        fit = read_fit(args.fit)
+        fit = FitResult.read(args.fit).to_json()
         data, note = fmt.calibration_object(fit, args.traces, args.variant, args.polynomial)
     except (FitError, ValueError, KeyError) as exc:
         msg = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)

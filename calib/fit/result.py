@@ -66,6 +66,10 @@ class _Record(Mapping):
 
     _REQUIRED: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        for name in self:  # frozen however it was made: from a file, by a fit or by dataclasses.replace
+            object.__setattr__(self, name, freeze(getattr(self, name)))
+
     def __getitem__(self, key: str) -> Any:
         value = getattr(self, key, MISSING) if key in self._names() else MISSING
         if value is MISSING:
@@ -193,6 +197,14 @@ class FitResult(_Record):
 
     _REQUIRED = ("selected",)
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.selected, Candidate):
+            object.__setattr__(self, "selected", Candidate.from_json(self.selected, "selected"))
+        if self.candidates is not MISSING and not all(isinstance(c, Candidate) for c in self.candidates):
+            candidates = tuple(Candidate.from_json(c, f"candidates[{i}]") for i, c in enumerate(self.candidates))
+            object.__setattr__(self, "candidates", candidates)
+
     @classmethod
     def from_json(cls, data: Mapping, where: str = "fit") -> FitResult:
         """A fit from its JSON object; FitError (one line, naming ``where``) when the schema does not hold."""
@@ -203,7 +215,7 @@ class FitResult(_Record):
             raise FitError(f"{where} has format_version {version!r}; this toolkit reads {FORMAT_VERSION}")
         fields = cls._fields_of(data, where)
         fields["selected"] = Candidate.from_json(fields["selected"], f"{where}: selected")
-        if "candidates" in fields:
+        if "candidates" in fields:  # converted here, so a bad entry is named with the file
             fields["candidates"] = tuple(
                 Candidate.from_json(c, f"{where}: candidates[{i}]") for i, c in enumerate(fields["candidates"])
             )
