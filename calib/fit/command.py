@@ -20,29 +20,19 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from calib.fit.candidates import (  # noqa: F401  (re-exported: the public names of the fitting modules)
+from calib.fit.candidates import (
     DEGREES,
     INTERACTION_DEGREES,
-    MODE_FREE,
-    MODE_MONOTONE,
-    MODE_ORIGIN,
     MODES,
     STEP_PIECES,
     TIME_COLUMN,
     TIME_DEGREES,
     X_PIECES,
     CandidateSpec,
-    FittedModel,
     candidate_specs,
 )
 from calib.fit.ceiling import monotone_ceiling
-from calib.fit.coefficient_sources import (
-    PACKAGED,
-    import_module_from_path,
-    packaged_numeric_change,
-    parse_x_range,
-    resolve_coefficients,
-)
+from calib.fit.coefficient_sources import PACKAGED, packaged_numeric_change, parse_x_range, resolve_coefficients
 from calib.fit.decision_folds import (
     DEFAULT_SELECTION,
     SELECTIONS,
@@ -53,28 +43,19 @@ from calib.fit.decision_folds import (
 )
 from calib.fit.errors import FitError
 from calib.fit.file import describe_data
-from calib.fit.files import PLOT_FILES, PROG, WRITES  # noqa: F401  (what it writes, where)
-from calib.fit.monotone import fit_monotone  # noqa: F401
-from calib.fit.plots import SHOWN_BEST, render_plots  # noqa: F401
-from calib.fit.result import FIT_KIND, FitResult, rescale_from_fit  # noqa: F401
-from calib.fit.selection import (  # noqa: F401
+from calib.fit.files import PLOT_FILES, PROG, WRITES
+from calib.fit.plots import render_plots
+from calib.fit.result import FIT_KIND, FitResult
+from calib.fit.selection import (
     DEFAULT_FOLDS,
     DEFAULT_MARGIN,
     LOO_MAX_PROMPTS,
-    MIN_PROMPTS,
-    TIE_TOLERANCE,
-    VERDICT_OK,
-    VERDICT_REFIT,
     compare,
-    evaluate_candidate,
     fit_frame,
     group_folds,
-    r2_score,
-    rmse,
-    select,
     time_input,
 )
-from calib.fit.summary import ceiling_line, print_summary  # noqa: F401  (re-exported: bench.campaign prints fits)
+from calib.fit.summary import print_summary
 from calib.run.arguments import CommandParser, check_out_dir, check_variant_name, path_argument
 from calib.traces.errors import TraceError
 from calib.traces.reader import load_traces
@@ -86,21 +67,7 @@ from teacache.rescale import FORM_POLY_STEP, FORMS, RescaleFunction
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = [
-    "CandidateSpec",
-    "FitError",
-    "FittedModel",
-    "candidate_specs",
-    "compare",
-    "fit_frame",
-    "fit_monotone",
-    "group_folds",
-    "import_module_from_path",
-    "load_comparison",
-    "main",
-    "rescale_from_fit",
-    "select",
-]
+__all__ = ["RECORDED_OPTIONS", "SE_BEST", "SE_PAIRED", "SE_RULES", "load_comparison", "main", "run", "setup_arg_parser"]
 
 
 SE_PAIRED = "paired"
