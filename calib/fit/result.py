@@ -210,7 +210,9 @@ class FitResult(_Record):
         """A fit from its JSON object; FitError (one line, naming ``where``) when the schema does not hold."""
         if isinstance(data, FitResult):
             return data
-        version = data.get("format_version", FORMAT_VERSION) if isinstance(data, Mapping) else None
+        if not isinstance(data, Mapping):
+            raise FitError(f"{where}: expected an object, got {type(data).__name__}")
+        version = data.get("format_version", FORMAT_VERSION)
         if version != FORMAT_VERSION:
             raise FitError(f"{where} has format_version {version!r}; this toolkit reads {FORMAT_VERSION}")
         fields = cls._fields_of(data, where)

@@ -145,6 +145,8 @@ def test_a_bad_fit_is_one_line_naming_the_file(tmp_path):
         with pytest.raises(FitError, match="^FIT: ") as info:
             FitResult.read(path)
         assert message in str(info.value) and str(path) in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(FitError, match="^fit: expected an object, got list$"):
+        FitResult.from_json([])  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------------------ frozen, not mutated
