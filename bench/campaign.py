@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -31,7 +32,7 @@ from calib.run.interrupts import Interrupted, interruptions
 from calib.run.prompts import SETS
 from teacache import variants
 from teacache.errors import InputError, TeaCacheError
-from teacache.io import atomic_path, write_json
+from teacache.io import atomic_path
 from teacache.provenance import hardware_slug
 
 PROG = "teacache-bench campaign"
@@ -189,13 +190,16 @@ def fit_stage(
     """
     # heavy (pandas): loaded after the arguments are checked
     from calib.fit import command as fit_cmd
-    from calib.fit.file import read_fit, same_selection
+    from calib.fit.file import same_selection
+    from calib.fit.files import PLOT_FILES
+    from calib.fit.result import FitResult
+    from calib.fit.summary import print_summary
 
     path = out / "fit.json"
     previous = None
     if path.is_file():
         try:
-            previous = read_fit(path)
+            previous = FitResult.read(path)
         except ValueError:
             previous = None  # unreadable: replaced below
     compare = ["--compare", "packaged"] if compare_packaged else []
@@ -220,14 +224,14 @@ def fit_stage(
             "to refit and sweep afresh, or choose a new --out"
         )
     for name, png in plots.items():
-        with atomic_path(out / fit_cmd.PLOT_FILES[name]) as tmp:
+        with atomic_path(out / PLOT_FILES[name]) as tmp:
             tmp.write_bytes(png)
-    write_json(path, fit)
-    fit_cmd.print_summary(fit, path)
+    fit.write(path)
+    print_summary(fit, path)
     return path
 
 
-def _earlier_options(previous: dict | None) -> list[str]:
+def _earlier_options(previous: Mapping | None) -> list[str]:
     """The candidate set and selection rule of the fit.json a campaign folder holds, as fit options: a resumed
     campaign refits the way its fit was made. A fit.json from before the mono+step forms and the paired rule
     (no ``no_splines`` / ``se`` among its options) was chosen from the polynomial forms by the best's own error."""

@@ -13,13 +13,16 @@ import json
 import math
 import sys
 import textwrap
+from collections.abc import Mapping
 from pathlib import Path
 
 from calib.emit_calibration import emit_calibration
 from calib.emit_changes import describe_changes, max_curve_difference  # noqa: F401  (re-exported)
 from calib.emit_notes import GENERATED, lookup, rescale_notes, when_where
 from calib.fit import safety
-from calib.fit.command import FitError, import_module_from_path, read_fit, rescale_from_fit
+from calib.fit.coefficient_sources import import_module_from_path
+from calib.fit.errors import FitError
+from calib.fit.result import FitResult
 from calib.run.arguments import CommandParser, check_out_file, path_argument
 from calib.run.command import command
 from teacache import variants
@@ -91,13 +94,15 @@ def check_variant(variant: str) -> str:
     return module_name(variant)
 
 
-def emit_module(fit: dict, variant: str) -> str:
+def emit_module(fit: Mapping, variant: str) -> str:
     """The text of the coefficient module for ``variant`` (raises ValueError for an unknown variant)."""
     module = check_variant(variant)
+    result = FitResult.from_json(fit)
+    fit = result.to_json()
     fit_variants = (fit.get("input") or {}).get("variants") or []
     if fit_variants and variant not in fit_variants:
         raise InputError(f"--variant {variant!r} disagrees with the fit, which was made on {', '.join(fit_variants)}")
-    rescale = rescale_from_fit(fit)
+    rescale = result.rescale
     trace = (fit.get("input") or {}).get("provenance") or {}
     shared = served_variants(module)
     rescale_lines = rescale_notes(fit, variant, module, shared, rescale)
@@ -323,8 +328,9 @@ def main(argv: list[str] | None = None) -> int:
         raise InputError("--polynomial: only with --format mlx-teacache (a module holds every form)")
     if args.out is not None:
         check_out_file(args.out, what="coefficient module")
-    fit = read_fit(args.fit)
-    text = emit_module(fit, args.variant)
+    result = FitResult.read(args.fit)
+    fit = result.to_json()
+    text = emit_module(result, args.variant)
     if args.out is None:
         check_importers(module_name(args.variant), text)
     path = args.out if args.out is not None else target_path(args.variant)
@@ -344,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     if path.exists() and old is None:
         print(f"  previous module: {unreadable or 'no RESCALE = RescaleFunction(...) in it'}; replacing it")
     else:
-        for line in describe_changes(old, rescale_from_fit(fit), fit):
+        for line in describe_changes(old, result.rescale, fit):
             print(f"  {line}")
         new_recipe = recipe_from_fit(fit)
         if old is not None and old_recipe != new_recipe:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from calib.fit.file import read_fit
+from calib.fit.result import FitResult
 from calib.run.arguments import check_out_file, check_variant_name
 
 
@@ -19,7 +19,7 @@ def emit_calibration(args: argparse.Namespace) -> int:
         check_variant_name(args.variant)
     if args.out is not None:
         check_out_file(args.out, what=".json file")
-    fit = read_fit(args.fit)
+    fit = FitResult.read(args.fit).to_json()
     data, note = fmt.calibration_object(fit, args.traces, args.variant, args.polynomial)
     fit_dir = Path(args.fit) if Path(args.fit).is_dir() else Path(args.fit).parent
     path = args.out if args.out is not None else fit_dir / fmt.default_name(data["variant"])

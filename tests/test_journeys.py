@@ -15,7 +15,7 @@ from bench.tolerances import derive as tolerances_cmd
 from calib import emit as emit_cmd
 from calib import record as record_cmd
 from calib.fit import command as fit_cmd
-from calib.fit.command import rescale_from_fit
+from calib.fit.result import rescale_from_fit
 
 SMALL = ["--model", "tiny-flux1", "--steps", "8", "--size", "64x64"]
 

@@ -25,7 +25,8 @@ from bench.compare.input import (
 from bench.report.input import ReportInputError, load_sweep
 from bench.report.stats import distribution, parse_steps, quantile, recommend, teacache_runs, thresholds
 from bench.tolerances.derive import load_module, prefix
-from calib.fit.command import compare, read_fit, rescale_from_fit
+from calib.fit.result import FitResult
+from calib.fit.selection import compare
 from calib.traces.errors import TraceError
 from calib.traces.reader import load_traces
 from teacache.io import FORMAT_VERSION, file_sha256
@@ -52,8 +53,8 @@ def cross_score(fit_path: Path, traces_path: Path, other_fit_path: Path) -> dict
     if not (fit_path.is_file() and traces_path.is_file() and other_fit_path.is_file()):
         return None
 
-    fit, other = read_fit(fit_path), read_fit(other_fit_path)
-    options = other.get("options") or {}
+    fit, other = FitResult.read(fit_path), FitResult.read(other_fit_path)
+    options = other.options or {}
     try:
         traces = load_traces([traces_path], branch=options.get("branch"))
     except TraceError as exc:  # refused as every command that reads traces refuses it
@@ -61,7 +62,7 @@ def cross_score(fit_path: Path, traces_path: Path, other_fit_path: Path) -> dict
     frame = traces.frame
     min_step = int(options.get("min_step") or 1)
     frame = frame[frame["step"] >= min_step]
-    result = compare(rescale_from_fit(fit), str(fit_path), frame, other["selected"], CROSS_MARGIN)
+    result = compare(fit.rescale, str(fit_path), frame, other.selected, CROSS_MARGIN)
     excess = result.get("excess")
     return {
         "rmse": result["rmse"],

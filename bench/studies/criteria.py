@@ -32,7 +32,8 @@ import pandas as pd
 from bench.studies import decision_check
 from bench.sweep import command as sweep_command
 from calib.fit import command as fit_command
-from calib.fit.file import read_fit, rescale_from_fit, same_selection
+from calib.fit.file import same_selection
+from calib.fit.result import FitResult
 from calib.run.arguments import CommandParser, Writes, check_out_dir, path_argument
 from calib.run.command import command
 from calib.run.outputs import granted
@@ -139,9 +140,9 @@ def kept_fit(path: Path, label: str, traces_sha: str) -> bool:
     """An earlier refit of ``label`` alone from the same traces file: kept as it is (its provenance too)."""
     if not path.is_file():
         return False
-    fit = read_fit(path)
-    files = (fit.get("input") or {}).get("files") or []
-    return fit["selected"]["label"] == label and [f.get("sha256") for f in files] == [traces_sha]
+    fit = FitResult.read(path)
+    files = (fit.input or {}).get("files") or ()
+    return fit.selected.label == label and [f.get("sha256") for f in files] == [traces_sha]
 
 
 def read_json(path: Path) -> dict:
@@ -179,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
     check_out_dir(args.out, writes=WRITES)
     spec = variants.get(args.model)
-    fit = read_fit(args.fit)
+    fit = FitResult.read(args.fit).to_json()
     if not args.traces.is_file():
         raise InputError(f"--traces: {args.traces} does not exist")
     levels = decision_check.parse_levels(args.levels)
@@ -211,15 +212,15 @@ def _compare(args, spec, fit: dict, chosen: dict, options: dict, prompts: str, s
                                      min_step, "--no-plots"])  # fmt: skip
             if code != 0:
                 return code
-        refit = read_fit(folder / "fit.json")
-        if refit["selected"]["label"] != label:
-            print(f"{PROG}: refitting {label} alone selected {refit['selected']['label']}", file=sys.stderr)
+        refit = FitResult.read(folder / "fit.json")
+        if refit.selected.label != label:
+            print(f"{PROG}: refitting {label} alone selected {refit.selected.label}", file=sys.stderr)
             return 1
         full = next(c for c in fit["candidates"] if c["label"] == label)
         if not same_selection(refit, {"selected": full}):
             print(f"{PROG}: refitting {label} alone gave other numbers than --fit's {label}", file=sys.stderr)
             return 1
-        rescale = rescale_from_fit(refit)
+        rescale = refit.rescale
         at = thresholds_for_levels(rescale, traces, levels, spec.skip_first_n_steps)
         thresholds = ",".join(f"{t:g}" for _, t, _ in at)
         plan.append({"label": label, "why": why, "levels": [{"level": lv, "threshold": t, "median_computed": c}

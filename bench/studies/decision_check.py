@@ -33,6 +33,7 @@ import pandas as pd
 
 from bench.report import front, stats
 from bench.sweep.baselines import TEACACHE
+from calib.fit.result import FitResult
 from calib.run.arguments import CommandParser, Writes, check_out_dir, path_argument
 from calib.run.command import command
 from teacache.errors import InputError
@@ -272,13 +273,14 @@ def main(argv: list[str] | None = None) -> int:
     check_out_dir(args.out, writes=WRITES)
     candidates = [parse_candidate(v) for v in args.candidate]
     levels = parse_levels(args.levels)
-    full = json.loads(args.scores.read_text())
+    full = FitResult.read(args.scores)
+    swept = {label: FitResult.read(fit_path).selected.label for label, _, fit_path in candidates}
     frames, scores, inputs = [], {}, []
     for label, sweep, fit_path in candidates:
         runs = pd.read_parquet(sweep / "runs.parquet")
         frames.append(runs[runs["kind"] == "teacache"].assign(candidate=label))
-        fitted = json.loads(fit_path.read_text())["selected"]["label"]
-        cand = next((c for c in full["candidates"] if c["label"] == fitted), None)
+        fitted = swept[label]
+        cand = next((c for c in full.candidates or () if c.label == fitted), None)
         if cand is None:
             raise InputError(f"--scores has no candidate {fitted!r}")
         scores[label] = {"cv_r2": cand["cv_r2"], "decision_excess": cand["decision_excess"], "fitted": fitted}
@@ -296,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp.write_bytes(fronts_png(points, score_frame))
 
     write_json(args.out / "provenance.json", collect([*PROG.split(), *argv], inputs=inputs))
-    picks = criterion_picks(score_frame, full.get("selection", {}).get("selected_by"))
+    picks = criterion_picks(score_frame, (full.selection or {}).get("selected_by"))
     found = verdicts(table, score_frame.drop(columns="fitted"), picks)
     write_json(args.out / "verdicts.json", {"picks": picks, "verdicts": found, "scores": scores})
     areas = front_areas(runs)

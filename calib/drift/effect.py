@@ -19,6 +19,7 @@ standard error of a fresh fit's R^2. Pure numpy and pandas: no MLX, no mflux.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -236,7 +237,7 @@ def _frame_of(signals: Signals) -> pd.DataFrame:
     })  # fmt: skip
 
 
-def fresh_fit(signals: Signals) -> tuple[dict, RescaleFunction, object]:
+def fresh_fit(signals: Signals) -> tuple[Mapping, RescaleFunction, object]:
     """A fit of these traces as ``teacache-calib fit`` makes it (safe candidates, held-out prompts): the selected
     candidate's scores, its rescale function, and its candidate spec."""
     from calib.fit.candidates import FittedModel, candidate_specs

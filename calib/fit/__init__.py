@@ -1,2 +1,3 @@
 """``teacache-calib fit`` (``command``): candidate rescale functions, fitting, selection, decision scores,
-fit.json, its plots, and where a rescale function to use or score comes from (``coefficient_sources``)."""
+fit.json (``result``: the one reader and writer), its plots, and where a rescale function to use or score comes
+from (``coefficient_sources``)."""

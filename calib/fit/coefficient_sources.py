@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from calib.fit.errors import FitError
-from calib.fit.file import read_fit, rescale_from_fit
+from calib.fit.result import FitResult
 from calib.run.arguments import shown
 from calib.traces import mlx_teacache
 from calib.traces.table_files import split_signal
@@ -155,7 +155,7 @@ def _from_json(path: Path, signal: str | None, arg: str, kind: str | None) -> tu
     if signal is not None:
         raise FitError(f"{arg}: '#{signal}' names a signal of an mlx-teacache calibration; {path} is not one")
     try:
-        return rescale_from_fit(read_fit(path)), f"fit {path}"
+        return FitResult.read(path).rescale, f"fit {path}"
     except FitError as exc:
         raise FitError(f"{arg}: {exc}") from None
 

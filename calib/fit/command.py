@@ -20,29 +20,19 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from calib.fit.candidates import (  # noqa: F401  (re-exported: the public names of the fitting modules)
+from calib.fit.candidates import (
     DEGREES,
     INTERACTION_DEGREES,
-    MODE_FREE,
-    MODE_MONOTONE,
-    MODE_ORIGIN,
     MODES,
     STEP_PIECES,
     TIME_COLUMN,
     TIME_DEGREES,
     X_PIECES,
     CandidateSpec,
-    FittedModel,
     candidate_specs,
 )
 from calib.fit.ceiling import monotone_ceiling
-from calib.fit.coefficient_sources import (
-    PACKAGED,
-    import_module_from_path,
-    packaged_numeric_change,
-    parse_x_range,
-    resolve_coefficients,
-)
+from calib.fit.coefficient_sources import PACKAGED, packaged_numeric_change, parse_x_range, resolve_coefficients
 from calib.fit.decision_folds import (
     DEFAULT_SELECTION,
     SELECTIONS,
@@ -52,55 +42,32 @@ from calib.fit.decision_folds import (
     select_by,
 )
 from calib.fit.errors import FitError
-from calib.fit.file import FIT_KIND, describe_data, read_fit, rescale_from_fit  # noqa: F401
-from calib.fit.files import PLOT_FILES, PROG, WRITES  # noqa: F401  (what it writes, where)
-from calib.fit.monotone import fit_monotone  # noqa: F401
-from calib.fit.plots import SHOWN_BEST, render_plots  # noqa: F401
-from calib.fit.selection import (  # noqa: F401
+from calib.fit.file import describe_data
+from calib.fit.files import PLOT_FILES, PROG, WRITES
+from calib.fit.plots import render_plots
+from calib.fit.result import FIT_KIND, FitResult
+from calib.fit.selection import (
     DEFAULT_FOLDS,
     DEFAULT_MARGIN,
     LOO_MAX_PROMPTS,
-    MIN_PROMPTS,
-    TIE_TOLERANCE,
-    VERDICT_OK,
-    VERDICT_REFIT,
     compare,
-    evaluate_candidate,
     fit_frame,
     group_folds,
-    r2_score,
-    rmse,
-    select,
     time_input,
 )
-from calib.fit.summary import ceiling_line, print_summary  # noqa: F401  (re-exported: bench.campaign prints fits)
+from calib.fit.summary import print_summary
 from calib.run.arguments import CommandParser, check_out_dir, check_variant_name, path_argument
 from calib.run.command import command
 from calib.traces.reader import load_traces
 from calib.traces.runs import Traces
-from teacache.io import FORMAT_VERSION, atomic_path, write_json
+from teacache.io import FORMAT_VERSION, atomic_path
 from teacache.provenance import collect
 from teacache.rescale import FORM_POLY_STEP, FORMS, RescaleFunction
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = [
-    "CandidateSpec",
-    "FitError",
-    "FittedModel",
-    "candidate_specs",
-    "compare",
-    "fit_frame",
-    "fit_monotone",
-    "group_folds",
-    "import_module_from_path",
-    "load_comparison",
-    "main",
-    "read_fit",
-    "rescale_from_fit",
-    "select",
-]
+__all__ = ["RECORDED_OPTIONS", "SE_BEST", "SE_PAIRED", "SE_RULES", "load_comparison", "main", "run", "setup_arg_parser"]
 
 
 SE_PAIRED = "paired"
@@ -246,7 +213,7 @@ RECORDED_OPTIONS = (
 )  # the options fit.json records
 
 
-def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, dict[str, bytes]]:
+def run(args: argparse.Namespace, argv: list[str]) -> tuple[FitResult, dict[str, bytes]]:
     """Everything except writing: validated traces -> fit.json content and plot bytes."""
     x_range = _checked_options(args)
     traces = _fitted_traces(args)
@@ -261,7 +228,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, dict[str, byte
         frame, specs, args.folds, allow_unsafe=args.allow_unsafe, paired=args.se == SE_PAIRED, fold_models=fold_models
     )
     fit = _fit_document(args, argv, traces, result)
-    decision = score_fit(
+    fit, decision = score_fit(
         fit,
         frame,
         specs,
@@ -270,21 +237,22 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[dict, dict[str, byte
         comparison_source[0] if comparison_source else None,
         fold_models=fold_models,
     )
-    select_by(fit, args.select, args.allow_unsafe)
-    fit["ceiling"] = monotone_ceiling(
+    fit = select_by(fit, args.select, args.allow_unsafe)
+    ceiling = monotone_ceiling(
         frame["x_rel_l1"].to_numpy(dtype=float),
         frame["y_rel_l1"].to_numpy(dtype=float),
         time_input(FORM_POLY_STEP, frame),
         group_folds(frame["prompt_id"].to_numpy(), args.folds),
-        fit["selected"]["cv_r2"],
+        fit.selected.cv_r2,
     )
+    fit = dataclasses.replace(fit, ceiling=ceiling)
     if comparison_source is not None:
-        fit["comparison"] = _comparison(args, fit, frame, comparison_source, decision, variant, traces.provenance)
+        comparison = _comparison(args, fit, frame, comparison_source, decision, variant, traces.provenance)
+        fit = dataclasses.replace(fit, comparison=comparison)
     plots = {} if args.no_plots else render_plots(fit, frame)
     if plots and decision:
         plots["decision"] = decision_plot(fit, decision)
-    fit["plots"] = [PLOT_FILES[name] for name in plots]
-    return fit, plots
+    return dataclasses.replace(fit, plots=[PLOT_FILES[name] for name in plots]), plots
 
 
 def _checked_options(args: argparse.Namespace) -> tuple[float, float] | None:
@@ -333,30 +301,30 @@ def _specs(args: argparse.Namespace, frame: pd.DataFrame) -> list[CandidateSpec]
     )
 
 
-def _fit_document(args: argparse.Namespace, argv: list[str], traces: Traces, result: dict) -> dict:
+def _fit_document(args: argparse.Namespace, argv: list[str], traces: Traces, result: FitResult) -> FitResult:
     """fit.json's content before scoring and selection: the fit, its data, options, inputs and provenance."""
-    return {
-        "format_version": FORMAT_VERSION,
-        "kind": FIT_KIND,
-        "variant": traces.variants[0] if len(traces.variants) == 1 else None,
-        "form": result["selected"]["form"],
-        "fitted_model": result["selected"]["label"],
-        **result,
-        "data": describe_data(traces),
-        "options": {k: getattr(args, k) for k in RECORDED_OPTIONS},
-        "input": {
+    return dataclasses.replace(
+        result,
+        format_version=FORMAT_VERSION,
+        kind=FIT_KIND,
+        variant=traces.variants[0] if len(traces.variants) == 1 else None,
+        form=result.selected.form,
+        fitted_model=result.selected.label,
+        data=describe_data(traces),
+        options={k: getattr(args, k) for k in RECORDED_OPTIONS},
+        input={
             "files": traces.files,
             "provenance": traces.provenance,
             "variants": traces.variants,
             "num_steps": traces.num_steps,
         },
-        "provenance": collect(["teacache-calib", "fit", *argv]),
-    }
+        provenance=collect(["teacache-calib", "fit", *argv]),
+    )
 
 
 def _comparison(
     args: argparse.Namespace,
-    fit: dict,
+    fit: FitResult,
     frame: pd.DataFrame,
     source: tuple[RescaleFunction, str],
     decision: dict,
@@ -364,7 +332,7 @@ def _comparison(
     provenance: dict | None,
 ) -> dict:
     """fit.json's ``comparison``: the --compare coefficients against the selected fit, scored alike."""
-    comparison = compare(*source, frame, fit["selected"], args.margin)
+    comparison = compare(*source, frame, fit.selected, args.margin)
     comparison.update(comparison_scores(decision))
     if args.compare == PACKAGED:
         comparison["numeric_change"] = packaged_numeric_change(variant, provenance)
@@ -389,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         with atomic_path(out / PLOT_FILES[name]) as tmp:
             tmp.write_bytes(png)
     path = out / "fit.json"
-    write_json(path, fit)
+    fit.write(path)
     print_summary(fit, path)
     return 0
 

@@ -3,7 +3,7 @@
 R^2 rewards predicting y everywhere; the gate only needs to skip the steps whose true change is small.
 So each candidate is replayed (``teacache.gate_batch``) on prompts it was not fitted on, over a grid of
 thresholds, and every schedule is charged the true change it leaves uncomputed. Same grouped folds as
-``teacache-calib fit`` (``calib.fit.command.group_folds``).
+``teacache-calib fit`` (``calib.fit.selection.group_folds``).
 
 What is charged, and why. On a skipped step the proxy adds the residual cached at the last computed
 step c (``body_out - embedded``) to a freshly embedded input: the embedding is current, the residual
@@ -233,7 +233,7 @@ def decision_scores(
 ) -> dict:
     """Decision scores of ``teacache-calib fit`` candidates: each fitted per fold, replayed on its held-out runs.
 
-    ``folds``: fold per frame row, as ``calib.fit.command.group_folds`` deals them (computed when None);
+    ``folds``: fold per frame row, as ``calib.fit.selection.group_folds`` deals them (computed when None);
     ``compare``: extra rescale functions scored as they are on every run (e.g. packaged coefficients);
     ``fold_models``: models already fitted per fold on these folds and rows, by label in sorted fold order
     (what ``calib.fit.selection.fit_frame`` fills in), used instead of fitting them again.

@@ -25,6 +25,7 @@ from calib.fit.candidates import CandidateSpec, FittedModel
 from calib.fit.decision import CRITERION, decision_scores, decision_summary
 from calib.fit.decision_plot import plot_decision_curves
 from calib.fit.errors import FitError
+from calib.fit.result import Candidate, FitResult
 from calib.fit.selection import group_folds, is_safe
 from teacache.gate import GateConfig
 from teacache.rescale import RescaleFunction
@@ -43,19 +44,18 @@ _GATE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(GateConfig) if f
 
 
 def score_fit(
-    fit: dict,
+    fit: FitResult,
     frame: pd.DataFrame,
     specs: Sequence[CandidateSpec],
     n_folds: int | None,
     skip_first_n_steps: int,
     comparison: RescaleFunction | None = None,
     fold_models: Mapping[str, Sequence[FittedModel]] | None = None,
-) -> dict:
-    """Add the decision score to ``fit`` (candidates, selected, comparison, selection, ``decision``).
-
-    Returns the full result (curves included) for the plot. The skip rules are the gate's: first
+) -> tuple[FitResult, dict]:
+    """``fit`` with the decision score (candidates, selected, selection, ``decision``), and the full result
+    (curves included) for the plot; ``fit`` itself is left as it is. The skip rules are the gate's: first
     ``skip_first_n_steps`` steps (the fit's --min-step) and the last step computed, at most the gate's
-    default run of consecutive skips. A table the score cannot use leaves the reason in ``fit["decision"]``.
+    default run of consecutive skips. A table the score cannot use leaves the reason in ``decision``.
     ``fold_models``: the candidates' models per fold as ``fit_frame`` fitted them (fitted again when None).
     """
     folds = group_folds(frame["prompt_id"].to_numpy(), n_folds)
@@ -74,24 +74,27 @@ def score_fit(
             **rules,
         )
     except ValueError as exc:
-        fit["decision"] = {"criterion": CRITERION, "error": str(exc), "rules": rules}
-        fit["selection"]["selected_by"] = {"cv_r2": fit["selected"]["label"], CRITERION: None}
-        fit["selection"]["default"] = DEFAULT_SELECTION
-        return {}
+        selection = {**fit.selection, "selected_by": {"cv_r2": fit.selected.label, CRITERION: None}}
+        selection["default"] = DEFAULT_SELECTION
+        decision = {"criterion": CRITERION, "error": str(exc), "rules": rules}
+        return dataclasses.replace(fit, decision=decision, selection=selection), {}
     by_label = {c["label"]: c for c in result["candidates"]}
-    for cand in [*fit["candidates"], fit["selected"]]:
-        scored = by_label[cand["label"]]
-        cand["decision_excess"] = scored["decision_excess"]
-        cand["decision_excess_worst"] = scored["decision_excess_worst"]
+
+    def scored(cand: Candidate) -> Candidate:
+        entry = by_label[cand.label]
+        return dataclasses.replace(
+            cand, decision_excess=entry["decision_excess"], decision_excess_worst=entry["decision_excess_worst"]
+        )
+
+    candidates = tuple(map(scored, fit.candidates))
     summary = decision_summary(result)
     summary["scored"] = f"all {len(specs)} candidates" + (" and --compare" if comparison is not None else "")
-    allow_unsafe = bool(fit.get("options", {}).get("allow_unsafe"))
-    summary["selected"] = best_by_decision(fit["candidates"], allow_unsafe)  # fitted candidates, not --compare
-    fit["decision"] = summary
-    fit["selection"]["selected_by"] = {"cv_r2": fit["selected"]["label"], CRITERION: summary["selected"]}
-    fit["selection"]["default"] = DEFAULT_SELECTION
-    fit["selection"]["default_why"] = DEFAULT_SELECTION_WHY
-    return result
+    allow_unsafe = bool((fit.options or {}).get("allow_unsafe"))
+    summary["selected"] = best_by_decision(candidates, allow_unsafe)  # fitted candidates, not --compare
+    selection = {**fit.selection, "selected_by": {"cv_r2": fit.selected.label, CRITERION: summary["selected"]}}
+    selection.update(default=DEFAULT_SELECTION, default_why=DEFAULT_SELECTION_WHY)
+    fit = dataclasses.replace(fit, selected=scored(fit.selected), candidates=candidates, selection=selection)
+    return dataclasses.replace(fit, decision=summary), result
 
 
 def comparison_scores(result: dict) -> dict:
@@ -100,27 +103,27 @@ def comparison_scores(result: dict) -> dict:
     return {} if entry is None else {k: entry[k] for k in ("decision_excess", "decision_excess_worst")}
 
 
-def select_by(fit: dict, criterion: str, allow_unsafe: bool = False) -> None:
-    """Make ``criterion``'s pick the selected candidate (``cv_r2``: already is; ``decision_excess``: the least,
-    among the safe candidates unless ``allow_unsafe``)."""
+def select_by(fit: FitResult, criterion: str, allow_unsafe: bool = False) -> FitResult:
+    """``fit`` with ``criterion``'s pick as the selected candidate (``cv_r2``: already is; ``decision_excess``:
+    the least, among the safe candidates unless ``allow_unsafe``); ``fit`` itself is left as it is."""
     if criterion == DEFAULT_SELECTION:
-        return
-    label = fit["selection"]["selected_by"].get(CRITERION)
+        return fit
+    label = fit.selection["selected_by"].get(CRITERION)
     if label is None:
         raise FitError(
             "--select decision_excess: no "
             + ("" if allow_unsafe else "safe ")
             + "candidate has a decision score (see fit.json 'decision')"
         )
-    for cand in fit["candidates"]:
-        cand["selected"] = cand["label"] == label
-    fit["selected"] = dict(next(c for c in fit["candidates"] if c["selected"]))
-    fit["form"], fit["fitted_model"] = fit["selected"]["form"], label
-    fit["selection"]["default"] = criterion
-    fit["selection"]["default_why"] = "chosen by --select"
+    candidates = tuple(dataclasses.replace(c, selected=c.label == label) for c in fit.candidates)
+    selected = next(c for c in candidates if c.selected)
+    selection = {**fit.selection, "default": criterion, "default_why": "chosen by --select"}
+    return dataclasses.replace(
+        fit, selected=selected, candidates=candidates, form=selected.form, fitted_model=label, selection=selection
+    )
 
 
-def best_by_decision(candidates: Sequence[dict], allow_unsafe: bool = False) -> str | None:
+def best_by_decision(candidates: Sequence[Mapping], allow_unsafe: bool = False) -> str | None:
     """Label of the candidate of least decision excess (first in list order on ties), among the safe ones
     unless ``allow_unsafe``; None when none is scored."""
     scored = [
@@ -131,7 +134,7 @@ def best_by_decision(candidates: Sequence[dict], allow_unsafe: bool = False) -> 
     return candidates[min(scored)[1]]["label"] if scored else None
 
 
-def decision_plot(fit: dict, result: dict) -> bytes:
+def decision_plot(fit: Mapping, result: dict) -> bytes:
     """fit_decision.png: the best candidates by decision excess, the cv R^2 pick and --compare, with the oracle."""
     ranked = [c for c in fit["candidates"] if c.get("decision_excess") is not None]
     ranked.sort(key=lambda c: c["decision_excess"])
@@ -142,7 +145,7 @@ def decision_plot(fit: dict, result: dict) -> bytes:
     return plot_decision_curves(result, labels, selected=fit["selected"]["label"])
 
 
-def report_lines(fit: dict) -> list[str]:
+def report_lines(fit: Mapping) -> list[str]:
     """The fit report's lines about the decision score (printed under the candidate table)."""
     decision = fit.get("decision")
     if not decision:

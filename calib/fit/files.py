@@ -19,12 +19,12 @@ PLOT_FILES = {
 
 def is_fit(path: Path) -> bool:
     """``path`` is a fit.json this command wrote (its fields and format version)."""
-    # heavy (pandas, through the trace reader): loaded only when a folder holds a fit.json
+    # heavy (numpy, through the rescale functions): loaded only when a folder holds a fit.json
     from calib.fit.errors import FitError
-    from calib.fit.file import read_fit
+    from calib.fit.result import FitResult
 
     try:
-        read_fit(path)
+        FitResult.read(path)
     except FitError:
         return False
     return True

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 
 from calib.fit import safety
-from calib.fit.file import rescale_from_fit
 from calib.fit.files import PLOT_FILES  # noqa: F401  (re-exported: the names of the plots drawn here)
+from calib.fit.result import rescale_from_fit
 from calib.fit.selection import time_input
 from teacache.rescale import FORM_MONO_STEP, FORM_POLY, FORM_POLY_STEP
 

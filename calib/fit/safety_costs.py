@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import sys
 from pathlib import Path
 
 from calib.fit import candidates as candidates_module
 from calib.fit.candidates import MODE_MONOTONE, candidate_specs
 from calib.fit.decision import decision_scores
+from calib.fit.result import Candidate
 from calib.fit.selection import fit_frame, group_folds, is_safe, select
 from calib.run.command import command
 from calib.traces.reader import load_traces
@@ -81,26 +83,24 @@ def excess_by_bins(frame, label: str, min_step: int) -> str:
     return " / ".join(found)
 
 
-def scored_candidates(frame, min_step: int) -> list[dict]:
+def scored_candidates(frame, min_step: int) -> list[Candidate]:
     """Every default candidate of ``frame`` with cv R^2, safety and decision excess."""
     specs = candidate_specs("num_steps" in frame.columns, "sigma" in frame.columns)
     result = fit_frame(frame, specs, allow_unsafe=True)
     folds = group_folds(frame["prompt_id"].to_numpy())
     scores = decision_scores(frame, specs, folds, skip_first_n_steps=min_step)
     excess = {c["label"]: c["decision_excess"] for c in scores["candidates"]}
-    for cand in result["candidates"]:
-        cand["decision_excess"] = excess[cand["label"]]
-    return result["candidates"]
+    return [dataclasses.replace(c, decision_excess=excess[c.label]) for c in result.candidates]
 
 
-def policy_rows(name: str, before: list[dict], now: list[dict]) -> list[dict]:
+def policy_rows(name: str, before: list[Candidate], now: list[Candidate]) -> list[dict]:
     """One row per policy and for the decision score's picks."""
 
-    def pick(cands: list[dict], allow_unsafe: bool, only_monotone: bool = False) -> dict:
+    def pick(cands: list[Candidate], allow_unsafe: bool, only_monotone: bool = False) -> Candidate:
         pool = [c for c in cands if not only_monotone or c["mode"] == MODE_MONOTONE]
         return pool[select(pool, allow_unsafe=allow_unsafe)]
 
-    def by_decision(cands: list[dict], safe_only: bool) -> dict:
+    def by_decision(cands: list[Candidate], safe_only: bool) -> Candidate:
         pool = [c for c in cands if c["decision_excess"] is not None and (not safe_only or is_safe(c))]
         return min(pool, key=lambda c: c["decision_excess"])
 

@@ -11,7 +11,8 @@ unless the caller allows it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -19,6 +20,7 @@ import pandas as pd
 from calib.fit import safety
 from calib.fit.candidates import TIME_COLUMN, CandidateSpec, FittedModel, design_matrix, fit_params
 from calib.fit.errors import FitError
+from calib.fit.result import Candidate, FitResult
 from calib.traces.runs import step_fraction
 from calib.traces.tables import finite_or_none
 from teacache.rescale import FORM_MONO_STEP, FORM_POLY_SIGMA, FORM_POLY_STEP, RescaleFunction
@@ -85,7 +87,7 @@ def rmse(y: np.ndarray, pred: np.ndarray) -> float:
 
 def evaluate_candidate(
     spec: CandidateSpec, frame: pd.DataFrame, folds: np.ndarray, u: np.ndarray | None = None
-) -> dict:
+) -> Candidate:
     """Fit on all rows (in-sample scores) and per fold (pooled out-of-fold scores and their standard error)."""
     x = frame["x_rel_l1"].to_numpy(dtype=float)
     y = frame["y_rel_l1"].to_numpy(dtype=float)
@@ -94,7 +96,7 @@ def evaluate_candidate(
     return _evaluate(spec, x, y, u, folds, int(frame["prompt_id"].nunique()))[0]
 
 
-def _evaluate(spec: CandidateSpec, x, y, u, folds: np.ndarray, n_prompts: int) -> tuple[dict, list[FittedModel]]:
+def _evaluate(spec: CandidateSpec, x, y, u, folds: np.ndarray, n_prompts: int) -> tuple[Candidate, list[FittedModel]]:
     """The candidate's entry of fit.json, and its models fitted per fold (sorted fold order)."""
     model = FittedModel.fit(spec, x, y, u)
     pred = model.predict(x, u)
@@ -124,7 +126,7 @@ def _evaluate(spec: CandidateSpec, x, y, u, folds: np.ndarray, n_prompts: int) -
         "n_pairs": len(y),
         "selected": False,
     }
-    return entry, fold_models
+    return Candidate.from_json(entry), fold_models
 
 
 def _out_of_fold(spec: CandidateSpec, x, y, u, folds: np.ndarray) -> tuple[np.ndarray, list[FittedModel]]:
@@ -156,7 +158,7 @@ def fold_losses(y: np.ndarray, oof: np.ndarray, folds: np.ndarray) -> list[float
     return [float(np.mean((y[folds == k] - oof[folds == k]) ** 2) / var) for k in np.unique(folds)]
 
 
-def paired_standard_error(a: dict, b: dict, weights: np.ndarray) -> float:
+def paired_standard_error(a: Mapping, b: Mapping, weights: np.ndarray) -> float:
     """Standard error of the difference of two candidates' pooled cv MSE (R^2 units), from their per-fold
     differences on the same folds: prompts that are hard for one are hard for both, so this is far smaller
     than either candidate's own standard error."""
@@ -185,13 +187,13 @@ def cv_standard_error(y: np.ndarray, oof: np.ndarray, folds: np.ndarray) -> floa
     return float(np.sqrt(var) / np.mean((y - np.mean(y)) ** 2))
 
 
-def is_safe(candidate: dict) -> bool:
+def is_safe(candidate: Mapping) -> bool:
     """Whether a scored candidate is safe (entries without a safety check count as unsafe)."""
     return bool((candidate.get("safety") or {}).get("safe"))
 
 
 def select(
-    candidates: list[dict],
+    candidates: Sequence[Mapping],
     tie_tolerance: float = TIE_TOLERANCE,
     allow_unsafe: bool = True,
     fold_weights: np.ndarray | None = None,
@@ -230,8 +232,9 @@ def fit_frame(
     allow_unsafe: bool = False,
     paired: bool = False,
     fold_models: dict[str, list[FittedModel]] | None = None,
-) -> dict:
-    """Evaluate every candidate on a validated frame; return the selection part of fit.json.
+) -> FitResult:
+    """Evaluate every candidate on a validated frame; return the selection part of fit.json (``selected``,
+    ``candidates``, ``selection``).
 
     Only safe candidates are selected unless ``allow_unsafe``; the cv R^2 pick among all candidates is
     recorded beside it (``selection.unconstrained``), so what safety costs is in the file. ``paired``: the
@@ -270,14 +273,13 @@ def fit_frame(
     weights = np.array([np.mean(folds == k) for k in np.unique(folds)]) if paired else None
     chosen = select(candidates, allow_unsafe=allow_unsafe, fold_weights=weights)
     unconstrained = candidates[select(candidates, allow_unsafe=True, fold_weights=weights)]
-    candidates[chosen]["selected"] = True
+    candidates[chosen] = dataclasses.replace(candidates[chosen], selected=True)
     best = max(c["cv_r2"] for c in candidates if allow_unsafe or is_safe(c))
-    n_safe = sum(is_safe(c) for c in candidates)
     n_f = len(np.unique(folds))
-    return {
-        "selected": dict(candidates[chosen]),
-        "candidates": candidates,
-        "selection": {
+    return FitResult(
+        selected=candidates[chosen],
+        candidates=tuple(candidates),
+        selection={
             "criterion": "cv_r2",
             "cv": "leave-one-prompt-out" if n_f == n_prompts else f"{n_f}-fold grouped by prompt_id",
             "n_folds": n_f,
@@ -291,7 +293,7 @@ def fit_frame(
             ),
             "safety": {
                 "rule": "all candidates (--allow-unsafe)" if allow_unsafe else "safe candidates only",
-                "n_safe": n_safe,
+                "n_safe": sum(is_safe(c) for c in candidates),
                 "n_candidates": len(candidates),
                 "check": "prediction > 0 (x > 0) and d/dx >= 0 on a grid over the region: the x range per part "
                 "of the schedule for time-aware forms, the x range for polynomials",
@@ -302,10 +304,10 @@ def fit_frame(
                 "safe": is_safe(unconstrained),
             },
         },
-    }
+    )
 
 
-def compare(rescale: RescaleFunction, source: str, frame: pd.DataFrame, selected: dict, margin: float) -> dict:
+def compare(rescale: RescaleFunction, source: str, frame: pd.DataFrame, selected: Mapping, margin: float) -> dict:
     """Score existing coefficients on all rows against the new fit.
 
     They were not fitted on these traces, so their in-sample score is an out-of-sample one.

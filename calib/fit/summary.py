@@ -4,6 +4,7 @@ the --compare verdict and the decision score's lines."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 
 from rich.console import Console
@@ -12,9 +13,12 @@ from rich.table import Table
 from calib.fit import safety
 from calib.fit.decision_folds import report_lines
 from calib.fit.plots import SHOWN_BEST
+from calib.fit.result import thaw
 
 
-def print_summary(fit: dict, path: Path) -> None:
+def print_summary(fit: Mapping, path: Path) -> None:
+    """The fit's report on the console: the candidate table, the selection and what it means for the gate."""
+    fit = thaw(fit)  # plain lists and dicts, printed as fit.json holds them
     console = Console(width=max(100, Console().width))
     data = fit["data"]
     cands = fit["candidates"]

@@ -14,7 +14,7 @@ import pytest
 
 import teacache.coefficients
 from calib import emit as emitmod
-from calib.fit.command import rescale_from_fit
+from calib.fit.result import rescale_from_fit
 from teacache.coefficients import PACKAGED_MODULES, load_packaged, module_name
 from teacache.rescale import RescaleFunction
 from tests.calib.conftest import TRACE_PROVENANCE, make_fit, traces

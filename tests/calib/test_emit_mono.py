@@ -9,7 +9,7 @@ import json
 import pytest
 
 from calib import emit as emitmod
-from calib.fit.file import rescale_from_fit
+from calib.fit.result import rescale_from_fit
 from calib.traces import mlx_teacache_format as fmt
 from tests.calib.conftest import make_fit, traces
 

@@ -18,6 +18,7 @@ from bench import demo
 from calib import emit
 from calib.fit import command as fitmod
 from calib.fit.coefficient_sources import packaged_numeric_change
+from calib.fit.result import FitResult
 from teacache import _compat, coefficients, variants
 from teacache.coefficients import FittedOn, fitted_on, numeric_change_note, packaged_numeric_changes
 from teacache.variants import numeric_changes_since
@@ -216,7 +217,7 @@ def test_the_note_names_the_fit_the_release_the_change_and_the_drift_command():
 def test_emit_writes_the_traces_release_and_dtype_and_reproduces_the_committed_module():
     # the campaign's fit the module (and its sweep) came from; ../fit is the safe refit of the same traces
     fit_dir = ROOT / "results" / "cpu-amd-epyc-2c" / "tiny-shapes" / "0.24.0" / "packaged"
-    text = emit.emit_module(fitmod.read_fit(fit_dir), "tiny-shapes")
+    text = emit.emit_module(FitResult.read(fit_dir), "tiny-shapes")
     assert text == (ROOT / "teacache" / "coefficients" / "tiny_shapes.py").read_text(encoding="utf-8")
     assert fitted_on("tiny-shapes") == FittedOn(mflux="0.24.0", dtype="float32", evidence="the traces' provenance.json")
     assert 'FittedOn(evidence="no provenance.json' in emit.fitted_on_from_fit({"input": {}})

@@ -10,10 +10,10 @@ import pytest
 
 from bench.studies import across_models, criteria, decision_check
 from calib.fit.candidates import CandidateSpec, candidate_specs
-from calib.fit.file import rescale_from_fit
+from calib.fit.result import rescale_from_fit
 from teacache.gate import GateConfig, replay
 from teacache.rescale import RescaleFunction
-from tests.bench.studies.test_decision_check import sweep
+from tests.bench.studies.test_decision_check import candidate, fit_document, sweep
 
 
 def test_every_candidate_label_maps_back_to_its_fit_options():
@@ -119,8 +119,7 @@ def test_thresholds_reach_the_levels_by_replay():
 def _criteria_folder(tmp_path, name: str, gap: float):
     sweep(tmp_path / name / "a", "poly1-origin", 0.0)
     sweep(tmp_path / name / "b", "poly2+step3", gap)
-    scores = {"candidates": [{"label": "poly1-origin", "cv_r2": 0.4, "decision_excess": 0.2},
-                             {"label": "poly2+step3", "cv_r2": 0.9, "decision_excess": 0.3}]}  # fmt: skip
+    scores = fit_document([candidate("poly1-origin", 0.4, 0.2), candidate("poly2+step3", 0.9, 0.3)])
     (tmp_path / name / "full.json").write_text(json.dumps(scores))
     out = tmp_path / name / "criteria"
     argv = ["--scores", str(tmp_path / name / "full.json"), "--out", str(out)]

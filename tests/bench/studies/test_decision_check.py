@@ -23,14 +23,24 @@ def sweep(folder, label: str, quality_gap: float, n_prompts: int = 8) -> None:
     folder.mkdir(parents=True)
     pd.DataFrame(rows).to_parquet(folder / "runs.parquet")
     (folder / "provenance.json").write_text(json.dumps({"command": f"sweep {label}"}))
-    (folder / "fit.json").write_text(json.dumps({"selected": {"label": label}}))
+    (folder / "fit.json").write_text(json.dumps(fit_document([candidate(label, 0.5, 0.2)])))
+
+
+def candidate(label: str, cv_r2: float, decision_excess: float) -> dict:
+    """A fit.json candidate with the fields every fit writes."""
+    return {"label": label, "form": "poly", "coefficients": [1.0, 0.0], "x_range": [0.01, 0.3], "r2": cv_r2,
+            "cv_r2": cv_r2, "rmse": 0.01, "n_prompts": 3, "n_pairs": 30, "selected": False,
+            "decision_excess": decision_excess}  # fmt: skip
+
+
+def fit_document(candidates: list[dict]) -> dict:
+    return {"format_version": 1, "selected": {**candidates[0], "selected": True}, "candidates": candidates}
 
 
 def test_the_better_front_is_found_and_credited_to_the_criterion_that_picked_it(tmp_path, capsys):
     sweep(tmp_path / "a", "poly1-origin", 0.0)
     sweep(tmp_path / "b", "poly4+step2", 0.004)
-    scores = {"candidates": [{"label": "poly1-origin", "cv_r2": 0.4, "decision_excess": 0.2},
-                             {"label": "poly4+step2", "cv_r2": 0.9, "decision_excess": 0.3}]}  # fmt: skip
+    scores = fit_document([candidate("poly1-origin", 0.4, 0.2), candidate("poly4+step2", 0.9, 0.3)])
     (tmp_path / "full.json").write_text(json.dumps(scores))
     argv = ["--scores", str(tmp_path / "full.json"), "--out", str(tmp_path / "out")]
     for label, d in (("line", "a"), ("quartic", "b")):

@@ -82,7 +82,7 @@ def write(frame: pd.DataFrame, path, provenance: dict | None = None):
 def loads_as_selected(path) -> None:
     """A fit.json loads as the function it selected: the same label and terms (x*u terms included, when the
     selection chose them) and finite values over its calibrated x range, early and late in the run."""
-    from calib.fit.command import rescale_from_fit
+    from calib.fit.result import rescale_from_fit
 
     sel = json.loads(Path(path).read_text())["selected"]
     rescale = rescale_from_fit(path)

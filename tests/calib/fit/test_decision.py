@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calib.fit.candidates import FittedModel
-from calib.fit.command import CandidateSpec, fit_frame, group_folds
+from calib.fit.candidates import CandidateSpec, FittedModel
 from calib.fit.decision import decision_scores, decision_summary, score_rescales
 from calib.fit.decision_oracle import oracle_per_run, pooled_oracle, pooled_sum, schedule_costs, skippable
 from calib.fit.decision_plot import plot_decision_curves
 from calib.fit.decision_runs import CHANGE_OUTPUT, CHANGE_RESIDUAL, RunTable, pack_runs
+from calib.fit.selection import fit_frame, group_folds
 from calib.traces.runs import step_fraction
 from teacache.gate_batch import longest_streaks
 from teacache.rescale import RescaleFunction

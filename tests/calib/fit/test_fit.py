@@ -12,16 +12,20 @@ import pandas as pd
 import pytest
 
 from calib.fit import command as fitmod
-from calib.fit.command import (
-    CandidateSpec,
-    FittedModel,
-    candidate_specs,
+from calib.fit.candidates import STEP_PIECES, X_PIECES, CandidateSpec, FittedModel, candidate_specs
+from calib.fit.files import PLOT_FILES
+from calib.fit.monotone import fit_monotone
+from calib.fit.result import rescale_from_fit
+from calib.fit.selection import (
+    DEFAULT_MARGIN,
+    TIE_TOLERANCE,
+    VERDICT_OK,
+    VERDICT_REFIT,
     fit_frame,
-    fit_monotone,
     group_folds,
-    rescale_from_fit,
+    paired_standard_error,
+    select,
 )
-from calib.fit.selection import paired_standard_error
 from calib.traces.reader import load_traces
 from calib.traces.runs import step_fraction
 from teacache.coefficients import _upstream, load_packaged, module_name
@@ -179,7 +183,7 @@ def test_candidates_report_every_score(full_fit):
     labels = [c["label"] for c in fit["candidates"]]
     # poly degrees x modes; two time forms x degrees x (time degree 1-5, x*u degree 0..min(2, time degree)) x
     # (free, monotone); mono+step: pieces in x x pieces in the step fraction
-    n_mono = len(fitmod.X_PIECES) * len(fitmod.STEP_PIECES)
+    n_mono = len(X_PIECES) * len(STEP_PIECES)
     assert len(labels) == len(set(labels)) == 4 * 3 + 2 * 4 * 14 * 2 + n_mono
     assert sum(c["selected"] for c in fit["candidates"]) == 1
     for c in fit["candidates"]:
@@ -191,7 +195,7 @@ def test_candidates_report_every_score(full_fit):
     weights = np.asarray(fit["selection"]["fold_weights"])  # rows per fold / rows
 
     def within(c):  # one-standard-error rule, paired (the default --se): the SE of c's difference from the best
-        band = max((1 - top["cv_r2"]) * fitmod.TIE_TOLERANCE, paired_standard_error(c, top, weights))
+        band = max((1 - top["cv_r2"]) * TIE_TOLERANCE, paired_standard_error(c, top, weights))
         return c["safety"]["safe"] and top["cv_r2"] - c["cv_r2"] <= band + 1e-12
 
     assert within(fit["selected"])
@@ -205,12 +209,12 @@ def test_candidates_report_every_score(full_fit):
 def test_ties_go_to_fewer_parameters():
     cands = [
         {"cv_r2": 0.9, "n_params": 5},
-        {"cv_r2": 0.9 - 0.1 * fitmod.TIE_TOLERANCE / 2, "n_params": 3},  # cv MSE 0.5% above the best
+        {"cv_r2": 0.9 - 0.1 * TIE_TOLERANCE / 2, "n_params": 3},  # cv MSE 0.5% above the best
         {"cv_r2": 0.8, "n_params": 1},
     ]
-    assert fitmod.select(cands) == 1
-    cands[1]["cv_r2"] = 0.9 - 0.1 * fitmod.TIE_TOLERANCE * 2  # 2% above: no longer a tie
-    assert fitmod.select(cands) == 0
+    assert select(cands) == 1
+    cands[1]["cv_r2"] = 0.9 - 0.1 * TIE_TOLERANCE * 2  # 2% above: no longer a tie
+    assert select(cands) == 0
 
 
 # ------------------------------------------------------------------------------------ inputs, outputs
@@ -241,10 +245,10 @@ def test_input_provenance_and_hashes(full_fit):
 
 
 def test_plots_are_png(full_fit):
-    for name in fitmod.PLOT_FILES.values():
+    for name in PLOT_FILES.values():
         data = (full_fit["out"] / name).read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 5000
-    assert sorted(full_fit["fit"]["plots"]) == sorted(fitmod.PLOT_FILES.values())
+    assert sorted(full_fit["fit"]["plots"]) == sorted(PLOT_FILES.values())
 
 
 @pytest.mark.parametrize("suffix", [".csv", ".json", ".jsonl"])
@@ -399,7 +403,7 @@ def _packaged_traces(scale: float) -> pd.DataFrame:
     return make_traces(truth=truth, variant="flux1-dev", noise=0.001, x_range=(max(lo, 0.02), hi))
 
 
-@pytest.mark.parametrize(("scale", "verdict"), [(1.0, fitmod.VERDICT_OK), (1.5, fitmod.VERDICT_REFIT)])
+@pytest.mark.parametrize(("scale", "verdict"), [(1.0, VERDICT_OK), (1.5, VERDICT_REFIT)])
 def test_compare_packaged_verdicts(tmp_path, capsys, monkeypatch, scale, verdict):
     # flux1-dev's packaged function as committed, the published FLUX.1-dev tuple, set from where it is defined
     # (a local emit --variant flux1-dev rewrites teacache/coefficients/flux1.py)
@@ -411,7 +415,7 @@ def test_compare_packaged_verdicts(tmp_path, capsys, monkeypatch, scale, verdict
     comp = json.loads((tmp_path / "o" / "fit.json").read_text())["comparison"]
     assert comp["verdict"] == verdict
     assert verdict in out.replace("\n", " ")
-    assert comp["margin"] == fitmod.DEFAULT_MARGIN and "flux1-dev" in comp["source"]
+    assert comp["margin"] == DEFAULT_MARGIN and "flux1-dev" in comp["source"]
     if scale == 1.0:
         assert comp["r2"] > 0.99
     # the published FLUX.1 tuple decreases near x = 0: fit.json and the summary say where
@@ -425,21 +429,21 @@ def test_compare_other_sources_and_margin(tmp_path, capsys, full_fit):
     truth = "3.0,0.5,0.03"  # the generating polynomial: scores like the new fit
     assert run_fit([traces, *base, "--compare", truth], capsys)[0] == 0
     comp = json.loads((tmp_path / "o" / "fit.json").read_text())["comparison"]
-    assert comp["verdict"] == fitmod.VERDICT_OK and comp["r2"] > 0.99
+    assert comp["verdict"] == VERDICT_OK and comp["r2"] > 0.99
     off = "3.0,0.5,0.06"
     assert run_fit([traces, *base, "--compare", off, "--margin", "0.2"], capsys)[0] == 0
     comp = json.loads((tmp_path / "o" / "fit.json").read_text())["comparison"]
-    assert comp["verdict"] == fitmod.VERDICT_REFIT and comp["margin"] == 0.2
+    assert comp["verdict"] == VERDICT_REFIT and comp["margin"] == 0.2
     # a generous margin accepts the same coefficients
     assert run_fit([traces, *base, "--compare", off, "--margin", "1000"], capsys)[0] == 0
-    assert json.loads((tmp_path / "o" / "fit.json").read_text())["comparison"]["verdict"] == fitmod.VERDICT_OK
+    assert json.loads((tmp_path / "o" / "fit.json").read_text())["comparison"]["verdict"] == VERDICT_OK
     # an earlier fit.json and a coefficient module are accepted too
     assert run_fit([traces, *base, "--compare", full_fit["out"] / "fit.json"], capsys)[0] == 0
-    assert json.loads((tmp_path / "o" / "fit.json").read_text())["comparison"]["verdict"] == fitmod.VERDICT_OK
+    assert json.loads((tmp_path / "o" / "fit.json").read_text())["comparison"]["verdict"] == VERDICT_OK
     module = tmp_path / "coeffs.py"
     shutil.copy(fitmod.__file__.replace("calib/fit/command.py", "teacache/coefficients/flux1.py"), module)
     assert run_fit([traces, *base, "--compare", module], capsys)[0] == 0
-    assert json.loads((tmp_path / "o" / "fit.json").read_text())["comparison"]["verdict"] == fitmod.VERDICT_REFIT
+    assert json.loads((tmp_path / "o" / "fit.json").read_text())["comparison"]["verdict"] == VERDICT_REFIT
 
 
 def test_load_traces_drops_only_first_steps(tmp_path):
@@ -480,9 +484,9 @@ def test_the_parsimony_band_is_one_standard_error_of_the_best():
         {"cv_r2": 0.885, "cv_r2_se": 0.02, "n_params": 4},  # 0.015 below the best: inside one SE (0.02)
         {"cv_r2": 0.875, "cv_r2_se": 0.02, "n_params": 2},  # 0.025 below: outside
     ]
-    assert fitmod.select(cands) == 1
+    assert select(cands) == 1
     cands[0]["cv_r2_se"] = 0.01
-    assert fitmod.select(cands) == 0
+    assert select(cands) == 0
 
 
 def test_cv_standard_error_is_the_spread_of_fold_errors():

@@ -55,8 +55,8 @@ def test_the_cv_plot_keeps_its_x_label_whole_and_shows_the_candidates_the_consol
     import json
     import re
 
-    from calib.fit.command import print_summary
     from calib.fit.plots import cv_figure
+    from calib.fit.summary import print_summary
     from tests import ROOT
 
     path = ROOT / "results/cpu-amd-epyc-2c/tiny-shapes/0.24.0/fit/fit.json"

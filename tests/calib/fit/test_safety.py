@@ -12,8 +12,8 @@ import pytest
 
 from calib.fit import safety
 from calib.fit.candidates import CandidateSpec, FittedModel, candidate_specs
-from calib.fit.file import rescale_from_fit
 from calib.fit.monotone import prediction_floor
+from calib.fit.result import rescale_from_fit
 from calib.fit.selection import fit_frame
 from calib.traces.reader import load_traces
 from teacache.gate import REASON_ABOVE_RANGE, GateConfig, replay
