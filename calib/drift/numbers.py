@@ -41,7 +41,7 @@ def embedded_variants() -> tuple[str, ...]:
 
     found = {}
     for spec in variants.all_specs():
-        if spec.builder and spec.builder.startswith("teacache.models.tiny_") and spec.family not in found:
+        if spec.embedded and not spec.trained and spec.family not in found:
             found[spec.family] = spec.name
     return tuple(found.values())
 

@@ -33,18 +33,6 @@ class Generation:
         return {"steps": self.steps, "width": self.width, "height": self.height, "guidance": self.guidance}
 
 
-@dataclass(frozen=True)
-class CampaignSizes:
-    """What ``teacache-bench campaign`` runs for an embedded model: sized to fit minutes on 2 CPU cores."""
-
-    record_prompts: str
-    record_seeds: str
-    sweep_prompts: str
-    sweep_seeds: str
-    thresholds: str
-    repeats: int
-
-
 ALL_DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -100,10 +88,9 @@ class VariantSpec:
     skip_first_why: str = ""
     coefficients: str | None = None  # module under teacache.coefficients; None: no packaged calibration
     prompt_set: str = "default"
-    campaign: CampaignSizes | None = None
     builder: str | None = None  # "module:function(seed)" for an embedded model
     refuse_why: str = ""  # set on a name mflux knows but TeaCache refuses (e.g. a distilled model)
-    scores_adherence: bool = False  # draws its prompt's vocabulary: a scorer of bench.quality.scorers reads its images
+    trained: bool = False  # an embedded model with trained weights (it draws its prompts), not weights from a seed
     is_default_model: bool = False  # what the commands use when no --model is given
     only_its_size: bool = False  # generates at its own width x height only (checked before it loads)
     prompt_check: str | None = None  # "module:function(text)" raising ValueError for a prompt it cannot draw
