@@ -193,9 +193,9 @@ def build(variant: str, fullsize: bool = False, blocks: int | None = None):
 
     spec = variants.get(variant)
     if fullsize:
-        model = variants.attribute(variants.family(spec.family).random_builder)(variant, seed=SEED, blocks=blocks)
+        model = variants.zoo(variants.family(spec.family).random_builder)(variant, seed=SEED, blocks=blocks)
     else:
-        model = variants.attribute(spec.builder)(seed=SEED)
+        model = variants.zoo(spec.builder)(seed=SEED)
     drawn = draw_zero_parameters(model.transformer, SEED)
     return model, drawn
 

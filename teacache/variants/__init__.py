@@ -7,6 +7,9 @@ Each family module in this package (``flux1``, ``flux2``, ``qwen``, ``zimage``) 
 and ``SPECS``; the registry gathers them, the way mlx-lm finds an architecture by module. Nothing here
 imports mflux, so commands can validate a model name in milliseconds, before anything loads.
 Adding a variant of a known family is adding one ``VariantSpec`` to that family's module.
+
+The embedded models live in the zoo (``teacache.models``); the core reaches them only through :func:`zoo`,
+which imports what a spec names there (``builder``, ``prompt_check``, a family's ``random_builder``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from functools import cache
 from teacache._compat import parse_release
 
 FAMILY_MODULES = ("flux1", "flux2", "qwen", "zimage")
+ZOO = "teacache.models"  # the embedded models' subpackage: specs name its functions by "module:function"
+RANDOM_PREFIX = "random-"  # random-<variant>: the variant's full-size architecture with random weights
 
 
 @dataclass(frozen=True)
@@ -123,6 +128,14 @@ def attribute(target: str):
     return getattr(_by_name(module), name)
 
 
+def zoo(target: str):
+    """The zoo function a spec names, imported when asked for: the one door from the core into the zoo, so
+    the gate, adapters and API import and run without ``teacache.models`` (and its mflux models) loaded."""
+    if not target.startswith(ZOO + "."):
+        raise ValueError(f"zoo: {target!r} names no module:function under {ZOO}")
+    return attribute(target)
+
+
 @cache
 def _families() -> tuple[tuple[Family, tuple[VariantSpec, ...]], ...]:
     found = []
@@ -216,6 +229,19 @@ def family_variants(family_name: str) -> tuple[str, ...]:
 def random_specs() -> tuple[VariantSpec, ...]:
     """The variants with a full-size random-weight model (``random-<name>``), in registry order."""
     return tuple(spec for spec in all_specs() if spec.mflux_config is not None)
+
+
+def random_names() -> tuple[str, ...]:
+    """``random-<variant>`` for every variant with a full-size random-weight model."""
+    return tuple(RANDOM_PREFIX + spec.name for spec in random_specs())
+
+
+def parse_random_name(name: str) -> str:
+    """``random-flux1-dev`` (or ``flux1-dev``) -> ``flux1-dev``; a ValueError naming the choices otherwise."""
+    variant = name.removeprefix(RANDOM_PREFIX)
+    if variant not in {spec.name for spec in random_specs()}:
+        raise ValueError(f"model: unknown full-size random model {name!r}; expected one of {', '.join(random_names())}")
+    return variant
 
 
 def pinned_revisions() -> dict[str, str]:

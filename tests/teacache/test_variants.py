@@ -74,11 +74,10 @@ def test_adapters_keep_no_copies_of_registry_data():
 
 
 def test_every_model_fact_of_the_full_size_models_comes_from_the_registry():
-    from teacache.models import fullsize
     from teacache.revisions import PINNED_REVISIONS
 
-    assert fullsize.random_names() == tuple(f"random-{s.name}" for s in variants.all_specs() if s.mflux_config)
-    assert "random-z-image-turbo" not in fullsize.random_names()  # the distilled model has no random stand-in
+    assert variants.random_names() == tuple(f"random-{s.name}" for s in variants.all_specs() if s.mflux_config)
+    assert "random-z-image-turbo" not in variants.random_names()  # the distilled model has no random stand-in
     assert {s.mflux_names[0]: s.revision for s in variants.all_specs() if s.revision} == PINNED_REVISIONS
     assert set(PINNED_REVISIONS) >= {"black-forest-labs/FLUX.1-dev", "black-forest-labs/FLUX.2-klein-4B"}
     for fam in variants.families():
