@@ -37,15 +37,16 @@ def test_specs_point_at_things_that_exist():
     for fam in variants.families():
         module, attr = fam.pipeline.split(":")
         assert hasattr(importlib.import_module(module), attr), fam.pipeline
+        assert fam.random_builder is None or callable(variants.zoo(fam.random_builder))
         assert fam.name == importlib.import_module(f"teacache.adapters.{fam.adapter}").FAMILY
     for spec in variants.all_specs():
         variants.family(spec.family)
         assert spec.default_threshold >= 0 and spec.default_threshold_why
         if spec.coefficients:
             assert load_packaged(spec.name).coefficients
-        if spec.embedded:
-            module, attr = spec.builder.split(":")
-            assert callable(getattr(importlib.import_module(module), attr))
+        if spec.embedded:  # what a spec names in the zoo, it reaches through the one seam
+            assert callable(variants.zoo(spec.builder))
+            assert spec.prompt_check is None or callable(variants.zoo(spec.prompt_check))
         else:
             assert spec.mflux_names, f"{spec.name}: a real variant needs the mflux name it matches"
 
