@@ -65,7 +65,7 @@ class Family:
     pipeline: str  # "module:Class" of mflux's txt2img pipeline
     weights: str  # "module:Class" of mflux's weight definition (how a saved folder is laid out)
     transformer: str  # "module:Class" of mflux's transformer
-    random_builder: str | None = None  # "module:function" building a full-size random-weight model
+    random_builder: str | None = None  # zoo "module:function" building a full-size random-weight model
     # How the transformer's constructor takes a ModelConfig: "model_config" (as model_config=), "overrides"
     # (its transformer_overrides as keywords), or "" (the constructor's defaults are the released config).
     transformer_config: str = ""
@@ -93,12 +93,12 @@ class VariantSpec:
     skip_first_why: str = ""
     coefficients: str | None = None  # module under teacache.coefficients; None: no packaged calibration
     prompt_set: str = "default"
-    builder: str | None = None  # "module:function(seed)" for an embedded model
+    builder: str | None = None  # "module:function(seed)" in the zoo, for an embedded model (read by zoo())
     refuse_why: str = ""  # set on a name mflux knows but TeaCache refuses (e.g. a distilled model)
     trained: bool = False  # an embedded model with trained weights (it draws its prompts), not weights from a seed
     is_default_model: bool = False  # what the commands use when no --model is given
     only_its_size: bool = False  # generates at its own width x height only (checked before it loads)
-    prompt_check: str | None = None  # "module:function(text)" raising ValueError for a prompt it cannot draw
+    prompt_check: str | None = None  # zoo "module:function(text)": ValueError for a prompt it cannot draw
 
     @property
     def embedded(self) -> bool:
