@@ -17,8 +17,6 @@ import sysconfig
 import warnings
 
 PRELOADED_BLAS: str | None = None
-# mflux imports transformers, which announces at import that torch is absent; torch is not needed.
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 
 def preload_openblas() -> str | None:
@@ -45,6 +43,15 @@ def preload_openblas() -> str | None:
     ctypes.CDLL(candidates[0], mode=os.RTLD_GLOBAL)
     PRELOADED_BLAS = candidates[0]
     return PRELOADED_BLAS
+
+
+def quiet_transformers() -> None:
+    """Silence transformers' notice at import that torch is absent (mflux imports it; torch is not needed).
+
+    The commands call this at their start (calib's and bench's packages, the training scripts), before
+    anything imports mflux; ``import teacache`` sets no environment variable.
+    """
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 
 def on_cpu_backend() -> bool:

@@ -1,7 +1,8 @@
 """``load_model``: the one loader every command uses (embedded models, mflux names, local folders).
 
 Which names exist, which mflux pipeline each family uses and how an embedded model is built all come
-from the variant registry (``teacache.variants``); this module only resolves and loads.
+from the variant registry (``teacache.variants``); this module only resolves and loads. An embedded model
+is built by the zoo function its spec names, through ``variants.zoo`` (nothing here imports the zoo).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import inspect
 import os
 from pathlib import Path
 
+import mlx.core as mx
 from mlx import nn
 from mlx.utils import tree_flatten
 from safetensors import safe_open
@@ -29,16 +31,13 @@ def model_defaults(name_or_path: str, base_model: str | None = None) -> dict:
     return resolve_spec(name_or_path, base_model).generation.as_dict()
 
 
-RANDOM_PREFIX = "random-"  # random-<variant>: the variant's full-size architecture with random weights
+RANDOM_PREFIX = variants.RANDOM_PREFIX
 
 
 def resolve_spec(name_or_path: str, base_model: str | None = None) -> variants.VariantSpec:
     """The variant a ``load_model`` call will give, without loading anything (for early validation)."""
     if name_or_path.startswith(RANDOM_PREFIX) and base_model is None:
-        # heavy (mflux): loaded only when this runs
-        from teacache.models.fullsize import parse_random_name
-
-        return variants.get(parse_random_name(name_or_path))
+        return variants.get(variants.parse_random_name(name_or_path))
     path = Path(name_or_path).expanduser()
     if base_model is not None:
         spec = variants.find(base_model)
@@ -101,7 +100,7 @@ def load_model(name_or_path: str, *, base_model: str | None = None, quantize: in
     spec = resolve_spec(name_or_path, base_model)
     if name_or_path.startswith(RANDOM_PREFIX) and base_model is None:
         use_float32_on_cpu()
-        builder = variants.attribute(variants.family(spec.family).random_builder)
+        builder = variants.zoo(variants.family(spec.family).random_builder)
         return builder(spec.name, seed=seed, quantize=quantize)
     path = Path(name_or_path).expanduser()
     is_folder = base_model is not None
@@ -109,7 +108,7 @@ def load_model(name_or_path: str, *, base_model: str | None = None, quantize: in
         check_model_folder(path)
     use_float32_on_cpu()
     if spec.embedded:
-        builder = variants.attribute(spec.builder)
+        builder = variants.zoo(spec.builder)
         takes_seed = "seed" in inspect.signature(builder).parameters
         build = (lambda: builder(seed=seed)) if takes_seed else builder
         if is_folder:
@@ -133,13 +132,20 @@ def _quantized(model, spec: variants.VariantSpec, quantize: int | None):
     predicate and group size); a layer too narrow for the group size is said in one line about --quantize."""
     if quantize is None:
         return model
-    from teacache.models.fullsize import quantize_like_mflux
-
     try:
         quantize_like_mflux(model.transformer, quantize, variants.attribute(variants.family(spec.family).weights))
     except ValueError as exc:
         raise InputError(f"--quantize: {spec.name} cannot be quantized to {quantize} bits ({exc})") from None
     return model
+
+
+def quantize_like_mflux(transformer: nn.Module, bits: int, weight_definition) -> None:
+    """Quantize the way mflux does on load: its per-family predicate and group size (64 unless the family says)."""
+    # heavy (mflux): loaded only when this runs
+    from mflux.models.common.weights.loading.weight_applier import WeightApplier
+
+    WeightApplier._quantize({"transformer": transformer}, bits, {}, weight_definition)
+    mx.eval(transformer.parameters())
 
 
 def _load_transformer_folder(build, spec: variants.VariantSpec, path: Path, quantize: int | None):

@@ -23,8 +23,13 @@ def scorer_module(builder: str | None) -> str | None:
     return SCORERS.get((builder or "").partition(":")[0])
 
 
+def scores_adherence(variant: str) -> bool:
+    """Whether a scorer reads the variant's images (its embedded model draws its prompts' vocabulary)."""
+    return scorer_module(variants.get(variant).builder) is not None
+
+
 def adherence_scorer(variant: str) -> Callable[[object, str], float]:
-    """``(image, prompt) -> score in [0, 1]`` for a variant whose spec has ``scores_adherence``."""
+    """``(image, prompt) -> score in [0, 1]`` for a variant that ``scores_adherence``."""
     module = scorer_module(variants.get(variant).builder)
     if module is None:
         raise InputError(f"{variant}: no adherence scorer reads its images (bench.quality.scorers.SCORERS)")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bench.quality.scorers import adherence_scorer
+from bench.quality.scorers import adherence_scorer, scores_adherence
 from bench.sweep import arms as sweep_arms
 from bench.sweep.baselines import STEP_CACHE_NATIVE, mlx_teacache_arms
 from bench.sweep.baselines import teacache as teacache_arm
@@ -35,7 +35,7 @@ ARMS_ONLY = ("arm", "arm_setting", "rescale", "steps_run")  # columns the plain 
 
 
 def _adherence_fn(variant: str):
-    if not variants.get(variant).scores_adherence:
+    if not scores_adherence(variant):
         return None
     return adherence_scorer(variant)  # imports the variant's scorer (PIL, scipy) only now
 

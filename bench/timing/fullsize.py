@@ -52,7 +52,8 @@ from teacache import provenance as prov
 from teacache._compat import check_mflux_version
 from teacache._platform import use_float32_on_cpu
 from teacache.errors import InputError
-from teacache.models.fullsize import MEANINGLESS, parse_random_name
+from teacache.models.fullsize import MEANINGLESS
+from teacache.variants import parse_random_name
 
 DEFAULT_MODELS = "random-flux1-dev,random-flux2-klein-base-4b,random-qwen-image,random-z-image"
 

@@ -28,7 +28,7 @@ def effect_models() -> tuple[str, ...]:
     has one (tiny-scenes, tiny-shapes: real decisions), else its embedded random-weight model."""
     chosen: dict[str, str] = {}
     for spec in variants.all_specs():
-        if spec.embedded and spec.scores_adherence:
+        if spec.embedded and spec.trained:
             chosen.setdefault(spec.family, spec.name)
     for name in numbers.embedded_variants():
         chosen.setdefault(variants.get(name).family, name)

@@ -41,7 +41,7 @@ def embedded_variants() -> tuple[str, ...]:
 
     found = {}
     for spec in variants.all_specs():
-        if spec.builder and spec.builder.startswith("teacache.models.tiny_") and spec.family not in found:
+        if spec.embedded and not spec.trained and spec.family not in found:
             found[spec.family] = spec.name
     return tuple(found.values())
 
@@ -193,9 +193,9 @@ def build(variant: str, fullsize: bool = False, blocks: int | None = None):
 
     spec = variants.get(variant)
     if fullsize:
-        model = variants.attribute(variants.family(spec.family).random_builder)(variant, seed=SEED, blocks=blocks)
+        model = variants.zoo(variants.family(spec.family).random_builder)(variant, seed=SEED, blocks=blocks)
     else:
-        model = variants.attribute(spec.builder)(seed=SEED)
+        model = variants.zoo(spec.builder)(seed=SEED)
     drawn = draw_zero_parameters(model.transformer, SEED)
     return model, drawn
 

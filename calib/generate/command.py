@@ -126,7 +126,7 @@ def check_generation(spec: variants.VariantSpec, args: argparse.Namespace) -> No
             raise Refusal(f"--width/--height: {spec.name} makes {gen.width}x{gen.height} images only")
         if spec.prompt_check and args.prompt is not None:
             try:
-                variants.attribute(spec.prompt_check)(args.prompt)
+                variants.zoo(spec.prompt_check)(args.prompt)
             except ValueError as exc:
                 raise Refusal(f"--prompt: {exc}") from None
 

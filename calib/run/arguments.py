@@ -7,7 +7,6 @@ parser prints argparse's own errors on one line, and ``--help`` shows every defa
 from __future__ import annotations
 
 import argparse
-import importlib
 import math
 import numbers
 import os
@@ -139,8 +138,7 @@ def check_prompts(prompts: dict[str, str], model: str, base_model: str | None = 
     check = resolve_spec(model, base_model).prompt_check
     if check is None:
         return
-    module, function = check.split(":")
-    parse = getattr(importlib.import_module(module), function)
+    parse = variants.zoo(check)
     for prompt_id, text in prompts.items():
         try:
             parse(text)

@@ -29,10 +29,10 @@ from mlx import nn
 from mlx.utils import tree_flatten
 
 from teacache import variants
-from teacache.errors import InputError
+from teacache.loading import quantize_like_mflux
 from teacache.models._init import redraw_linears
+from teacache.variants import RANDOM_PREFIX, parse_random_name
 
-RANDOM_PREFIX = "random-"
 NOT_FULL_SIZE = "NOT full size"
 MEANINGLESS = "random weights: the images mean nothing; use these models for time, memory and no-op oracles"
 # Drawn weights are evaluated in pieces of about this many bytes, so the float temporaries of a 20 B model
@@ -47,18 +47,6 @@ def family_of(variant: str) -> str:
 def mflux_config(variant: str) -> ModelConfig:
     """The ModelConfig mflux builds the variant's transformer with (the registry names its factory)."""
     return getattr(ModelConfig, variants.get(variant).mflux_config)()
-
-
-def random_names() -> tuple[str, ...]:
-    return tuple(RANDOM_PREFIX + spec.name for spec in variants.random_specs())
-
-
-def parse_random_name(name: str) -> str:
-    """``random-flux1-dev`` (or ``flux1-dev``) -> ``flux1-dev``; a ValueError naming the choices otherwise."""
-    variant = name.removeprefix(RANDOM_PREFIX)
-    if variant not in {spec.name for spec in variants.random_specs()}:
-        raise InputError(f"model: unknown full-size random model {name!r}; expected one of {', '.join(random_names())}")
-    return variant
 
 
 def model_label(variant: str, blocks: int | None = None) -> str:
@@ -119,15 +107,6 @@ def draw_weights(module: nn.Module, seed: int, dtype: mx.Dtype, evaluate: bool =
     module.set_dtype(dtype)
     if evaluate:
         mx.eval(module.parameters())
-
-
-def quantize_like_mflux(transformer: nn.Module, bits: int, weight_definition) -> None:
-    """Quantize the way mflux does on load: its per-family predicate and group size (64 unless the family says)."""
-    # heavy (mflux): loaded only when this runs
-    from mflux.models.common.weights.loading.weight_applier import WeightApplier
-
-    WeightApplier._quantize({"transformer": transformer}, bits, {}, weight_definition)
-    mx.eval(transformer.parameters())
 
 
 def random_transformer(variant: str, seed: int = 0, quantize: int | None = None, blocks: int | None = None):
@@ -310,5 +289,5 @@ def build_random_zimage(
 def build_random(name: str, *, seed: int = 0, quantize: int | None = None, blocks: int | None = None):
     """Any ``random-<variant>`` pipeline by name (the family's ``random_builder``)."""
     variant = parse_random_name(name)
-    builder = variants.attribute(variants.family(family_of(variant)).random_builder)
+    builder = variants.zoo(variants.family(family_of(variant)).random_builder)
     return builder(variant, seed=seed, quantize=quantize, blocks=blocks)

@@ -19,11 +19,6 @@ independently of the image, so it has learned to ignore it.
 
 from __future__ import annotations
 
-from teacache._platform import preload_openblas
-
-preload_openblas()  # before mlx on Linux CPUs
-
-# isort: split
 from pathlib import Path
 
 import mlx.core as mx

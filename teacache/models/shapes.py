@@ -13,11 +13,6 @@ The text encoder is a learned token embedding over a fixed vocabulary.
 
 from __future__ import annotations
 
-from teacache._platform import preload_openblas
-
-preload_openblas()  # before mlx on Linux CPUs
-
-# isort: split
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path

@@ -16,9 +16,10 @@ follows; s is logit-normal, and the transformer gets ``1000 * s`` as its timeste
 
 from __future__ import annotations
 
-from teacache._platform import preload_openblas
+from teacache._platform import quiet_transformers
 
-preload_openblas()  # before mlx on Linux CPUs
+# A command, so it starts here: before mflux imports transformers (importing teacache preloaded OpenBLAS).
+quiet_transformers()
 
 # isort: split
 import argparse

@@ -7,6 +7,9 @@ Each family module in this package (``flux1``, ``flux2``, ``qwen``, ``zimage``) 
 and ``SPECS``; the registry gathers them, the way mlx-lm finds an architecture by module. Nothing here
 imports mflux, so commands can validate a model name in milliseconds, before anything loads.
 Adding a variant of a known family is adding one ``VariantSpec`` to that family's module.
+
+The embedded models live in the zoo (``teacache.models``); the core reaches them only through :func:`zoo`,
+which imports what a spec names there (``builder``, ``prompt_check``, a family's ``random_builder``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from teacache._compat import parse_release
 from teacache.errors import InputError
 
 FAMILY_MODULES = ("flux1", "flux2", "qwen", "zimage")
+ZOO = "teacache.models"  # the embedded models' subpackage: specs name its functions by "module:function"
+RANDOM_PREFIX = "random-"  # random-<variant>: the variant's full-size architecture with random weights
 
 
 @dataclass(frozen=True)
@@ -32,18 +37,6 @@ class Generation:
 
     def as_dict(self) -> dict:
         return {"steps": self.steps, "width": self.width, "height": self.height, "guidance": self.guidance}
-
-
-@dataclass(frozen=True)
-class CampaignSizes:
-    """What ``teacache-bench campaign`` runs for an embedded model: sized to fit minutes on 2 CPU cores."""
-
-    record_prompts: str
-    record_seeds: str
-    sweep_prompts: str
-    sweep_seeds: str
-    thresholds: str
-    repeats: int
 
 
 ALL_DTYPES = ("float32", "bfloat16", "float16")
@@ -73,7 +66,7 @@ class Family:
     pipeline: str  # "module:Class" of mflux's txt2img pipeline
     weights: str  # "module:Class" of mflux's weight definition (how a saved folder is laid out)
     transformer: str  # "module:Class" of mflux's transformer
-    random_builder: str | None = None  # "module:function" building a full-size random-weight model
+    random_builder: str | None = None  # zoo "module:function" building a full-size random-weight model
     # How the transformer's constructor takes a ModelConfig: "model_config" (as model_config=), "overrides"
     # (its transformer_overrides as keywords), or "" (the constructor's defaults are the released config).
     transformer_config: str = ""
@@ -101,13 +94,12 @@ class VariantSpec:
     skip_first_why: str = ""
     coefficients: str | None = None  # module under teacache.coefficients; None: no packaged calibration
     prompt_set: str = "default"
-    campaign: CampaignSizes | None = None
-    builder: str | None = None  # "module:function(seed)" for an embedded model
+    builder: str | None = None  # "module:function(seed)" in the zoo, for an embedded model (read by zoo())
     refuse_why: str = ""  # set on a name mflux knows but TeaCache refuses (e.g. a distilled model)
-    scores_adherence: bool = False  # draws its prompt's vocabulary: a scorer of bench.quality.scorers reads its images
+    trained: bool = False  # an embedded model with trained weights (it draws its prompts), not weights from a seed
     is_default_model: bool = False  # what the commands use when no --model is given
     only_its_size: bool = False  # generates at its own width x height only (checked before it loads)
-    prompt_check: str | None = None  # "module:function(text)" raising ValueError for a prompt it cannot draw
+    prompt_check: str | None = None  # zoo "module:function(text)": ValueError for a prompt it cannot draw
 
     @property
     def embedded(self) -> bool:
@@ -135,6 +127,14 @@ def attribute(target: str):
     """The object a ``"module:name"`` field of the registry names, imported when asked for."""
     module, name = target.split(":")
     return getattr(_by_name(module), name)
+
+
+def zoo(target: str):
+    """The zoo function a spec names, imported when asked for: the one door from the core into the zoo, so
+    the gate, adapters and API import and run without ``teacache.models`` (and its mflux models) loaded."""
+    if not target.startswith(ZOO + "."):
+        raise ValueError(f"zoo: {target!r} names no module:function under {ZOO}")
+    return attribute(target)
 
 
 @cache
@@ -230,6 +230,19 @@ def family_variants(family_name: str) -> tuple[str, ...]:
 def random_specs() -> tuple[VariantSpec, ...]:
     """The variants with a full-size random-weight model (``random-<name>``), in registry order."""
     return tuple(spec for spec in all_specs() if spec.mflux_config is not None)
+
+
+def random_names() -> tuple[str, ...]:
+    """``random-<variant>`` for every variant with a full-size random-weight model."""
+    return tuple(RANDOM_PREFIX + spec.name for spec in random_specs())
+
+
+def parse_random_name(name: str) -> str:
+    """``random-flux1-dev`` (or ``flux1-dev``) -> ``flux1-dev``; a ValueError naming the choices otherwise."""
+    variant = name.removeprefix(RANDOM_PREFIX)
+    if variant not in {spec.name for spec in random_specs()}:
+        raise InputError(f"model: unknown full-size random model {name!r}; expected one of {', '.join(random_names())}")
+    return variant
 
 
 def pinned_revisions() -> dict[str, str]:

@@ -37,28 +37,31 @@ def test_specs_point_at_things_that_exist():
     for fam in variants.families():
         module, attr = fam.pipeline.split(":")
         assert hasattr(importlib.import_module(module), attr), fam.pipeline
+        assert fam.random_builder is None or callable(variants.zoo(fam.random_builder))
         assert fam.name == importlib.import_module(f"teacache.adapters.{fam.adapter}").FAMILY
     for spec in variants.all_specs():
         variants.family(spec.family)
         assert spec.default_threshold >= 0 and spec.default_threshold_why
         if spec.coefficients:
             assert load_packaged(spec.name).coefficients
-        if spec.embedded:
-            module, attr = spec.builder.split(":")
-            assert callable(getattr(importlib.import_module(module), attr))
-            assert spec.campaign is not None, f"{spec.name}: embedded models carry campaign sizes"
+        if spec.embedded:  # what a spec names in the zoo, it reaches through the one seam
+            assert callable(variants.zoo(spec.builder))
+            assert spec.prompt_check is None or callable(variants.zoo(spec.prompt_check))
         else:
             assert spec.mflux_names, f"{spec.name}: a real variant needs the mflux name it matches"
 
 
 def test_a_variant_name_is_spelled_in_at_most_two_code_files():
     """Its spec and, for an embedded model, its builder. Generated coefficient modules carry the name in their
-    provenance (data, not code), and prompt sets have names of their own (``--prompts tiny-shapes``)."""
+    provenance (data, not code), prompt sets have names of their own (``--prompts tiny-shapes``), and bench's
+    campaign sizes are keyed by it (checked against the registry in tests/bench/test_campaign_sizes.py)."""
+    from bench.campaign_sizes import CAMPAIGN_SIZES
     from calib.run.prompts import SETS
 
     files = [p for d in CODE_DIRS for p in (ROOT / d).rglob("*.py") if "coefficients" not in p.parts]
     literals = {p: _string_literals(p) for p in files}
     literals[ROOT / "calib" / "run" / "prompts.py"] -= set(SETS)
+    literals[ROOT / "bench" / "campaign_sizes.py"] -= set(CAMPAIGN_SIZES)
     for spec in variants.all_specs(include_refused=True):
         where = [p.relative_to(ROOT).as_posix() for p, lits in literals.items() if spec.name in lits]
         assert len(where) <= 2, f"{spec.name!r} is spelled in {where}"
@@ -72,11 +75,10 @@ def test_adapters_keep_no_copies_of_registry_data():
 
 
 def test_every_model_fact_of_the_full_size_models_comes_from_the_registry():
-    from teacache.models import fullsize
     from teacache.revisions import PINNED_REVISIONS
 
-    assert fullsize.random_names() == tuple(f"random-{s.name}" for s in variants.all_specs() if s.mflux_config)
-    assert "random-z-image-turbo" not in fullsize.random_names()  # the distilled model has no random stand-in
+    assert variants.random_names() == tuple(f"random-{s.name}" for s in variants.all_specs() if s.mflux_config)
+    assert "random-z-image-turbo" not in variants.random_names()  # the distilled model has no random stand-in
     assert {s.mflux_names[0]: s.revision for s in variants.all_specs() if s.revision} == PINNED_REVISIONS
     assert set(PINNED_REVISIONS) >= {"black-forest-labs/FLUX.1-dev", "black-forest-labs/FLUX.2-klein-4B"}
     for fam in variants.families():
