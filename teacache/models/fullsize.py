@@ -29,6 +29,7 @@ from mlx import nn
 from mlx.utils import tree_flatten
 
 from teacache import variants
+from teacache.errors import InputError
 from teacache.loading import quantize_like_mflux
 from teacache.models._init import redraw_linears
 from teacache.variants import RANDOM_PREFIX, parse_random_name
