@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import argparse
 import ast
-import json
-import math
 import sys
 import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 
+from calib import pyliteral
 from calib.emit_calibration import emit_calibration
 from calib.emit_changes import describe_changes, max_curve_difference  # noqa: F401  (re-exported)
 from calib.emit_notes import GENERATED, lookup, rescale_notes, when_where
@@ -134,7 +133,7 @@ def emit_module(fit: Mapping, variant: str) -> str:
         "RESCALE = RescaleFunction(",
         "    coefficients=" + _tuple(rescale.coefficients, 4) + ",",
         f"    x_range=({_float(rescale.x_range[0])}, {_float(rescale.x_range[1])}),",
-        f"    form={json.dumps(rescale.form)},",
+        f"    form={pyliteral.string(rescale.form)},",
         "    time_coefficients=" + _tuple(rescale.time_coefficients, 4) + ",",
         *interaction,
         *region,
@@ -160,9 +159,9 @@ def fitted_on_from_fit(fit: dict) -> str:
     if release is None:
         return 'FittedOn(evidence="no provenance.json beside the traces: mflux release unknown")'
     dtype = lookup(trace, "dtype")
-    fields = [f"mflux={json.dumps(release)}"]
+    fields = [f"mflux={pyliteral.string(release)}"]
     if dtype is not None:
-        fields.append(f"dtype={json.dumps(dtype_name(dtype))}")
+        fields.append(f"dtype={pyliteral.string(dtype_name(dtype))}")
     fields.append('evidence="the traces\' provenance.json"')
     return "FittedOn(" + ", ".join(fields) + ")"
 
@@ -185,7 +184,7 @@ def _unsafe_lines(rescale: RescaleFunction) -> list[str]:
     return [
         "",
         *_comment([GENERATED, note]),
-        "UNSAFE_X = {" + ", ".join(f"{json.dumps(k)}: {v}" for k, v in spans.items()) + "}",
+        "UNSAFE_X = {" + ", ".join(f"{pyliteral.string(k)}: {v}" for k, v in spans.items()) + "}",
     ]
 
 
@@ -235,9 +234,7 @@ def _comment(notes: list[str]) -> list[str]:
 
 
 def _float(value: float) -> str:
-    if math.isinf(value):
-        return 'float("inf")' if value > 0 else 'float("-inf")'
-    return repr(float(value))
+    return pyliteral.scalar(float(value))
 
 
 def _scalar(value) -> str:
@@ -248,10 +245,10 @@ def _scalar(value) -> str:
     if isinstance(value, float):
         return _float(value)
     if isinstance(value, str):
-        return json.dumps(value)
+        return pyliteral.string(value)
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_scalar(v) for v in value) + "]"
-    return json.dumps(str(value))
+    return pyliteral.string(str(value))
 
 
 def _tuple(values, indent: int) -> str:
@@ -268,7 +265,7 @@ def _dict(mapping: dict, indent: int) -> str:
     if not mapping:
         return "{}"
     pad = " " * (indent + 4)
-    body = "".join(f"{pad}{json.dumps(str(k))}: {_scalar(v)},\n" for k, v in mapping.items())
+    body = "".join(f"{pad}{pyliteral.string(str(k))}: {_scalar(v)},\n" for k, v in mapping.items())
     return "{\n" + body + " " * indent + "}"
 
 

@@ -19,7 +19,7 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.tolerances.pyliteral import assignment, evaluate
+from calib.pyliteral import assignment, evaluate
 from teacache.errors import InputError
 from teacache.provenance import tolerance_module_name
 

@@ -1,9 +1,11 @@
 """Python source for plain values, laid out the way ``ruff format`` leaves it (line length 120).
 
-Generated modules (the test tolerances) are committed and linted like hand-written code, so their literals
-must already be in the formatter's layout: dicts and lists one item per line with a trailing comma (the
-"magic" comma keeps them expanded), tuples on one line when they fit and one item per line otherwise,
-strings in double quotes unless that needs more escapes, and non-finite floats as ``float("inf")``.
+Generated modules (the coefficient modules ``teacache-calib emit`` writes, the test tolerances) are committed
+and linted like hand-written code, so their literals must already be in the formatter's layout: dicts and
+lists one item per line with a trailing comma (the "magic" comma keeps them expanded), tuples on one line
+when they fit and one item per line otherwise, strings in double quotes unless that needs more escapes, and
+non-finite floats as ``float("inf")``. The coefficient modules lay out their own blocks and take their
+scalars and strings from here.
 Every output evaluates back to the value it was made from (``evaluate``). Every output is ASCII (other
 characters as ``\xe9``, ``\u4e2d``, ``\U0001f600`` escapes): ruff measures a line in display columns from
 its own Unicode tables (a wide character counts two, a combining one none, and the tables move with Unicode

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from bench.tolerances.pyliteral import assignment, evaluate, literal, string
+from calib.pyliteral import assignment, evaluate, literal, string
 
 RUFF = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
 
