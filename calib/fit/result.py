@@ -97,7 +97,7 @@ class _Record(Mapping):
         missing = [name for name in cls._REQUIRED if name not in data]
         if missing:
             raise FitError(f"{where}: missing field {missing[0]!r}")
-        return {k: freeze(v) for k, v in data.items()}
+        return dict(data)  # frozen by __post_init__
 
     def to_json(self) -> dict:
         """The JSON object of this record: its present fields, thawed."""
@@ -237,10 +237,8 @@ class FitResult(_Record):
             raise FitError(f"FIT: cannot read {p} as JSON: {exc}") from None
         if not isinstance(data, dict) or "selected" not in data:
             raise FitError(f"FIT: {p} is not a fit.json written by teacache-calib fit (no 'selected' field)")
-        if data.get("format_version") != FORMAT_VERSION:
-            raise FitError(
-                f"FIT: {p} has format_version {data.get('format_version')!r}; this toolkit reads {FORMAT_VERSION}"
-            )
+        if "format_version" not in data:  # a document built in memory may lack it (from_json); a file may not
+            raise FitError(f"FIT: {p} has format_version None; this toolkit reads {FORMAT_VERSION}")
         return cls.from_json(data, f"FIT: {p}")
 
     def write(self, path: str | os.PathLike) -> None:
