@@ -100,7 +100,7 @@ def load_model(name_or_path: str, *, base_model: str | None = None, quantize: in
     spec = resolve_spec(name_or_path, base_model)
     if name_or_path.startswith(RANDOM_PREFIX) and base_model is None:
         use_float32_on_cpu()
-        builder = variants.zoo(variants.family(spec.family).random_builder)
+        builder = variants.random_builder(spec.family)
         return builder(spec.name, seed=seed, quantize=quantize)
     path = Path(name_or_path).expanduser()
     is_folder = base_model is not None

@@ -193,7 +193,7 @@ def build(variant: str, fullsize: bool = False, blocks: int | None = None):
 
     spec = variants.get(variant)
     if fullsize:
-        model = variants.zoo(variants.family(spec.family).random_builder)(variant, seed=SEED, blocks=blocks)
+        model = variants.random_builder(spec.family)(variant, seed=SEED, blocks=blocks)
     else:
         model = variants.zoo(spec.builder)(seed=SEED)
     drawn = draw_zero_parameters(model.transformer, SEED)

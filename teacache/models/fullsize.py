@@ -290,5 +290,5 @@ def build_random_zimage(
 def build_random(name: str, *, seed: int = 0, quantize: int | None = None, blocks: int | None = None):
     """Any ``random-<variant>`` pipeline by name (the family's ``random_builder``)."""
     variant = parse_random_name(name)
-    builder = variants.zoo(variants.family(family_of(variant)).random_builder)
+    builder = variants.random_builder(family_of(variant))
     return builder(variant, seed=seed, quantize=quantize, blocks=blocks)

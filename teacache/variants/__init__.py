@@ -137,6 +137,11 @@ def zoo(target: str):
     return attribute(target)
 
 
+def random_builder(family_name: str):
+    """The zoo function building ``family_name``'s full-size random-weight pipeline (its ``random_builder``)."""
+    return zoo(family(family_name).random_builder)
+
+
 @cache
 def _families() -> tuple[tuple[Family, tuple[VariantSpec, ...]], ...]:
     found = []
