@@ -310,8 +310,8 @@ def test_ctrl_c_keeps_the_finished_models_and_exits_130(tmp_path, monkeypatch, c
         return _runs(fullsize.model_label(variant), 1.0), {"model": fullsize.model_label(variant)}
 
     monkeypatch.setattr(bench_fullsize, "measure_model", measure)
-    argv = ["--models", "random-qwen-image,random-z-image,random-flux1-dev", "--out", str(tmp_path)]
-    assert bench_fullsize.main(argv) == 130
+    argv = ["--models", "random-qwen-image,random-z-image,random-flux1-dev", "--size", "64", "--steps", "4"]
+    assert bench_fullsize.main([*argv, "--out", str(tmp_path)]) == 130
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "qwen-image" in err[0] and "summary.csv" in err[0]
     import pandas as pd
