@@ -67,12 +67,13 @@ def test_a_rerun_keeps_the_finished_models_and_measures_only_the_new_one(tmp_pat
     assert "progress.log" in {p.name for p in out.iterdir()}
 
 
-def test_other_settings_are_refused_before_any_model_loads(tmp_path, measured, capsys):
+@pytest.mark.parametrize("smoke", [[], ["--blocks", "1"]], ids=["full-size", "blocks"])
+def test_other_settings_are_refused_before_any_model_loads(tmp_path, measured, capsys, smoke):
     out = tmp_path / "out"
-    assert _main(out, "random-qwen-image") == 0
+    assert _main(out, "random-qwen-image", *smoke) == 0
     before = _tree(out)
     capsys.readouterr()
-    assert _main(out, "random-qwen-image", "--repeats", "2") == 2
+    assert _main(out, "random-qwen-image", *smoke, "--repeats", "2") == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "repeats 3 (this run: 2)" in err[0] and "--force-new" in err[0]
     assert measured == ["qwen-image"] and _tree(out) == before  # nothing loaded, nothing written
