@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.sweep.records import RecordError
+from bench.timing.fullsize_records import SUMMARY, read_table
 from calib.run.command import command
 from teacache.errors import InputError
 
@@ -80,24 +82,13 @@ def side_by_side(summary: pd.DataFrame) -> list[str]:
     return lines + ([""] + notes if notes else [])
 
 
-# the columns of a fullsize summary.csv that every row of the table reads
-COLUMNS = ("model", "quantize", "resolution", "steps", "tag", "arm", "guidance", "vanilla_ms_per_step")
-
-
 def read_summary(path: Path) -> pd.DataFrame:
-    """A fullsize run's summary.csv; a missing file, one that is not CSV or one without its columns is refused."""
-    if not path.is_file():
-        raise InputError(f"SUMMARY: {path} does not exist")
+    """A fullsize run's summary.csv, through its one reader (bench.timing.fullsize_records): a missing file, one
+    that is not CSV or one without its columns is refused in one line naming the file and the column."""
     try:
-        summary = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype={"tag": str})
-    except (ValueError, UnicodeDecodeError) as exc:  # pandas' parser errors are ValueErrors
-        raise InputError(f"SUMMARY: {path} is not a readable CSV file ({exc})") from exc
-    missing = [c for c in COLUMNS if c not in summary.columns]
-    if missing:
-        raise InputError(
-            f"SUMMARY: {path} has no column {missing[0]!r}; expected teacache-bench fullsize's summary.csv"
-        )
-    return summary
+        return read_table(path, SUMMARY)
+    except RecordError as exc:
+        raise InputError(f"SUMMARY: {exc}") from None
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:

@@ -15,9 +15,13 @@ repeat, with min and max; ideal is N / (N - skipped).
 
 Writes ``OUT/runs.csv`` (the raw table: one row per generation, at full precision, each with its model's
 facts and its exactness against the vanilla run of its repeat), ``OUT/summary.csv`` (one row per model,
-quantization and arm, rebuilt from runs.csv by :func:`bench.timing.fullsize_tables.summarize`) and
-``OUT/provenance.json``, after each model: a configuration measured again replaces its runs, others are kept, so
-an interrupted campaign keeps the models it finished. Default OUT: ``results/<hardware>/fullsize``.
+quantization and arm, rebuilt from runs.csv by :func:`bench.timing.fullsize_tables.summarize`; both declared
+in :mod:`bench.timing.fullsize_records`), ``OUT/provenance.json`` and ``OUT/fingerprint.json`` (the settings
+of each configuration), atomically after each model, one writer per folder at a time. A rerun keeps the
+models it finished with the same settings and measures the rest; a model measured with other settings is
+refused before anything loads (``--force-new`` measures it again, replacing its rows; another ``--tag`` keeps
+both): :mod:`bench.timing.fullsize_folder`. Ctrl-C says what is saved and exits 130. Default OUT:
+``results/<hardware>/fullsize``.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ import pandas as pd
 
 from bench.common import parse_numbers, parse_thresholds
 from bench.peer import arm as peer
+from bench.timing import fullsize_folder as folder
+from bench.timing.fullsize_folder import LOG, OUTPUTS, PROG
 from bench.timing.fullsize_measure import measure_model
 from bench.timing.fullsize_tables import (
     CONFIG_KEY,
@@ -44,10 +50,12 @@ from bench.timing.fullsize_tables import (
     summarize,
     write_outputs,
 )
+from calib.run import fingerprint
 from calib.run.arguments import CommandParser, Writes, check_guidance, check_out_dir, path_argument
 from calib.run.command import command
-from calib.run.interrupts import interruptions
-from calib.run.progress import append_log
+from calib.run.folder_lock import folder_lock
+from calib.run.interrupts import Interrupted, interruptions
+from calib.run.progress import append_log, track
 from teacache import provenance as prov
 from teacache._compat import check_mflux_version
 from teacache._platform import use_float32_on_cpu
@@ -67,13 +75,12 @@ def _is_fullsize_provenance(path: Path) -> bool:
 
 # Its tables, merged run after run, in a folder of its own (its provenance.json marks it: RUN.md and logs beside it
 # are kept); results/<hardware>/fullsize is what it exists to regenerate.
-LOG = "progress.log"  # every line it prints, timestamped (calib.run.progress.append_log)
-WRITES = Writes("teacache-bench fullsize", names=("runs.csv", "summary.csv", "provenance.json", LOG),
-                marker="provenance.json", is_own=_is_fullsize_provenance, regenerates=("results",))  # fmt: skip
+WRITES = Writes(PROG, names=(*OUTPUTS, fingerprint.FILE), marker="provenance.json", is_own=_is_fullsize_provenance,
+                regenerates=("results",))  # fmt: skip
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
-    parser = CommandParser(prog="teacache-bench fullsize", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=DEFAULT_MODELS, help="comma-separated random-<variant> names")
     parser.add_argument("--size", type=int, default=None, help="image side in pixels; default: each variant's")
     parser.add_argument("--steps", type=int, default=None, help="default: each variant's")
@@ -99,6 +106,12 @@ def setup_arg_parser() -> argparse.ArgumentParser:
         "saying why",
     )
     parser.add_argument("--out", type=path_argument, default=None, help="default: results/<hardware>/fullsize")
+    parser.add_argument(
+        "--force-new",
+        action="store_true",
+        help="measure these models again where OUT holds them (with the same or other settings), replacing their "
+        "rows; OUT's other configurations are kept",
+    )
     return parser
 
 
@@ -151,7 +164,7 @@ def validate(args: argparse.Namespace) -> dict:
     return {"variants": variants, "thresholds": thresholds, "fractions": fractions}
 
 
-@command("teacache-bench fullsize")
+@command(PROG)
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
     plan = validate(args)
@@ -162,8 +175,18 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or PROJECT_ROOT / "results" / hardware / "fullsize"
     if args.out is None:  # a given --out was checked with the other arguments
         check_out_dir(out, writes=WRITES)
+    configurations = [folder.configuration(v, args, plan, hardware) for v in plan["variants"]]
+    with folder_lock(out, PROG) as lock:  # one writer per folder; refusals below leave it as it was
+        todo, kept = folder.plan(out, configurations, args.force_new)
+        if lock.stale_message():
+            print(lock.stale_message())
+        return _measure_all(out, todo, kept, args, plan, hardware, argv)
+
+
+def _measure_all(out: Path, todo: list, kept: list, args, plan: dict, hardware: str, argv) -> int:
+    """Measure every configuration of ``todo``, writing OUT's tables after each; 1 when a model failed."""
     deadline = None if args.budget_s is None else time.perf_counter() + args.budget_s
-    finished: list[str] = []
+    finished: list[str] = [config.key for config in kept]
     failed: list[str] = []
     stopped = interruptions()  # Ctrl-C, also as mflux's StopImageGenerationException inside its loop
 
@@ -174,41 +197,55 @@ def main(argv: list[str] | None = None) -> int:
     setting = f"{args.size or 'default'} px, {args.steps or 'default'} steps"
     say(f"teacache-bench fullsize on {hardware}: {setting}, {args.repeats} interleaved repeats after warm-up; "
         f"{MEANINGLESS}")  # fmt: skip
+    for config in kept:
+        say(f"{config.key}: kept (finished with these settings; --force-new measures it again)")
     try:
-        for variant in plan["variants"]:
-            if deadline is not None and time.perf_counter() > deadline:
-                say(f"budget: {variant} not started")
-                continue
-            try:
-                rows, model_prov = measure_model(variant, args, plan, deadline, say)
-            except stopped:
-                raise
-            except Exception:  # noqa: BLE001 - one family's failure must not lose the others' measurements
-                traceback.print_exc()
-                say(f"{variant}: failed (traceback above); nothing written for it")
-                failed.append(variant)
-                continue
-            for row in rows:
-                row["hardware"] = hardware
-            key = "|".join(key_text(rows[0][k]) for k in CONFIG_KEY)
-            provenance = prov.collect(argv if argv is None else ["teacache-bench", "fullsize", *argv])
-            provenance.update(
-                git=checkout_of_this_code(provenance["git"]),
-                code_sha256=code_digest(),
-                timing="denoising loop: before_loop -> after_loop callbacks, mx.eval per step",
-                cache_memory="the cached residuals of every branch plus the anchor (previous modulated input)",
-                **model_prov,
-            )
-            write_outputs(out, rows, {key: provenance})
-            finished.append(variant)
-            for row in summarize(pd.DataFrame(rows, columns=RUN_COLUMNS)).to_dict("records"):
-                say(_row_line(row))
-            say(f"  wrote {out / 'summary.csv'}")
+        with track("fullsize", len(todo), "models", log=out / LOG) as progress:
+            for config in todo:
+                if deadline is not None and time.perf_counter() > deadline:
+                    say(f"budget: {config.variant} not started")
+                    continue
+                try:
+                    rows, model_prov = measure_model(config.variant, args, plan, deadline, say)
+                except stopped:
+                    raise
+                except Exception:  # noqa: BLE001 - one family's failure must not lose the others' measurements
+                    traceback.print_exc()
+                    say(f"{config.variant}: failed (traceback above); nothing written for it")
+                    failed.append(config.variant)
+                    continue
+                _write_model(out, config, rows, model_prov, hardware, argv, say)
+                finished.append(config.key)
+                progress.advance()
+                say(f"  wrote {out / 'summary.csv'}")
     except stopped:
         saved = ", ".join(finished) or "no model"
-        print(f"\ninterrupted: {out / 'summary.csv'} holds the rows of {saved}", file=sys.stderr)
-        return 130
+        raise Interrupted(
+            f"interrupted: {out / 'summary.csv'} holds the rows of {saved}; run the same command again to measure "
+            "the rest (finished models are kept)"
+        ) from None
     return 1 if failed else 0
+
+
+def _write_model(out: Path, config, rows: list[dict], model_prov: dict, hardware: str, argv, say) -> None:
+    """One model's rows merged into OUT's tables (atomically, each file), its settings recorded first."""
+    for row in rows:
+        row["hardware"] = hardware
+    key = "|".join(key_text(rows[0][k]) for k in CONFIG_KEY)
+    if key != config.key:  # the folder's plan and the rows must name one configuration
+        raise RuntimeError(f"{config.variant}: its rows say configuration {key}, the plan {config.key}")
+    provenance = prov.collect(argv if argv is None else ["teacache-bench", "fullsize", *argv])
+    provenance.update(
+        git=checkout_of_this_code(provenance["git"]),
+        code_sha256=code_digest(),
+        timing="denoising loop: before_loop -> after_loop callbacks, mx.eval per step",
+        cache_memory="the cached residuals of every branch plus the anchor (previous modulated input)",
+        **model_prov,
+    )
+    folder.save(out, config)
+    write_outputs(out, rows, {key: provenance})
+    for row in summarize(pd.DataFrame(rows, columns=RUN_COLUMNS)).to_dict("records"):
+        say(_row_line(row))
 
 
 def _row_line(row: dict) -> str:

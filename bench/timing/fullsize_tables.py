@@ -17,26 +17,13 @@ import pandas as pd
 
 import calib
 import teacache
-from teacache.io import FORMAT_VERSION, write_json, write_text
+from bench.timing.fullsize_records import CONFIG_KEY, RUNS, SUMMARY, read_table, write_table
+from teacache.io import FORMAT_VERSION, write_json
 from teacache.models.fullsize import MEANINGLESS
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-SUMMARY_COLUMNS = (
-    "family", "model", "variant", "params_b", "dtype", "quantize", "resolution", "steps", "guidance", "branches",
-    "arm", "threshold", "skipped", "predicted_skipped", "speedup", "speedup_min", "speedup_max", "ideal",
-    "ratio_to_ideal", "vanilla_ms_per_step", "vanilla_ms_per_step_min", "vanilla_ms_per_step_max",
-    "arm_ms_per_step", "proxy_overhead_pct", "proxy_overhead_pct_min", "proxy_overhead_pct_max",
-    "peak_memory_gib", "vanilla_peak_memory_gib", "cache_memory_mib", "noop_exact", "max_abs_diff", "repeats",
-    "full_size", "rescale", "tag", "hardware", "note",
-)  # fmt: skip
-CONFIG_KEY = ("model", "quantize", "resolution", "steps", "tag")
-# runs.csv: one row per generation (or per arm that could not run: note); the columns before "kind" are
-# those of campaigns measured before runs.csv held every field the summary is derived from
-RUN_COLUMNS = (
-    "model", "quantize", "resolution", "steps", "tag", "repeat", "position", "arm", "loop_s", "total_s", "skipped",
-    "peak_memory_gib", "cache_memory_mib", "kind", "threshold", "predicted_skipped", "exact", "max_abs_diff",
-    "branches", "family", "variant", "params_b", "dtype", "guidance", "full_size", "rescale", "hardware", "note",
-)  # fmt: skip
+SUMMARY_COLUMNS = SUMMARY.names
+RUN_COLUMNS = RUNS.names  # runs.csv: one row per generation (or per arm that could not run: note)
 
 
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
@@ -126,19 +113,14 @@ def config_keys(frame: pd.DataFrame) -> list[tuple[str, ...]]:
     return [tuple(key_text(v) for v in row) for row in frame[list(CONFIG_KEY)].itertuples(index=False, name=None)]
 
 
-def read_csv(path: Path) -> pd.DataFrame:
-    """A table this command wrote, read back as written: "" is missing (floats round-trip: pandas' default)."""
-    return pd.read_csv(path, keep_default_na=False, na_values=[""], dtype={"tag": str})
-
-
-def _merge(path: Path, new: pd.DataFrame, columns) -> pd.DataFrame:
+def _merge(path: Path, new: pd.DataFrame) -> pd.DataFrame:
     """OUT's rows with those of the configurations in ``new`` replaced by ``new``'s."""
     if path.exists():
-        old = read_csv(path)
+        old = read_table(path, RUNS)
         replaced = set(config_keys(new))
         keep = [key not in replaced for key in config_keys(old)]
         new = pd.concat([old[keep], new], ignore_index=True)
-    return new.reindex(columns=list(columns) or list(new.columns))
+    return new.reindex(columns=list(RUN_COLUMNS))
 
 
 def checkout_of_this_code(git: dict) -> dict:
@@ -161,16 +143,16 @@ def write_outputs(out: Path, run_rows: list[dict], models: dict[str, dict]) -> p
     predate the raw fields (``kind``, ``exact``, ...: the committed H200 campaign) keep the summary rows
     they were written with.
     """
-    runs = _merge(out / "runs.csv", pd.DataFrame(run_rows, columns=RUN_COLUMNS), RUN_COLUMNS)
+    runs = _merge(out / RUNS.file, pd.DataFrame(run_rows, columns=RUN_COLUMNS))
     raw = runs["kind"].notna()
     summary = summarize(runs[raw])
-    if (out / "summary.csv").exists():
-        legacy = read_csv(out / "summary.csv")
+    if (out / SUMMARY.file).exists():
+        legacy = read_table(out / SUMMARY.file, SUMMARY)
         rebuilt = set(config_keys(runs[raw]))
         legacy = legacy[[key not in rebuilt for key in config_keys(legacy)]]
         summary = pd.concat([legacy.reindex(columns=SUMMARY_COLUMNS), summary], ignore_index=True)
-    write_text(out / "runs.csv", runs.to_csv(index=False))
-    write_text(out / "summary.csv", summary.to_csv(index=False, float_format="%.6g"))
+    write_table(out / RUNS.file, RUNS, runs)
+    write_table(out / SUMMARY.file, SUMMARY, summary)
 
     existing = {}
     if (out / "provenance.json").exists():

@@ -14,7 +14,7 @@ from mlx.utils import tree_flatten
 
 import teacache  # noqa: F401  (first: OpenBLAS preload before MLX)
 from bench.timing import fullsize as bench_fullsize
-from bench.timing import fullsize_measure, fullsize_tables
+from bench.timing import fullsize_measure, fullsize_records, fullsize_tables
 from teacache import variants
 from teacache.models import fullsize
 from teacache.rescale import RescaleFunction
@@ -226,7 +226,7 @@ def test_the_summary_is_derived_from_runs_csv_at_full_precision(tmp_path):
 
     rows = _runs("random-a", 2.0, vanilla=(1.0 / 3, 0.1 + 0.2, 2**-30))
     summary = fullsize_tables.write_outputs(tmp_path, rows, {"a": {"model": "random-a"}})
-    runs = fullsize_tables.read_csv(tmp_path / "runs.csv")
+    runs = fullsize_records.read_table(tmp_path / "runs.csv", fullsize_records.RUNS)
     assert list(runs["loop_s"]) == [r["loop_s"] for r in rows]  # every digit kept
     rebuilt = fullsize_tables.summarize(runs).to_csv(index=False, float_format="%.6g")
     assert rebuilt == (tmp_path / "summary.csv").read_text()  # summary.csv rebuilds from runs.csv alone
@@ -260,8 +260,8 @@ def test_configurations_measured_before_runs_csv_held_every_field_keep_their_sum
 
     old_runs = pd.DataFrame(_runs("random-old", 1.5)).reindex(columns=fullsize_tables.RUN_COLUMNS[:13])
     old_runs.to_csv(tmp_path / "runs.csv", index=False)
-    old_summary = "model,quantize,resolution,steps,tag,arm,speedup\nrandom-old,,64x64,4,,gate,1.234\n"
-    (tmp_path / "summary.csv").write_text(old_summary)
+    old_summary = fullsize_tables.summarize(pd.DataFrame(_runs("random-old", 1.5)))[-1:].assign(speedup=1.234)
+    old_summary.drop(columns="note").to_csv(tmp_path / "summary.csv", index=False)  # its campaign had no note column
     fullsize_tables.write_outputs(tmp_path, _runs("random-new", 2.0), {"new": {}})
     summary = pd.read_csv(tmp_path / "summary.csv")
     assert list(summary["model"]) == ["random-old", "random-new", "random-new"]
@@ -310,8 +310,8 @@ def test_ctrl_c_keeps_the_finished_models_and_exits_130(tmp_path, monkeypatch, c
         return _runs(fullsize.model_label(variant), 1.0), {"model": fullsize.model_label(variant)}
 
     monkeypatch.setattr(bench_fullsize, "measure_model", measure)
-    argv = ["--models", "random-qwen-image,random-z-image,random-flux1-dev", "--out", str(tmp_path)]
-    assert bench_fullsize.main(argv) == 130
+    argv = ["--models", "random-qwen-image,random-z-image,random-flux1-dev", "--size", "64", "--steps", "4"]
+    assert bench_fullsize.main([*argv, "--out", str(tmp_path)]) == 130
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "qwen-image" in err[0] and "summary.csv" in err[0]
     import pandas as pd
