@@ -114,7 +114,6 @@ def run_pair_arms(model, settings, pair, tc_arms, grid, adherence, images_dir, v
             rescale=source,
             adherence=adherence(gen.image, prompt) if adherence else float("nan"),
             image_path=save_image(images_dir, row["run_id"], gen.image),
-            predicted_skipped=float("nan"),
         )
         if arm == bl.VANILLA:
             row["threshold"] = float("nan")

@@ -1,15 +1,18 @@
 """The sweep folder's tables: one declared schema per table, one writer and one reader for each.
 
 ``runs.parquet`` (one row per run), ``decisions.parquet`` (one row per gated step of a TeaCache run,
-the columns of :class:`teacache.gate.StepDecision`) and ``noop.parquet`` (one proxy-noop run per
-pair), plus ``provenance.json``. The sweep writes them through :func:`write_table`; the report, the
+the columns of :class:`teacache.gate.StepDecision`), ``noop.parquet`` (one proxy-noop run per
+pair) and ``schedules.parquet`` (the skipped count the ``--traces`` replay predicts, per run), plus
+``provenance.json``. The sweep writes them through :func:`write_table`; the report, the
 tolerances and the notebook read them through :func:`read_sweep`, so a column the writer drops or
 renames fails at the reader with one message instead of deep inside a plot.
 
 A table file holds measured fields only. What follows from them (a run's median time, its speedup over the
 pair's vanilla run, its skipped count and ideal speedup) is declared beside the table (:class:`Derived`) and
 computed on reading by :func:`derive_columns`, the one place that computes it; a table of an earlier version
-that still stores those columns reads the same, its stored copies replaced by the computed ones.
+that still stores those columns reads the same, its stored copies replaced by the computed ones. A run's
+predicted skips cannot be recomputed from the folder (the traces replayed are not in it): they have a table of
+their own, and a runs table of an earlier version keeps the ones it stored.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from teacache.io import FORMAT_VERSION, file_sha256, read_json_object, write_par
 
 KINDS = ("vanilla", "teacache", "fewer-steps", "static", "step-cache", "mlx-teacache")  # the last four: --baselines
 MAX_LISTED = 5  # offending rows named in one error message before "and N more"
-SWEEP_FILES = ("runs.parquet", "decisions.parquet", "noop.parquet", "provenance.json")
+SWEEP_FILES = ("runs.parquet", "decisions.parquet", "noop.parquet", "schedules.parquet", "provenance.json")
 
 
 class RecordError(TeaCacheError, ValueError):
@@ -51,7 +54,7 @@ class Derived:
     name: str
     after: str  # the column it follows in the frame readers see (where tables of earlier versions stored it)
     inputs: tuple[str, ...]
-    compute: Callable[[pd.DataFrame], pd.Series]
+    compute: Callable[[pd.DataFrame], pd.Series] | None  # None: from the folder's schedules.parquet (see _predicted)
     optional: bool = False  # derived only where the table has its last input (an optional column)
 
 
@@ -125,6 +128,7 @@ _RUNS_DERIVED = (
     Derived("ideal_speedup", "speedup", ("num_steps", "computed"), lambda r: r["num_steps"] / r["computed"]),
     Derived("speedup_in_process", "wall_s_in_process", ("pair_id", "kind", "wall_s_in_process"),
             lambda r: _over_vanilla(r, "wall_s_in_process"), optional=True),
+    Derived("predicted_skipped", "image_path", ("run_id",), None),  # NaN without --traces
 )  # fmt: skip
 
 RUNS = Table(
@@ -141,7 +145,6 @@ RUNS = Table(
     + (
         Column("adherence", "float"),
         Column("image_path", "str"),
-        Column("predicted_skipped", "float"),  # NaN without --traces
     )
     + _RANK
     # a sweep with --baselines, --compare-coefficients or --isolate only: what ran and how it was timed
@@ -155,6 +158,9 @@ RUNS = Table(
     _RUNS_DERIVED,
 )
 DECISIONS = Table("decisions.parquet", _decision_columns())
+# One row per run whose skip schedule replaying --traces predicted (merge.write_tables); what runs.parquet's
+# predicted_skipped reads from. Always written, empty without --traces.
+SCHEDULES = Table("schedules.parquet", (Column("run_id", "str"), Column("predicted_skipped", "float")))
 NOOP = Table(
     "noop.parquet",
     _PAIR_BASE
@@ -318,10 +324,24 @@ def validate_runs(runs: pd.DataFrame) -> None:
     check_rows(runs)
 
 
-def derive_columns(frame: pd.DataFrame, table: Table = RUNS, file: str | None = None) -> pd.DataFrame:
+def _predicted(frame: pd.DataFrame, schedules: pd.DataFrame | None) -> pd.Series:
+    """Each run's predicted skipped count: from the folder's schedules.parquet where it has one; else as a runs
+    table of an earlier version stored it (the traces it was replayed from are not in the folder); else NaN."""
+    if schedules is not None:
+        by_run = schedules.drop_duplicates("run_id").set_index("run_id")["predicted_skipped"]
+        return frame["run_id"].map(by_run).astype("float64")
+    if "predicted_skipped" in frame.columns:
+        return pd.to_numeric(frame["predicted_skipped"]).astype("float64")
+    return pd.Series(np.nan, index=frame.index, dtype="float64")
+
+
+def derive_columns(
+    frame: pd.DataFrame, table: Table = RUNS, file: str | None = None, schedules: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """``frame`` with ``table``'s derived columns computed from its measured ones, each placed where the tables
     of earlier versions stored it; stored copies of them (those tables) are replaced. The one place they are
-    computed: :func:`read_table` calls it for every reader. ``file``: the name a missing input is reported under.
+    computed: :func:`read_table` calls it for every reader. ``file``: the name a missing input is reported under;
+    ``schedules``: the folder's schedules.parquet, where it has one.
     """
     out = frame.drop(columns=[d.name for d in table.derived if d.name in frame.columns])
     for derived in table.derived:
@@ -333,15 +353,20 @@ def derive_columns(frame: pd.DataFrame, table: Table = RUNS, file: str | None = 
                 f"{file or table.file}: column {derived.name!r} is derived from {', '.join(derived.inputs)}; "
                 f"the table lacks {', '.join(missing)}"
             )
-        out.insert(out.columns.get_loc(derived.after) + 1, derived.name, derived.compute(out))
+        values = _predicted(frame, schedules) if derived.compute is None else derived.compute(out)
+        at = out.columns.get_loc(derived.after) + 1 if derived.after in out.columns else len(out.columns)
+        out.insert(at, derived.name, values)
     return out
 
 
-def read_table(path: str | Path, table: Table, fill: dict | None = None) -> pd.DataFrame:
+def read_table(
+    path: str | Path, table: Table, fill: dict | None = None, schedules: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """One table file, its derived columns computed (:func:`derive_columns`), validated (runs get the full check of
     :func:`validate_runs`).
 
-    ``fill``: columns older files lack, added with this value before the check (``{column: value}``).
+    ``fill``: columns older files lack, added with this value before the check (``{column: value}``);
+    ``schedules``: the predicted skips of the runs (:data:`SCHEDULES`), where the folder has them.
     """
     frame = _read_parquet(Path(path))
     for column, value in (fill or {}).items():
@@ -349,7 +374,7 @@ def read_table(path: str | Path, table: Table, fill: dict | None = None) -> pd.D
             frame[column] = value
     if table is RUNS:
         _check_layout(frame)
-        frame = derive_columns(frame, table, Path(path).name)
+        frame = derive_columns(frame, table, Path(path).name, schedules)
         validate_runs(frame)
     else:
         validate(frame, table)
@@ -388,7 +413,9 @@ def read_sweep(folder: str | Path) -> SweepRecords:
     runs_path = folder / RUNS.file
     if not runs_path.is_file():
         raise RecordError(f"no runs.parquet in {folder}: point at the folder `teacache-bench sweep` wrote (…/sweep)")
-    runs = read_table(runs_path, RUNS)
+    schedules_path = folder / SCHEDULES.file
+    schedules = read_table(schedules_path, SCHEDULES) if schedules_path.is_file() else None
+    runs = read_table(runs_path, RUNS, schedules=schedules)
     provenance = read_provenance(folder)
     optional = {}
     for table in (DECISIONS, NOOP):

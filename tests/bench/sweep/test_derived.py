@@ -2,7 +2,8 @@
 
 The committed tables under results/ were written when runs.parquet still stored the derived columns; they stay
 as they are (each report's summary.json records the sha256 of its runs.parquet), and reading them recomputes
-those columns, which must equal the stored ones exactly.
+those columns, which must equal the stored ones exactly. The predicted skips (a replay of traces the folder does
+not hold) move to schedules.parquet; a runs table of an earlier version keeps the ones it stored.
 """
 
 from __future__ import annotations
@@ -26,9 +27,17 @@ def _rel(path) -> str:
 
 
 def test_the_declared_tables_hold_measured_columns_only():
-    assert DERIVED == ["skipped", "wall_s_median", "speedup", "ideal_speedup", "speedup_in_process"]
+    assert DERIVED == [
+        "skipped",
+        "wall_s_median",
+        "speedup",
+        "ideal_speedup",
+        "speedup_in_process",
+        "predicted_skipped",
+    ]
     assert not set(DERIVED) & set(records.RUNS.names)
     assert records.NOOP.derived == () and records.DECISIONS.derived == ()  # noop's wall_s_median: one timed run
+    assert records.SCHEDULES.names == ("run_id", "predicted_skipped")
 
 
 @pytest.mark.parametrize("path", COMMITTED, ids=_rel)
@@ -39,29 +48,48 @@ def test_a_committed_table_reads_with_its_stored_derived_columns_recomputed_exac
     pd.testing.assert_frame_equal(read, stored, check_exact=True)  # same columns, order, dtypes and values
     raw = records.to_frame(records.RUNS, stored)
     assert not set(DERIVED) & set(raw.columns)
-    pd.testing.assert_frame_equal(records.derive_columns(raw), stored, check_exact=True)
+    schedules = stored.loc[stored["predicted_skipped"].notna(), ["run_id", "predicted_skipped"]]
+    pd.testing.assert_frame_equal(records.derive_columns(raw, schedules=schedules), stored, check_exact=True)
 
 
-def _sweep_folder(tmp_path, name: str):
-    src = ROOT / "results/cpu-amd-epyc-2c/tiny-shapes/0.24.0/baselines/isolated"  # in-process times too
+ISOLATED = "results/cpu-amd-epyc-2c/tiny-shapes/0.24.0/baselines/isolated"  # in-process times too
+PREDICTED = "results/cpu-amd-epyc-2c/tiny-shapes/0.24.0/baselines/sweep"  # baseline arms, some runs predicted
+
+
+def _sweep_folder(tmp_path, name: str, src: str = ISOLATED):
     folder = tmp_path / name
     folder.mkdir()
     for file in records.SWEEP_FILES:
-        shutil.copy(src / file, folder / file)
+        if (ROOT / src / file).is_file():
+            shutil.copy(ROOT / src / file, folder / file)
     return folder
 
 
-def test_the_writer_leaves_out_derived_columns_and_both_formats_read_the_same(tmp_path):
-    old = _sweep_folder(tmp_path, "old")
-    new = _sweep_folder(tmp_path, "new")
-    written = records.write_table(new / records.RUNS.file, records.RUNS, pd.read_parquet(old / records.RUNS.file))
+@pytest.mark.parametrize("src", [ISOLATED, PREDICTED])
+def test_the_writer_leaves_out_derived_columns_and_both_formats_read_the_same(tmp_path, src):
+    old = _sweep_folder(tmp_path, "old", src)
+    new = _sweep_folder(tmp_path, "new", src)
+    assert not (old / records.SCHEDULES.file).exists()  # written before the predictions had a table
+    stored = pd.read_parquet(old / records.RUNS.file)
+    written = records.write_table(new / records.RUNS.file, records.RUNS, stored)
+    predicted = stored.loc[stored["predicted_skipped"].notna(), ["run_id", "predicted_skipped"]]
+    records.write_table(new / records.SCHEDULES.file, records.SCHEDULES, predicted)
     on_disk = pd.read_parquet(new / records.RUNS.file)
     assert list(on_disk.columns) == list(written.columns)
-    assert not set(DERIVED) & set(on_disk.columns) and "wall_s_in_process" in on_disk.columns
+    assert not set(DERIVED) & set(on_disk.columns) and "wall_s" in on_disk.columns
     a, b = records.read_sweep(old), records.read_sweep(new)
     pd.testing.assert_frame_equal(a.runs, b.runs, check_exact=True)
     pd.testing.assert_frame_equal(a.noop, b.noop, check_exact=True)
     pd.testing.assert_frame_equal(a.decisions, b.decisions, check_exact=True)
+    assert (src == PREDICTED) == bool(b.runs["predicted_skipped"].notna().any())
+
+
+def test_without_schedules_a_new_table_has_no_predictions(tmp_path):
+    folder = _sweep_folder(tmp_path, "plain", PREDICTED)
+    records.write_table(folder / records.RUNS.file, records.RUNS, pd.read_parquet(folder / records.RUNS.file))
+    assert records.read_sweep(folder).runs["predicted_skipped"].isna().all()
+    records.write_table(folder / records.SCHEDULES.file, records.SCHEDULES, [])  # a sweep without --traces
+    assert records.read_sweep(folder).runs["predicted_skipped"].isna().all()
 
 
 def _rows() -> list[dict]:
@@ -76,12 +104,14 @@ def _rows() -> list[dict]:
 def test_each_derived_column_from_its_inputs():
     runs = records.derive_columns(pd.DataFrame(_rows()))
     assert list(runs.columns) == ["pair_id", "num_steps", "run_id", "kind", "computed", "skipped", "wall_s",
-                                  "wall_s_median", "speedup", "ideal_speedup"]  # fmt: skip
+                                  "wall_s_median", "speedup", "ideal_speedup", "predicted_skipped"]  # fmt: skip
     assert list(runs["skipped"]) == [0, 6, 5] and str(runs["skipped"].dtype) == "int64"
     assert list(runs["wall_s_median"]) == [3.0, 1.25, 1.0]
     assert runs["speedup"].iloc[0] == 1.0 and runs["speedup"].iloc[1] == 3.0 / 1.25
     assert math.isnan(runs["speedup"].iloc[2])  # no vanilla run in its pair: validate_runs names it
-    assert list(runs["ideal_speedup"]) == [1.0, 2.5, 2.0]
+    assert list(runs["ideal_speedup"]) == [1.0, 2.5, 2.0] and runs["predicted_skipped"].isna().all()
+    predicted = pd.DataFrame({"run_id": ["p-s0-t0.1"], "predicted_skipped": [5.0]})
+    assert list(records.derive_columns(runs, schedules=predicted)["predicted_skipped"].fillna(-1)) == [-1, 5.0, -1]
     isolated = pd.DataFrame(_rows()[:2]).assign(wall_s_in_process=[[4.0], np.array([0.5, 1.5])])
     assert list(records.derive_columns(isolated)["speedup_in_process"]) == [1.0, 4.0]
 
