@@ -280,7 +280,7 @@ def check_rows(runs: pd.DataFrame) -> None:
             )
 
 
-def _check_layout(runs: pd.DataFrame, file: str = RUNS.file) -> None:
+def _check_layout(runs: pd.DataFrame) -> None:
     """The runs table's version, its measured columns and at least one row: what deriving the rest needs."""
     if "format_version" in runs.columns:
         versions = sorted({int(v) for v in runs["format_version"].dropna().unique()})
@@ -292,9 +292,9 @@ def _check_layout(runs: pd.DataFrame, file: str = RUNS.file) -> None:
             )
     missing = [c for c in RUNS.required if c not in runs.columns]
     if missing:
-        raise RecordError(f"{file} lacks columns: {', '.join(missing)}")
+        raise RecordError(f"runs.parquet lacks columns: {', '.join(missing)}")
     if runs.empty:
-        raise RecordError(f"{file} has no rows: the sweep recorded no run")
+        raise RecordError("runs.parquet has no rows: the sweep recorded no run")
 
 
 def validate_runs(runs: pd.DataFrame) -> None:
@@ -359,19 +359,14 @@ def derive_columns(
     return out
 
 
-def read_table(
-    path: str | Path, table: Table, fill: dict | None = None, schedules: pd.DataFrame | None = None
-) -> pd.DataFrame:
+def read_table(path: str | Path, table: Table, schedules: pd.DataFrame | None = None) -> pd.DataFrame:
     """One table file, its derived columns computed (:func:`derive_columns`), validated (runs get the full check of
     :func:`validate_runs`).
 
-    ``fill``: columns older files lack, added with this value before the check (``{column: value}``);
-    ``schedules``: the predicted skips of the runs (:data:`SCHEDULES`), where the folder has them.
+    ``schedules``: the predicted skips of the runs (:data:`SCHEDULES`), where the folder has them (a runs table
+    of an earlier version stores them itself, as the pair parts of one did).
     """
     frame = _read_parquet(Path(path))
-    for column, value in (fill or {}).items():
-        if column not in frame.columns:
-            frame[column] = value
     if table is RUNS:
         _check_layout(frame)
         frame = derive_columns(frame, table, Path(path).name, schedules)
