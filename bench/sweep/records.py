@@ -128,7 +128,7 @@ _RUNS_DERIVED = (
     Derived("ideal_speedup", "speedup", ("num_steps", "computed"), lambda r: r["num_steps"] / r["computed"]),
     Derived("speedup_in_process", "wall_s_in_process", ("pair_id", "kind", "wall_s_in_process"),
             lambda r: _over_vanilla(r, "wall_s_in_process"), optional=True),
-    Derived("predicted_skipped", "image_path", ("run_id",), None),  # NaN without --traces
+    Derived("predicted_skipped", "image_path", (), None),  # NaN without --traces; by run_id from schedules.parquet
 )  # fmt: skip
 
 RUNS = Table(
