@@ -11,6 +11,7 @@ import pytest
 
 import teacache
 from bench.sweep import command as sweep_cmd
+from bench.sweep import records
 from bench.tolerances import derive as tolerances_cmd
 from calib import emit as emit_cmd
 from calib import record as record_cmd
@@ -86,7 +87,7 @@ def test_tolerance_journey_writes_a_module_with_provenance_on_every_constant(tra
     assert module_path.read_bytes() == first
     # and the tolerances hold for the very runs they were derived from
     tol = tolerances_cmd.load_module(module_path)
-    runs = pd.read_parquet(sweep_dir / "runs.parquet")
+    runs = records.read_sweep(sweep_dir).runs  # skipped is derived on reading
     at = runs[(runs["kind"] == "teacache") & (runs["threshold"] == 0.5)]
     for row in at.itertuples():
         verdict = tolerances_cmd.check_run(tol, "tiny-flux1", {"skipped": row.skipped, "ssim": row.ssim})

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from bench.report import front, stats
+from bench.sweep import records
 from bench.sweep.baselines import TEACACHE
 from calib.fit.result import FitResult
 from calib.run.arguments import CommandParser, Writes, check_out_dir, path_argument
@@ -277,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     swept = {label: FitResult.read(fit_path).selected.label for label, _, fit_path in candidates}
     frames, scores, inputs = [], {}, []
     for label, sweep, fit_path in candidates:
-        runs = pd.read_parquet(sweep / "runs.parquet")
+        runs = records.derive_columns(pd.read_parquet(sweep / records.RUNS.file), file=str(sweep / records.RUNS.file))
         frames.append(runs[runs["kind"] == "teacache"].assign(candidate=label))
         fitted = swept[label]
         cand = next((c for c in full.candidates or () if c.label == fitted), None)

@@ -13,7 +13,6 @@ them, and the quality metrics come from the in-process images.
 from __future__ import annotations
 
 import json
-import statistics
 from collections import Counter
 
 from bench.sweep import baselines as bl
@@ -115,7 +114,6 @@ def run_pair_arms(model, settings, pair, tc_arms, grid, adherence, images_dir, v
             rescale=source,
             adherence=adherence(gen.image, prompt) if adherence else float("nan"),
             image_path=save_image(images_dir, row["run_id"], gen.image),
-            predicted_skipped=float("nan"),
         )
         if arm == bl.VANILLA:
             row["threshold"] = float("nan")
@@ -132,8 +130,8 @@ def run_pair_arms(model, settings, pair, tc_arms, grid, adherence, images_dir, v
 def isolated_times(settings, pair, order: list, rows: list[dict]) -> None:
     """Time every arm again, each generation in a fresh process, interleaved as in-process.
 
-    ``rows`` (measure_pair's, same order as ``order``) get the isolated ``wall_s`` and ``speedup``; the
-    in-process ones move to ``wall_s_in_process`` / ``speedup_in_process``. A fresh process that skips
+    ``rows`` (measure_pair's, same order as ``order``) get the isolated ``wall_s``; the in-process ones move to
+    ``wall_s_in_process`` (the speedups of both are derived on reading). A fresh process that skips
     other steps than the in-process run refuses the pair.
     """
     _prompt_id, prompt, seed = pair
@@ -148,12 +146,8 @@ def isolated_times(settings, pair, order: list, rows: list[dict]) -> None:
         return result["loop_s"]
 
     times = [[t for loops in arm for t in loops] for arm in interleave(run, len(order), settings.repeats)]
-    vanilla_median = statistics.median(times[0])
     for i, row in enumerate(rows):
-        row["wall_s_in_process"], row["speedup_in_process"] = row["wall_s"], row["speedup"]
-        row["wall_s"] = times[i]
-        row["wall_s_median"] = statistics.median(times[i])
-        row["speedup"] = vanilla_median / row["wall_s_median"]
+        row["wall_s_in_process"], row["wall_s"] = row["wall_s"], times[i]
 
 
 def most_common_counts(schedules: dict[float, list[list[int]]]) -> dict[float, int]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import statistics
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -358,8 +357,8 @@ def measure_pair(
 
     Interleaved by :func:`calib.run.interleave.interleave` (vanilla is arm 0, the order rotated from repeat to
     repeat). ``settings``: variant, model, steps, width, height, guidance.
-    Each row carries ``arm`` and ``arm_setting``; speedup is the median vanilla loop time over the
-    arm's median, ``ideal_speedup`` N over the steps whose transformer body ran.
+    Each row carries ``arm``, ``arm_setting`` and its measured fields only: its speedup over the vanilla run, its
+    skipped count and ideal speedup are derived from them (:func:`bench.sweep.records.derive_columns`).
     ``kept``, when given, receives each row's first :class:`ArmResult` by row index (``"results"``) and
     whether every vanilla repeat gave the same latents (``"vanilla_repeats_equal"``), for the sweep's images,
     decision log and proxy-noop record.
@@ -387,10 +386,9 @@ def measure_pair(
         kept["results"] = [first[i] for i in range(len(order))]
         kept["vanilla_repeats_equal"] = all(vanilla_equal)
     ref = first[0].generation
-    vanilla_median = statistics.median(times[0])
     rows = []
     for i, arm in enumerate(order):
-        result, median = first[i], statistics.median(times[i])
+        result = first[i]
         gen = result.generation
         rows.append({
             "pair_id": pid, "variant": settings["variant"], "model": settings["model"], "prompt_id": prompt_id,
@@ -398,10 +396,9 @@ def measure_pair(
             "run_id": f"{pid}-{arm.name}" + (f"-{arm.setting}" if arm.setting else ""),
             "kind": arm.name, "arm": arm.name, "arm_setting": arm.setting,
             "threshold": arm.gate.rel_l1_thresh if arm.gate is not None else float("nan"),
-            "steps_run": result.steps_run, "computed": result.computed, "skipped": n - result.computed,
+            "steps_run": result.steps_run, "computed": result.computed,
             "skipped_steps": json.dumps(result.skipped_steps), "longest_skip_streak": result.longest_skip_streak,
-            "wall_s": times[i], "wall_s_median": median, "speedup": vanilla_median / median,
-            "ideal_speedup": n / result.computed,
+            "wall_s": times[i],
             **latent_metrics(gen.latents, ref.latents), **image_metrics(gen.image, ref.image),
         })  # fmt: skip
     return rows

@@ -2,7 +2,7 @@
 
 Per (prompt, seed) pair, in one process after a warm-up, interleaved: each repeat runs vanilla and
 every threshold once, the order rotated from repeat to repeat (calib.run.interleave). Raw records only
-(runs.parquet, decisions.parquet, noop.parquet, provenance.json; schemas in bench.sweep.records);
+(runs.parquet, decisions.parquet, noop.parquet, schedules.parquet, provenance.json; schemas in bench.sweep.records);
 ``teacache-bench report`` derives everything else. Resumable per pair: finished pairs live in
 ``DIR/pairs/<pair_id>.*.parquet`` and are never redone, as long as the settings are the same
 (``DIR/fingerprint.json``); new seeds or thresholds extend the folder.

@@ -8,9 +8,10 @@ from calib.run import arguments, fingerprint, units
 PROG = "teacache-bench sweep"
 # What the sweep writes into its folder: --force-new removes exactly these.
 LOG = "progress.log"  # a line per measured pair (calib.run.progress)
-OUTPUTS = ("pairs", "images", "runs.parquet", "decisions.parquet", "noop.parquet", "provenance.json", units.SHARDS, LOG)
+TABLES = ("runs.parquet", "decisions.parquet", "noop.parquet", "schedules.parquet")  # bench.sweep.records
+OUTPUTS = ("pairs", "images", *TABLES, "provenance.json", units.SHARDS, LOG)
 # What shows that a folder holds a sweep's results (images and shard folders alone are no sweep to check)
-RESULTS = ("pairs", "runs.parquet", "decisions.parquet", "noop.parquet", "provenance.json")
+RESULTS = ("pairs", *TABLES, "provenance.json")
 # What the output rule (calib.run.outputs) lets it write: a sweep, in a folder its fingerprint names it in.
 WRITES = arguments.Writes(PROG, names=(*OUTPUTS, fingerprint.FILE), marker=fingerprint.FILE)
 # A pair is the unit of a sharded sweep: its parts under <folder>/pairs, its images under OUT/images

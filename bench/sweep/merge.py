@@ -1,5 +1,5 @@
-"""A sweep's merged tables (runs.parquet, decisions.parquet, noop.parquet) and its provenance.json, from every
-saved pair wherever it was measured (rank 0 merges the shards of a sharded sweep)."""
+"""A sweep's merged tables (runs.parquet, decisions.parquet, noop.parquet, schedules.parquet) and its provenance.json,
+from every saved pair wherever it was measured (rank 0 merges the shards of a sharded sweep)."""
 
 from __future__ import annotations
 
@@ -108,6 +108,8 @@ def write_tables(
     provenance.update(authorship(previous, provenance, added, len(settings.pairs)))
     records.write_table(out / records.DECISIONS.file, records.DECISIONS, decisions)
     records.write_table(out / records.NOOP.file, records.NOOP, noop)
+    predicted = runs.loc[runs["predicted_skipped"].notna(), ["run_id", "predicted_skipped"]]
+    records.write_table(out / records.SCHEDULES.file, records.SCHEDULES, predicted)  # empty without --traces
     records.write_table(out / records.RUNS.file, records.RUNS, runs)
     write_json(out / "provenance.json", provenance)
     return out / records.RUNS.file

@@ -21,17 +21,13 @@ def part_path(parts: Path, pid: str, table: str) -> Path:
     return parts / f"{pid}.{table}.parquet"
 
 
-# Pair parts of earlier versions lack the predicted skips (added when the folder's table is assembled).
-PART_FILL = {"predicted_skipped": float("nan")}
-
-
 def read_part(path: Path, table: Table) -> pd.DataFrame:
     """One saved part of a pair; a damaged one is named with the way out (its pair is measured anew)."""
     # heavy (pandas): loaded after the arguments are checked
     from bench.sweep import records
 
     try:
-        return records.read_table(path, table, fill=PART_FILL if table is records.RUNS else None)
+        return records.read_table(path, table)  # a pair's predicted skips: added when the folder's table is assembled
     except records.RecordError as exc:
         raise records.RecordError(
             f"{exc} ({path}); delete that file and run the same command again: its pair is measured anew"

@@ -1,16 +1,26 @@
 """The sweep folder's tables: one declared schema per table, one writer and one reader for each.
 
 ``runs.parquet`` (one row per run), ``decisions.parquet`` (one row per gated step of a TeaCache run,
-the columns of :class:`teacache.gate.StepDecision`) and ``noop.parquet`` (one proxy-noop run per
-pair), plus ``provenance.json``. The sweep writes them through :func:`write_table`; the report, the
+the columns of :class:`teacache.gate.StepDecision`), ``noop.parquet`` (one proxy-noop run per
+pair) and ``schedules.parquet`` (the skipped count the ``--traces`` replay predicts, per run), plus
+``provenance.json``. The sweep writes them through :func:`write_table`; the report, the
 tolerances and the notebook read them through :func:`read_sweep`, so a column the writer drops or
 renames fails at the reader with one message instead of deep inside a plot.
+
+A table file holds measured fields only. What follows from them (a run's median time, its speedup over the
+pair's vanilla run, its skipped count and ideal speedup) is declared beside the table (:class:`Derived`) and
+computed on reading by :func:`derive_columns`, the one place that computes it; a table of an earlier version
+that still stores those columns reads the same, its stored copies replaced by the computed ones. A run's
+predicted skips cannot be recomputed from the folder (the traces replayed are not in it): they have a table of
+their own, and a runs table of an earlier version keeps the ones it stored.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +33,7 @@ from teacache.io import FORMAT_VERSION, file_sha256, read_json_object, write_par
 
 KINDS = ("vanilla", "teacache", "fewer-steps", "static", "step-cache", "mlx-teacache")  # the last four: --baselines
 MAX_LISTED = 5  # offending rows named in one error message before "and N more"
-SWEEP_FILES = ("runs.parquet", "decisions.parquet", "noop.parquet", "provenance.json")
+SWEEP_FILES = ("runs.parquet", "decisions.parquet", "noop.parquet", "schedules.parquet", "provenance.json")
 
 
 class RecordError(TeaCacheError, ValueError):
@@ -38,9 +48,21 @@ class Column:
 
 
 @dataclass(frozen=True)
+class Derived:
+    """A column computed from others of its table on reading (:func:`derive_columns`); the writer leaves it out."""
+
+    name: str
+    after: str  # the column it follows in the frame readers see (where tables of earlier versions stored it)
+    inputs: tuple[str, ...]
+    compute: Callable[[pd.DataFrame], pd.Series] | None  # None: from the folder's schedules.parquet (see _predicted)
+    optional: bool = False  # derived only where the table has its last input (an optional column)
+
+
+@dataclass(frozen=True)
 class Table:
     file: str
-    columns: tuple[Column, ...]
+    columns: tuple[Column, ...]  # what the file holds: measured fields only
+    derived: tuple[Derived, ...] = ()
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -83,25 +105,46 @@ _QUALITY = tuple(Column(n, "float") for n in ("max_abs", "mean_abs", "max_rel", 
 _RANK = (Column("rank", "int", required=False), Column("hardware", "str", required=False),
          Column("contended", "bool", required=False))  # fmt: skip
 
+
+def _medians(times: pd.Series) -> pd.Series:
+    """The median of every row's timed repeats (NaN for a row without them), as the sweep took it."""
+    return times.map(lambda w: float(statistics.median(w)) if w is not None and len(w) else float("nan"))
+
+
+def _over_vanilla(runs: pd.DataFrame, times: str) -> pd.Series:
+    """The pair's vanilla median over each row's median (NaN for a row whose pair has no vanilla run)."""
+    medians = _medians(runs[times])
+    vanilla = runs["kind"] == "vanilla"
+    reference = pd.Series(medians[vanilla].to_numpy(), index=runs.loc[vanilla, "pair_id"].to_numpy())
+    reference = reference[~reference.index.duplicated()]  # a repeated run is refused by check_rows
+    return runs["pair_id"].map(reference).astype("float64") / medians
+
+
+_RUNS_DERIVED = (
+    Derived("skipped", "computed", ("num_steps", "computed"), lambda r: r["num_steps"] - r["computed"]),
+    Derived("wall_s_median", "wall_s", ("wall_s",), lambda r: _medians(r["wall_s"])),
+    Derived("speedup", "wall_s_median", ("pair_id", "kind", "wall_s"), lambda r: _over_vanilla(r, "wall_s")),
+    # N over the steps whose transformer body ran (fewer-steps: N over N')
+    Derived("ideal_speedup", "speedup", ("num_steps", "computed"), lambda r: r["num_steps"] / r["computed"]),
+    Derived("speedup_in_process", "wall_s_in_process", ("pair_id", "kind", "wall_s_in_process"),
+            lambda r: _over_vanilla(r, "wall_s_in_process"), optional=True),
+    Derived("predicted_skipped", "image_path", (), None),  # NaN without --traces; by run_id from schedules.parquet
+)  # fmt: skip
+
 RUNS = Table(
     "runs.parquet",
     _PAIR_BASE
     + (
         Column("threshold", "float"),  # NaN for vanilla
         Column("computed", "int"),
-        Column("skipped", "int"),
         Column("skipped_steps", "str"),  # JSON list of step indices
         Column("longest_skip_streak", "int"),
         Column("wall_s", "list"),  # loop time of every repeat, in measured order
-        Column("wall_s_median", "float"),
-        Column("speedup", "float"),
-        Column("ideal_speedup", "float"),
     )
     + _QUALITY
     + (
         Column("adherence", "float"),
         Column("image_path", "str"),
-        Column("predicted_skipped", "float"),  # NaN without --traces
     )
     + _RANK
     # a sweep with --baselines, --compare-coefficients or --isolate only: what ran and how it was timed
@@ -111,14 +154,17 @@ RUNS = Table(
         Column("rescale", "str", required=False),  # teacache: the rescale function's source
         Column("steps_run", "int", required=False),  # loop steps (fewer-steps: N')
         Column("wall_s_in_process", "list", required=False),  # --isolate: the in-process times
-        Column("speedup_in_process", "float", required=False),
     ),
+    _RUNS_DERIVED,
 )
 DECISIONS = Table("decisions.parquet", _decision_columns())
+# One row per run whose skip schedule replaying --traces predicted (merge.write_tables); what runs.parquet's
+# predicted_skipped reads from. Always written, empty without --traces.
+SCHEDULES = Table("schedules.parquet", (Column("run_id", "str"), Column("predicted_skipped", "float")))
 NOOP = Table(
     "noop.parquet",
     _PAIR_BASE
-    + (Column("bit_exact", "bool"), Column("wall_s_median", "float"))
+    + (Column("bit_exact", "bool"), Column("wall_s_median", "float"))  # the one timed run's loop time, as measured
     + _QUALITY
     + (Column("vanilla_repeats_equal", "bool"),)
     + _RANK,
@@ -129,8 +175,12 @@ NOOP = Table(
 
 
 def to_frame(table: Table, rows: list[dict] | pd.DataFrame) -> pd.DataFrame:
-    """Rows as a frame with exactly the table's columns, in its order and dtypes; refuse unknown columns."""
+    """Rows as a frame with exactly the table's columns, in its order and dtypes; refuse unknown columns.
+
+    Derived columns (a frame read back carries them) are left out: :func:`derive_columns` computes them on reading.
+    """
     frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
+    frame = frame.drop(columns=[d.name for d in table.derived if d.name in frame.columns])
     unknown = [c for c in frame.columns if c not in table.names]
     if unknown:
         raise RecordError(f"{table.file}: the writer got undeclared columns {', '.join(unknown)}")
@@ -230,8 +280,8 @@ def check_rows(runs: pd.DataFrame) -> None:
             )
 
 
-def validate_runs(runs: pd.DataFrame) -> None:
-    """The runs table: its version, columns and kinds, and a vanilla run for every TeaCache run's pair."""
+def _check_layout(runs: pd.DataFrame) -> None:
+    """The runs table's version, its measured columns and at least one row: what deriving the rest needs."""
     if "format_version" in runs.columns:
         versions = sorted({int(v) for v in runs["format_version"].dropna().unique()})
         if versions != [FORMAT_VERSION] and versions:
@@ -245,8 +295,13 @@ def validate_runs(runs: pd.DataFrame) -> None:
         raise RecordError(f"runs.parquet lacks columns: {', '.join(missing)}")
     if runs.empty:
         raise RecordError("runs.parquet has no rows: the sweep recorded no run")
+
+
+def validate_runs(runs: pd.DataFrame) -> None:
+    """The runs table (derived columns included): its version, columns and kinds, a vanilla run for every
+    TeaCache run's pair, and finite measurements (:func:`check_rows`)."""
+    _check_layout(runs)
     validate(runs, RUNS)
-    check_rows(runs)
     bad_kind = sorted(set(runs["kind"]) - set(KINDS))
     if bad_kind:
         raise RecordError(f"runs.parquet: unknown kind {', '.join(map(repr, bad_kind))}; expected {KINDS}")
@@ -258,7 +313,7 @@ def validate_runs(runs: pd.DataFrame) -> None:
         raise RecordError(f"TeaCache run_id {no_threshold['run_id'].iloc[0]} has no threshold")
     vanilla_pairs = set(runs.loc[runs["kind"] == "vanilla", "pair_id"])
     orphans = tc[~tc["pair_id"].isin(vanilla_pairs)]
-    if not orphans.empty:
+    if not orphans.empty:  # before check_rows: an orphan's speedup is NaN, and the missing pair is the news
         listed = [
             f"missing vanilla pair for run_id {r.run_id} (prompt_id {r.prompt_id}, seed {r.seed})"
             for r in orphans.head(MAX_LISTED).itertuples()
@@ -266,18 +321,55 @@ def validate_runs(runs: pd.DataFrame) -> None:
         more = len(orphans) - len(listed)
         tail = f"; and {more} more" if more > 0 else ""
         raise RecordError("; ".join(listed) + tail + "; re-run the sweep for those pairs")
+    check_rows(runs)
 
 
-def read_table(path: str | Path, table: Table, fill: dict | None = None) -> pd.DataFrame:
-    """One table file, validated (runs get the full check of :func:`validate_runs`).
+def _predicted(frame: pd.DataFrame, schedules: pd.DataFrame | None) -> pd.Series:
+    """Each run's predicted skipped count: from the folder's schedules.parquet where it has one; else as a runs
+    table of an earlier version stored it (the traces it was replayed from are not in the folder); else NaN."""
+    if schedules is not None:
+        by_run = schedules.drop_duplicates("run_id").set_index("run_id")["predicted_skipped"]
+        return frame["run_id"].map(by_run).astype("float64")
+    if "predicted_skipped" in frame.columns:
+        return pd.to_numeric(frame["predicted_skipped"]).astype("float64")
+    return pd.Series(np.nan, index=frame.index, dtype="float64")
 
-    ``fill``: columns older files lack, added with this value before the check (``{column: value}``).
+
+def derive_columns(
+    frame: pd.DataFrame, table: Table = RUNS, file: str | None = None, schedules: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """``frame`` with ``table``'s derived columns computed from its measured ones, each placed where the tables
+    of earlier versions stored it; stored copies of them (those tables) are replaced. The one place they are
+    computed: :func:`read_table` calls it for every reader. ``file``: the name a missing input is reported under;
+    ``schedules``: the folder's schedules.parquet, where it has one.
+    """
+    out = frame.drop(columns=[d.name for d in table.derived if d.name in frame.columns])
+    for derived in table.derived:
+        missing = [c for c in derived.inputs if c not in out.columns]
+        if derived.optional and derived.inputs[-1] in missing:
+            continue
+        if missing:
+            raise RecordError(
+                f"{file or table.file}: column {derived.name!r} is derived from {', '.join(derived.inputs)}; "
+                f"the table lacks {', '.join(missing)}"
+            )
+        values = _predicted(frame, schedules) if derived.compute is None else derived.compute(out)
+        at = out.columns.get_loc(derived.after) + 1 if derived.after in out.columns else len(out.columns)
+        out.insert(at, derived.name, values)
+    return out
+
+
+def read_table(path: str | Path, table: Table, schedules: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One table file, its derived columns computed (:func:`derive_columns`), validated (runs get the full check of
+    :func:`validate_runs`).
+
+    ``schedules``: the predicted skips of the runs (:data:`SCHEDULES`), where the folder has them (a runs table
+    of an earlier version stores them itself, as the pair parts of one did).
     """
     frame = _read_parquet(Path(path))
-    for column, value in (fill or {}).items():
-        if column not in frame.columns:
-            frame[column] = value
     if table is RUNS:
+        _check_layout(frame)
+        frame = derive_columns(frame, table, Path(path).name, schedules)
         validate_runs(frame)
     else:
         validate(frame, table)
@@ -316,7 +408,9 @@ def read_sweep(folder: str | Path) -> SweepRecords:
     runs_path = folder / RUNS.file
     if not runs_path.is_file():
         raise RecordError(f"no runs.parquet in {folder}: point at the folder `teacache-bench sweep` wrote (…/sweep)")
-    runs = read_table(runs_path, RUNS)
+    schedules_path = folder / SCHEDULES.file
+    schedules = read_table(schedules_path, SCHEDULES) if schedules_path.is_file() else None
+    runs = read_table(runs_path, RUNS, schedules=schedules)
     provenance = read_provenance(folder)
     optional = {}
     for table in (DECISIONS, NOOP):

@@ -37,8 +37,8 @@ def _spoil(folder: Path, how: str) -> None:
         runs = pd.concat([runs, runs.loc[[at[0]]]], ignore_index=True)
     elif how == "nan-ssim":
         runs.loc[at[0], ["ssim", "psnr"]] = np.nan
-    elif how == "inf-speedup":
-        runs.loc[at[0], "speedup"] = np.inf
+    elif how == "inf-speedup":  # speedup is derived on reading: a loop that took no time makes it infinite
+        runs.at[at[0], "wall_s"] = np.zeros(len(runs.at[at[0], "wall_s"]))
     runs.to_parquet(folder / "runs.parquet", index=False)
 
 

@@ -49,7 +49,7 @@ def _row(prompt: dict, seed: int, kind: str, threshold, steps: list[int], ssim: 
         "prompt_id": prompt["id"], "prompt": prompt["text"], "seed": seed, "threshold": threshold,
         "num_steps": STEPS, "computed": STEPS - k, "skipped": k, "skipped_steps": json.dumps(steps),
         "longest_skip_streak": 1,
-        "predicted_skipped": float(k), "wall_s": [wall, wall], "wall_s_median": wall / speedup,
+        "predicted_skipped": float(k), "wall_s": [wall / speedup] * 2, "wall_s_median": wall / speedup,
         "speedup": speedup, "ideal_speedup": STEPS / (STEPS - k), "max_abs": 1.0 - ssim, "mean_abs": 1.0 - ssim,
         "max_rel": 1.0 - ssim, "cosine": 1.0 - (1.0 - ssim) / 10, "ssim": ssim,
         "psnr": float("inf") if ssim == 1.0 else 40.0 * ssim, "adherence": float("nan"), "image_path": None,

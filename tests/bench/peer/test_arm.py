@@ -14,7 +14,7 @@ pytest.importorskip("mlx_teacache")
 import teacache  # noqa: E402
 from bench.peer import arm as peer  # noqa: E402
 from bench.peer import gate as peer_gate  # noqa: E402
-from bench.sweep import baselines  # noqa: E402
+from bench.sweep import baselines, records  # noqa: E402
 from bench.timing import fullsize as bench_fullsize  # noqa: E402
 from bench.timing import fullsize_tables  # noqa: E402
 from calib.run.generation import generate  # noqa: E402
@@ -99,7 +99,7 @@ def test_the_sweep_arm_is_timed_against_the_same_vanilla_run(tiny_flux1):
     kept: dict = {}
     rows = baselines.measure_pair(tiny_flux1, ("fox", ARGS[0], 0), context, arms, repeats=2, kept=kept)
     assert [r["arm"] for r in rows] == ["vanilla", "teacache", "mlx-teacache"]
-    ours, theirs = rows[1], rows[2]
+    ours, theirs = (row for _i, row in records.derive_columns(pd.DataFrame(rows)).iloc[1:].iterrows())
     assert theirs["arm_setting"] == "0.2" and theirs["threshold"] == 0.2 and len(theirs["wall_s"]) == 2
     xs = [d.x for d in kept["results"][1].decisions]  # our arm's signal: the same on FLUX.1
     kinds = peer_gate.replay_peer(xs, 0.2, peer_gate.PeerSettings(peer_gate.peer_coefficients(IDENTITY)))

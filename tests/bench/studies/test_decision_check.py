@@ -10,16 +10,17 @@ from bench.studies import decision_check
 
 
 def sweep(folder, label: str, quality_gap: float, n_prompts: int = 8) -> None:
-    """A sweep folder: per prompt a vanilla run and 4 thresholds; SSIM = 1 - k/computed^2 - gap."""
+    """A sweep folder: per prompt a vanilla run and 4 thresholds; SSIM = 1 - k/computed^2 - gap, speedup (derived)
+    20/computed."""
     rows = []
     for p in range(n_prompts):
         pair = f"shapes-{p:02d}-s1"
-        rows.append({"pair_id": pair, "kind": "vanilla", "threshold": float("nan"), "computed": 20, "ssim": 1.0,
-                     "speedup": 1.0, "ideal_speedup": 1.0})  # fmt: skip
+        rows.append({"pair_id": pair, "kind": "vanilla", "threshold": float("nan"), "num_steps": 20, "computed": 20,
+                     "ssim": 1.0, "wall_s": [2.0]})  # fmt: skip
         for t, computed in zip((0.01, 0.02, 0.04, 0.08), (16, 11, 8, 6), strict=True):
             ssim = 1.0 - (1 + 0.1 * p) / computed**2 - quality_gap * (1 + 0.05 * p)
-            rows.append({"pair_id": pair, "kind": "teacache", "threshold": t, "computed": computed, "ssim": ssim,
-                         "speedup": 20 / computed, "ideal_speedup": 20 / computed})  # fmt: skip
+            rows.append({"pair_id": pair, "kind": "teacache", "threshold": t, "num_steps": 20, "computed": computed,
+                         "ssim": ssim, "wall_s": [computed / 10]})  # fmt: skip
     folder.mkdir(parents=True)
     pd.DataFrame(rows).to_parquet(folder / "runs.parquet")
     (folder / "provenance.json").write_text(json.dumps({"command": f"sweep {label}"}))

@@ -50,7 +50,9 @@ def run(out: Path, prompts: Path, *extra: str) -> int:
 def test_a_sweep_without_the_new_flags_writes_what_it_wrote_before(tmp_path, prompts, shared_model):
     out = tmp_path / "sweep"
     assert run(out, prompts) == 0
-    runs = pd.read_parquet(out / "runs.parquet")
+    derived = [d.name for d in records.RUNS.derived]
+    assert list(pd.read_parquet(out / "runs.parquet").columns) == [c for c in OLD_RUN_COLUMNS if c not in derived]
+    runs = records.read_sweep(out).runs  # the derived columns in their places of before
     assert list(runs.columns) == OLD_RUN_COLUMNS
     assert set(runs["kind"]) == {"vanilla", "teacache"}
     assert list(runs["run_id"]) == ["fox-s0-vanilla", "fox-s0-t0.1", "fox-s0-t0.3"]

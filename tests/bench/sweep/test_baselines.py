@@ -14,6 +14,7 @@ import warnings
 from types import SimpleNamespace
 
 import mlx.core as mx
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,7 +23,7 @@ from mflux.models.common.step_cache.step_cache import StepCache
 from mlx import nn
 
 import teacache
-from bench.sweep import baselines
+from bench.sweep import baselines, records
 from bench.sweep.isolate import job, run_isolated
 from calib.run.generation import generate
 from calib.run.prompts import TINY_SHAPES_FAST
@@ -309,7 +310,8 @@ def test_every_arm_of_a_pair_is_measured_against_the_same_vanilla_run(shapes):
     arms = [baselines.fewer_steps(6, STEPS), baselines.static(StaticSchedule.evenly(STEPS, 6))]
     rows = baselines.measure_pair(shapes, ("shapes-00", PROMPT, 0), settings, arms, repeats=1)
     assert [(r["arm"], r["arm_setting"]) for r in rows] == [("vanilla", ""), ("fewer-steps", "6"), ("static", "even:6")]
-    vanilla, fewer, static = rows
+    assert not {d.name for d in records.RUNS.derived} & set(rows[0])  # derived on reading, from what was measured
+    vanilla, fewer, static = (row for _i, row in records.derive_columns(pd.DataFrame(rows)).iterrows())
     assert vanilla["ssim"] == 1.0 and vanilla["speedup"] == 1.0 and vanilla["max_abs"] == 0.0
     assert fewer["steps_run"] == 6 and fewer["computed"] == 6 and fewer["ideal_speedup"] == STEPS / 6
     assert static["steps_run"] == STEPS and static["computed"] == 6 and len(json.loads(static["skipped_steps"])) == 6

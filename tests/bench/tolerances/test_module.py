@@ -47,7 +47,8 @@ def make_sweep(folder: Path, variant: str) -> Path:
                          "max_abs": 0.0, "ssim": 1.0, "psnr": float("inf"), "skipped": 0})  # fmt: skip
             ssim = 0.99 - 0.001 * (3 * i + j)
             runs.append({**pair, **timing, "run_id": f"{pid}-t0.3", "kind": "teacache", "threshold": 0.3,
-                         "max_abs": 0.1, "ssim": ssim, "psnr": 40.0 - i - j, "skipped": 5 + j % 2})  # fmt: skip
+                         "max_abs": 0.1, "ssim": ssim, "psnr": 40.0 - i - j, "skipped": 5 + j % 2,
+                         "computed": 5 - j % 2, "ideal_speedup": 10 / (5 - j % 2)})  # fmt: skip
             noop.append({**pair, "run_id": f"{pid}-proxy-noop", "kind": "proxy-noop", "bit_exact": False,
                          "wall_s_median": 1.0, "cosine": 1.0 - 1e-9 * (1 + i + j), "max_abs": 1e-6 * (1 + i),
                          "mean_abs": 0.0, "max_rel": 0.0, "ssim": 1.0, "psnr": float("inf"),
