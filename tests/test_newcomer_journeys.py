@@ -15,7 +15,7 @@ import shlex
 import pytest
 
 from calib.run import fingerprint
-from tests import ROOT
+from tests import ROOT, doc_pages
 from tests.calib.fit.conftest import interaction_truth, loads_as_selected, make_traces, run_fit, write
 from tests.conftest import one_line, record, sweep
 
@@ -192,23 +192,13 @@ def test_a_campaign_fit_with_interaction_terms_passes_the_rule_committed_fits_ar
 
 CAMPAIGN = ROOT / "results/cpu-amd-epyc-2c/tiny-shapes/0.24.0"
 FIT_JSON, TINY_SHAPES_TRACES = CAMPAIGN / "fit" / "fit.json", CAMPAIGN / "traces" / "traces.parquet"
-PAGE_PATHS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
-PAGES = {path.relative_to(ROOT).as_posix(): path.read_text(encoding="utf-8") for path in PAGE_PATHS}
+PAGES = doc_pages.PAGES
 INPUT_SUFFIXES = (".json", ".parquet", ".csv", ".jsonl", ".py")
 
 
 def _shell_blocks(text: str) -> list[tuple[str, list[str]]]:
-    """(the heading above it, its command lines with continuations joined) for every ```sh block."""
-    blocks, heading = [], ""
-    position = 0
-    for match in re.finditer(r"^```sh\n(.*?)^```", text, flags=re.S | re.M):
-        headings = re.findall(r"^#+ (.+)$", text[position : match.start()], flags=re.M)
-        heading = headings[-1] if headings else heading
-        position = match.end()
-        joined = match.group(1).replace("\\\n", " ")
-        lines = [line.split("#", 1)[0].strip() for line in joined.splitlines()]
-        blocks.append((heading, [line for line in lines if line]))
-    return blocks
+    """(the heading above it, its command lines) for every ```sh block."""
+    return [(block.heading, block.lines) for block in doc_pages.blocks({"page": text})]
 
 
 @pytest.mark.parametrize("page", PAGES)

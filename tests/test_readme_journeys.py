@@ -10,7 +10,6 @@ Journeys that need downloaded weights, several machines or a GPU are not run her
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -19,46 +18,73 @@ from pathlib import Path
 
 import pytest
 
-from tests import ROOT
+from tests import ROOT, doc_pages
 
 ACTIVATE = "make install && . .venv/bin/activate"
-# The journeys that run on one CPU machine with the embedded models, by their heading (README.md or docs/).
-JOURNEYS = (
-    "Traces and coefficients from another tool",
-    "Speed/quality curves for documentation",
-    "Re-derive tolerances on new hardware",
+DRIFT, CURVES, TRACES = "docs/refit-and-drift.md", "docs/curves.md", "Traces and coefficients from another tool"
+# Every ```sh block of README.md and docs/*.md (tests/doc_pages.py: page, heading, n-th block under it) is run as
+# written by a test here or elsewhere, or says why no test on one CPU machine can run it.
+RUN_HERE = (  # in a fresh clone, after ACTIVATE; then the clone's lint and fast lane (make test-slow)
+    ("README.md", "teacache-lab", 0),  # make demo, make test
+    ("README.md", "Journeys", 1),  # teacache-generate
+    ("README.md", "Journeys", 2),  # campaign, a sweep with baselines, its report
+    ("README.md", "Journeys", 3),  # campaign, tolerances, gapcheck
+    ("README.md", "Journeys", 4),  # fit and emit on the shipped samples
+    (DRIFT, "Refit after a new mflux release", 0),
+    (DRIFT, "Refit after a new mflux release", 1),
+    (CURVES, "Speed/quality curves for documentation", 0),
+    (CURVES, "Speed/quality curves for documentation", 1),
+    (CURVES, "Speed/quality curves for documentation", 2),
+    ("docs/tolerances.md", "Re-derive tolerances on new hardware", 0),
 )
+RUN_ELSEWHERE = {  # block -> the test that runs it as written
+    (DRIFT, TRACES, 0): "tests/test_readme_journeys.py::test_the_traces_journey_runs_as_written_on_the_shipped_samples",
+    ("docs/generate.md", "Generate with TeaCache: `teacache-generate`", 0):
+        "tests/test_docs_generate.py::test_the_commands_of_the_page_run_as_written",
+}  # fmt: skip
+ACTIVATION = "the activation every journey here starts with (ACTIVATE)"
+WEIGHTS, CUDA = "needs FLUX.1-dev's downloaded weights", "needs an NVIDIA GPU (MLX's CUDA build)"
+MACHINES = "needs several GPUs or machines under mlx.launch"
+NOT_RUN_HERE = {  # block -> why no test on one CPU machine runs it
+    ("README.md", "teacache-lab", 1): ACTIVATION,
+    **{(page, heading, 0): ACTIVATION for page, heading in (
+        ("docs/campaigns.md", "The committed campaigns"), (CURVES, "Speed/quality curves and baselines"),
+        ("docs/hardware.md", "Hardware: NVIDIA, Linux CPU, installing"),
+        ("docs/peer-comparison.md", "The peer comparison: mlx-teacache"), (DRIFT, "Refit and drift"),
+        ("docs/rescale-forms.md", "Rescale forms"), ("docs/sharding.md", "Sharding"),
+        ("docs/tolerances.md", "Test tolerances"))},
+    ("README.md", "Journeys", 0): WEIGHTS + " (its drift lines are docs/refit-and-drift.md's, run here)",
+    (DRIFT, "Refit after a new mflux release", 2): WEIGHTS,
+    ("README.md", "Journeys", 5): CUDA,
+    ("docs/hardware.md", "NVIDIA GPUs (MLX's CUDA build) and comparing hardware", 0): CUDA,
+    ("docs/peer-comparison.md", "Side by side with mlx-teacache", 0):
+        "full-size random FLUX.1 (12 B parameters) needs a GPU; runs/fit is the reader's own fit",
+    ("docs/peer-comparison.md", "Side by side with mlx-teacache", 1): "full-size random models need a GPU",
+    ("README.md", "Journeys", 6): MACHINES,
+    ("docs/sharding.md", "Several Macs or GPUs: sharded record and sweep", 0): MACHINES,
+    ("docs/sharding.md", "Several Macs or GPUs: sharded record and sweep", 1): MACHINES,
+    ("docs/campaigns.md", "The second trained model: tiny-scenes", 0):
+        "trains the embedded model for hours on 12 workers (its card says what it measured)",
+    ("docs/rescale-forms.md", "Emitting", 0): "TRACES and FIT stand for the reader's own files",
+}  # fmt: skip
 
 
-def pages() -> list[Path]:
-    """README.md, then the docs pages: where the journeys are written."""
-    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+def test_every_shell_block_of_the_pages_is_run_or_says_why_not():
+    found = {b.key for b in doc_pages.blocks()}
+    listed = [*RUN_HERE, *RUN_ELSEWHERE, *NOT_RUN_HERE]
+    assert len(listed) == len(set(listed)), "a block listed twice"
+    assert found == set(listed), {"not listed": found - set(listed), "not on the pages": set(listed) - found}
+    for node in RUN_ELSEWHERE.values():
+        path, name = node.split("::")
+        assert f"def {name}(" in (ROOT / path).read_text(encoding="utf-8"), node
 
 
-def journey(heading: str, texts: dict[str, str] | None = None) -> str:
-    """The shell block under ``heading`` as bash will run it (continuation lines kept). ``heading`` is looked up
-    in README.md and docs/*.md (or ``texts``, name -> text) and must be there exactly once."""
-    texts = texts if texts is not None else {p.name: p.read_text(encoding="utf-8") for p in pages()}
-    pattern = re.compile(rf"^#+ {re.escape(heading)}$", flags=re.M)
-    found = [(name, match) for name, text in texts.items() for match in pattern.finditer(text)]
-    assert len(found) == 1, f"section {heading!r} is in {[name for name, _ in found]}: wanted exactly once"
-    name, start = found[0]
-    block = re.compile(r"^```sh\n(.*?)^```", flags=re.S | re.M).search(texts[name], start.end())
-    assert block, f"no shell block under {heading!r} in {name}"
-    return block.group(1)
-
-
-def test_a_journey_heading_is_found_once_over_the_readme_and_the_docs():
-    block = "```sh\nteacache-bench report runs/sweep\n```\n"
-    assert journey("J", {"README.md": "x\n", "docs/a.md": f"## J\n\n{block}"}).startswith("teacache-bench")
-    for texts in ({"README.md": "## K\n"}, {"README.md": f"## J\n{block}", "docs/a.md": f"### J\n{block}"}):
-        with pytest.raises(AssertionError, match="exactly once"):
-            journey("J", texts)
-
-
-def test_every_named_journey_is_in_the_readme_or_the_docs():
-    for heading in JOURNEYS:
-        assert re.search(r"(teacache-calib|teacache-bench) ", journey(heading))
+def test_a_block_is_found_by_page_heading_and_place():
+    text = "# P\n```sh\na\n```\n## J\n```sh\nb\n```\ntext\n```sh\nc\n```\n"
+    assert [b.key for b in doc_pages.blocks({"x.md": text})] == [("x.md", "P", 0), ("x.md", "J", 0), ("x.md", "J", 1)]
+    assert doc_pages.block("x.md", "J", 1, {"x.md": text}) == "c\n"
+    with pytest.raises(AssertionError, match="no block"):
+        doc_pages.block("x.md", "J", 2, {"x.md": text})
 
 
 def _run(script: str, cwd: Path, timeout: int) -> subprocess.CompletedProcess:
@@ -72,7 +98,7 @@ def test_the_traces_journey_runs_as_written_on_the_shipped_samples(tmp_path):
     command writes the mlx-teacache file, which emit refuses for a default fit's mono+step selection."""
     shutil.copytree(ROOT / "samples", tmp_path / "samples")
     venv_bin = shlex.quote(str(Path(sys.executable).parent))  # the commands of the environment running the tests
-    script = journey("Traces and coefficients from another tool")
+    script = doc_pages.block(DRIFT, TRACES)
     done = _run(f'export PATH={venv_bin}:"$PATH"\n{script}', tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "runs" / "sample-fit" / "_calibration_tiny_shapes.json").is_file()
@@ -86,9 +112,10 @@ def clone(tmp_path) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("heading", JOURNEYS)
-def test_a_readme_journey_as_written_leaves_the_tests_green(heading, clone):
-    done = _run(f"{ACTIVATE}\n{journey(heading)}", clone, timeout=3 * 3600)
+@pytest.mark.parametrize("key", RUN_HERE, ids=lambda key: f"{key[0]}:{key[1]}:{key[2]}")
+def test_a_journey_as_written_leaves_the_tests_green(key, clone):
+    heading = f"{key[0]}: {key[1]} ({key[2]})"
+    done = _run(f"{ACTIVATE}\n{doc_pages.block(*key)}", clone, timeout=3 * 3600)
     assert done.returncode == 0, f"{heading}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     lint = _run(f"{ACTIVATE}\nruff check . && ruff format --check .", clone, timeout=600)
     assert lint.returncode == 0, lint.stdout[-3000:]
