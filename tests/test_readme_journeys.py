@@ -37,6 +37,8 @@ RUN_HERE = (  # in a fresh clone, after ACTIVATE; then the clone's lint and fast
     (CURVES, "Speed/quality curves for documentation", 2),
     ("docs/tolerances.md", "Re-derive tolerances on new hardware", 0),
 )
+# A journey whose page says it ends in another status: (exit status, what its output says)
+ENDS = {(DRIFT, "Refit after a new mflux release", 1): (1, "tiny-scenes: refit-recommended")}  # --quantize 4
 RUN_ELSEWHERE = {  # block -> the test that runs it as written
     (DRIFT, TRACES, 0): "tests/test_readme_journeys.py::test_the_traces_journey_runs_as_written_on_the_shipped_samples",
     ("docs/generate.md", "Generate with TeaCache: `teacache-generate`", 0):
@@ -116,7 +118,10 @@ def clone(tmp_path) -> Path:
 def test_a_journey_as_written_leaves_the_tests_green(key, clone):
     heading = f"{key[0]}: {key[1]} ({key[2]})"
     done = _run(f"{ACTIVATE}\n{doc_pages.block(*key)}", clone, timeout=3 * 3600)
-    assert done.returncode == 0, f"{heading}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    status, says = ENDS.get(key, (0, ""))
+    assert done.returncode == status and says in done.stdout, (
+        f"{heading}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    )
     lint = _run(f"{ACTIVATE}\nruff check . && ruff format --check .", clone, timeout=600)
     assert lint.returncode == 0, lint.stdout[-3000:]
     tests = _run(f"{ACTIVATE}\npytest -q -x -p no:cacheprovider", clone, timeout=3600)
