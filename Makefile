@@ -71,9 +71,11 @@ $(BOOT)/bin/uv:
 	$(PYTHON) -m venv $(BOOT)
 	$(BOOT)/bin/python -m pip install --quiet uv
 
+# --compile-bytecode: the fast lane starts a few dozen Python processes (two workers, the commands its tests run),
+# and each would compile its imports again where bytecode is not written (PYTHONDONTWRITEBYTECODE).
 $(STAMP): requirements/$(BACKEND).txt pyproject.toml | $(UV)
 	test -x $(VENV)/bin/python || $(UV) venv --quiet --python $(PYTHON) $(VENV)
-	$(UV) pip install --quiet --python $(VENV)/bin/python --no-deps -r requirements/$(BACKEND).txt
+	$(UV) pip install --quiet --python $(VENV)/bin/python --no-deps --compile-bytecode -r requirements/$(BACKEND).txt
 	$(UV) pip install --quiet --python $(VENV)/bin/python --no-deps -e .
 	rm -f $(VENV)/.installed-*
 	touch $@

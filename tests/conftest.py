@@ -4,12 +4,19 @@ session's tiny-flux1 in place of every model load (``shared_model``)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import sys
 from pathlib import Path
 
 import pytest
+
+# Test processes of pytest-xdist (make test runs as many as the machine has cores): one OpenBLAS thread each, and
+# for the commands they start, unless set. Two threads a process oversubscribe the cores, and OpenBLAS's waiting
+# threads spin: many seconds of CPU per generation of a tiny model. Read when teacache loads OpenBLAS, just below.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import teacache  # noqa: F401  (first: OpenBLAS preload before MLX)
 from tests.tolerances import describe, load_tolerances

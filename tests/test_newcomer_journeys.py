@@ -11,6 +11,7 @@ import json
 import math
 import re
 import shlex
+import shutil
 
 import pytest
 
@@ -70,15 +71,24 @@ def small_traces(tmp_path_factory):
     return write(make_traces(n_prompts=4, n_steps=10, seeds=(0,)), folder / "traces.parquet")
 
 
+@pytest.fixture(scope="module")
+def small_fit(tmp_path_factory, small_traces):
+    """The campaign's fit stage on ``small_traces`` into a fresh folder, once: the tests change copies of it."""
+    from bench.campaign import fit_stage
+
+    out = tmp_path_factory.mktemp("fit") / "fit"
+    fit_stage(small_traces, out, 1)
+    return out
+
+
 def _files(folder):
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
-def test_the_campaign_keeps_a_fit_the_refit_reproduces(tmp_path, small_traces, capsys):
+def test_the_campaign_keeps_a_fit_the_refit_reproduces(tmp_path, small_traces, small_fit, capsys):
     from bench.campaign import fit_stage
 
-    out = tmp_path / "fit"
-    fit_stage(small_traces, out, 1)
+    out = shutil.copytree(small_fit, tmp_path / "fit")
     fit = json.loads((out / "fit.json").read_text())
     fit["selected"]["coefficients"] = _nudged(fit["selected"]["coefficients"], 3e-15)  # another machine's refit
     (out / "fit.json").write_text(json.dumps(fit))
@@ -88,11 +98,12 @@ def test_the_campaign_keeps_a_fit_the_refit_reproduces(tmp_path, small_traces, c
     assert _files(out) == before
 
 
-def test_the_campaign_refuses_another_fit_before_writing_it_while_the_sweep_holds_the_old(tmp_path, small_traces):
+def test_the_campaign_refuses_another_fit_before_writing_it_while_the_sweep_holds_the_old(
+    tmp_path, small_traces, small_fit
+):
     from bench.campaign import fit_stage
 
-    out, swept = tmp_path / "fit", tmp_path / "sweep"
-    fit_stage(small_traces, out, 1)
+    out, swept = shutil.copytree(small_fit, tmp_path / "fit"), tmp_path / "sweep"
     fit = json.loads((out / "fit.json").read_text())
     fit["selected"]["coefficients"] = _nudged(fit["selected"]["coefficients"], 1e-3)
     (out / "fit.json").write_text(json.dumps(fit))

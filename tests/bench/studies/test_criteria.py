@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import numpy as np
@@ -71,6 +72,7 @@ def _replayed_thresholds(rescale, traces, levels, skip_first):
         for _, group in traces.groupby("run_id", sort=True)
     ]
 
+    @functools.cache  # each level's search walks the grid from its start again
     def median_computed(threshold):
         counts = []
         for xs, sigmas in runs:

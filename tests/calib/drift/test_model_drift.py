@@ -68,15 +68,17 @@ def test_the_installed_release_against_its_own_save_is_unchanged(saved):
         (["--quantize", "8"], {"quantize": {"saved": None, "now": 8}}, True),
     ],
 )
-def test_another_recipe_asks_whether_the_saved_calibration_serves_it(saved, options, recipe, by_step):
-    """The same pair of commands answers a recipe question: the saved prompts and seeds at the recipe asked."""
+def test_another_recipe_asks_whether_the_saved_calibration_serves_it(saved, options, recipe, by_step, monkeypatch):
+    """The same pair of commands answers a recipe question: the saved prompts and seeds at the recipe asked.
+    The installed release, so in this process (the fake releases above run the command in their own)."""
     out = f"recipe-{options[0][2:]}"
-    result = fake_release.run_drift(["--model", "tiny-flux2", "--against", "A", *options, "--out", out], None, saved)
+    monkeypatch.chdir(saved)
+    returncode = calib_main(["drift", "--model", "tiny-flux2", "--against", "A", *options, "--out", out])
     found = _verdict(saved, out)
     effect = found["effect"]
     assert effect["recipe"] == recipe and effect["aligned"] is by_step, found["line"]
     assert not effect["identical"] and f"at {next(iter(recipe))} " in found["line"]
-    assert found["status"] in (verdict.HOLDS, verdict.REFIT) and result.returncode == (found["status"] == verdict.REFIT)
+    assert found["status"] in (verdict.HOLDS, verdict.REFIT) and returncode == (found["status"] == verdict.REFIT)
     if by_step:
         assert all(c["decisions_differ"] is not None for c in effect["thresholds"])
     else:  # no decision has a counterpart: the share of gated steps skipped is compared instead

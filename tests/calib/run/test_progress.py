@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import subprocess
 import sys
 
 from calib.run.progress import ProgressLines, track
@@ -43,18 +42,22 @@ def test_a_non_terminal_gets_lines_and_nothing_to_do_prints_nothing():
     assert empty.getvalue() == ""
 
 
-def test_a_resume_with_nothing_left_prints_no_empty_bar(tmp_path):
-    """Through the command: output to a file (not a terminal), a finished recording resumed."""
+def test_a_resume_with_nothing_left_prints_no_empty_bar(tmp_path, capsys):
+    """Through the command: output to a file (not a terminal), a finished recording resumed. In this process
+    (its stdout and stderr are captured, not a terminal); tests/calib/run/test_run_folders.py runs the script."""
+    from calib.cli import main as calib_main
+
     prompts = tmp_path / "p.txt"
     prompts.write_text("a red circle on a blue background at the left\n")
-    argv = [sys.executable, "-m", "calib.cli", "record", "--model", "tiny-shapes", "--seeds", "0", "--steps", "3",
-            "--prompts", str(prompts), "--overhead-pairs", "0", "--out", str(tmp_path / "t")]  # fmt: skip
-    first = subprocess.run(argv, capture_output=True, text=True, timeout=300)
-    assert first.returncode == 0, first.stderr
-    assert "recording: 1/1 runs done" in first.stdout
-    again = subprocess.run(argv, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0, again.stderr
-    assert "-:--:--" not in again.stdout + again.stderr and "0%" not in again.stdout
+    argv = ["record", "--model", "tiny-shapes", "--seeds", "0", "--steps", "3", "--prompts", str(prompts),
+            "--overhead-pairs", "0", "--out", str(tmp_path / "t")]  # fmt: skip
+    assert not sys.stdout.isatty() and not sys.stderr.isatty()
+    assert calib_main(argv) == 0
+    first = capsys.readouterr()
+    assert "recording: 1/1 runs done" in first.out, first.err
+    assert calib_main(argv) == 0
+    again = capsys.readouterr()
+    assert "-:--:--" not in again.out + again.err and "0%" not in again.out
 
 
 def test_a_log_gets_the_plan_and_a_timestamped_line_for_every_unit(tmp_path):
