@@ -10,13 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests import ROOT
+from tests import ROOT, doc_pages
 
 PAGE = ROOT / "docs" / "generate.md"
-
-
-def shell_blocks(text: str) -> list[str]:
-    return re.findall(r"^```sh\n(.*?)^```", text, flags=re.S | re.M)
 
 
 def test_the_page_links_only_files_that_exist():
@@ -26,7 +22,7 @@ def test_the_page_links_only_files_that_exist():
 
 
 def test_the_commands_of_the_page_run_as_written(tmp_path):
-    (block,) = shell_blocks(PAGE.read_text(encoding="utf-8"))
+    (block,) = [b.text for b in doc_pages.blocks({PAGE.name: PAGE.read_text(encoding="utf-8")})]
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=600)  # fmt: skip

@@ -20,21 +20,16 @@ import pandas as pd
 import pytest
 
 from bench.tolerances.module import module_path, read_module
-from tests import ROOT
+from tests import ROOT, doc_pages
 
 pytestmark = pytest.mark.slow
 
-HEADING = "## Re-derive tolerances on new hardware"
 IGNORED = {".git", ".venv", ".uv-bootstrap", "__pycache__", ".pytest_cache", ".ruff_cache", ".hypothesis"}
 
 
-def journey_commands(page: Path = ROOT / "docs" / "tolerances.md") -> str:
+def journey_commands() -> str:
     """The first ```sh block under the journey's heading, as the docs page writes it."""
-    text = page.read_text(encoding="utf-8")
-    section = text[text.index(HEADING) :]
-    match = re.search(r"```sh\n(.*?)```", section, flags=re.DOTALL)
-    assert match, f"no ```sh block under {HEADING!r} in {page.name}"
-    return match.group(1)
+    return doc_pages.block("docs/tolerances.md", "Re-derive tolerances on new hardware")
 
 
 def _project_files() -> list[Path]:

@@ -158,13 +158,12 @@ def to_frame(table: Table, rows: list[dict] | pd.DataFrame) -> pd.DataFrame:
     return frame.reindex(columns=list(table.names))
 
 
-def write_table(path: str | Path, table: Table, rows: list[dict] | pd.DataFrame) -> pd.DataFrame:
-    """Write ``rows`` atomically as ``table`` (every declared column, in order); returns the frame written."""
-    frame = to_frame(table, rows)
-    write_text(path, frame.to_csv(index=False, float_format=FLOAT_FORMAT[table.file]))
-    return frame
-
-
-def csv_text(table: Table, rows: pd.DataFrame) -> str:
-    """The text :func:`write_table` writes for ``rows``: what a rebuild compares with the committed file."""
+def csv_text(table: Table, rows: list[dict] | pd.DataFrame) -> str:
+    """The text of ``rows`` as ``table`` (every declared column, in order): what :func:`write_table` writes and a
+    rebuild compares with the committed file."""
     return to_frame(table, rows).to_csv(index=False, float_format=FLOAT_FORMAT[table.file])
+
+
+def write_table(path: str | Path, table: Table, rows: list[dict] | pd.DataFrame) -> None:
+    """Write ``rows`` atomically as ``table``."""
+    write_text(path, csv_text(table, rows))
