@@ -43,17 +43,3 @@ def test_coefficients_that_overflow_are_refused():
         RescaleFunction((1e308,), (0.0, 2.0), "poly+step", (1e308,))
     RescaleFunction((1e308, 0.0), (0.0, 1.0))  # finite everywhere it is evaluated: accepted
     RescaleFunction((1e308,), (0.0, 2.0), "poly+step", (-1e308,))
-
-
-def test_never_skips_names_the_coefficients_it_was_given():
-    import warnings
-
-    import teacache
-
-    model = teacache.load_model("tiny-shapes")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        with teacache.apply_teacache(model, rel_l1_thresh=0.001, coefficients=(1.0, 1.0)):
-            pass
-    messages = [str(w.message) for w in caught if issubclass(w.category, teacache.NeverSkipsWarning)]
-    assert messages and "with the given coefficients" in messages[0] and "tiny-shapes" not in messages[0]

@@ -29,7 +29,7 @@ def test_never_skips_called_directly_names_this_file():
     assert found.filename == __file__
 
 
-def test_never_skips_from_apply_teacache_names_this_file():
+def test_never_skips_from_apply_teacache_names_this_file_and_the_coefficients_it_was_given():
     model = teacache.load_model("tiny-shapes")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -37,6 +37,8 @@ def test_never_skips_from_apply_teacache_names_this_file():
             pass
     found = caught_of(teacache.NeverSkipsWarning, caught)
     assert found and all(w.filename == __file__ for w in found)
+    message = str(found[0].message)
+    assert "with the given coefficients" in message and "tiny-shapes" not in message
 
 
 def test_a_recipe_mismatch_inside_generate_image_names_this_file(tiny_flux1, monkeypatch):
