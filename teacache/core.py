@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 import mlx.core as mx
 
@@ -81,6 +81,7 @@ class GenerationState:
     previous_output: dict[int, mx.array] = field(default_factory=dict)  # calibration, by branch
     previous_residual: dict[int, mx.array] = field(default_factory=dict)  # calibration, by branch
     signal_row: dict = field(default_factory=dict)  # calibration: this step's input signal
+    unread: list[tuple[int, mx.array]] = field(default_factory=list)  # (log index, signal) read after the step
 
     def reset(self) -> None:
         fresh = GenerationState()
@@ -98,7 +99,7 @@ class StepController:
 
     ``calibrate=True`` never skips and records, per step and branch, the rel-L1 signals that
     ``teacache-calib record`` writes: the same code path as the gate, minus the skip.
-    ``gate``: another decision rule with Gate's ``decide()`` interface (a fixed schedule,
+    ``gate``: another decision rule with Gate's ``decide()`` and ``reads_signal()`` (a fixed schedule,
     ``teacache.schedule.ScheduleGate``); by default the TeaCache rule built from ``gate_config``.
     """
 
@@ -192,6 +193,7 @@ class StepController:
             warn(message, category)
 
     def _finish(self) -> None:
+        self._read_unread()
         pending = self.state.pending
         if self.calibrate and pending:
             mx.eval([v for row in pending for v in row.values() if isinstance(v, mx.array)])
@@ -228,6 +230,7 @@ class StepController:
         elif self.calibrate:
             compute = self._observe_signal(modulated, step)
         else:
+            self._read_unread()  # the previous step's, evaluated with it
             compute = self._decide(modulated, step)
         if not compute and branch not in state.residuals:
             compute = True  # nothing cached for this branch yet
@@ -240,10 +243,29 @@ class StepController:
         return compute
 
     def _decide(self, modulated: mx.array, step: int) -> bool:
-        x = None if self.state.anchor is None else rel_l1(modulated, self.state.anchor).item()
-        self.state.anchor = modulated
-        decision = self.gate.decide(step, self.num_steps, x, self.sigma)
-        return decision.compute
+        anchor, self.state.anchor = self.state.anchor, modulated
+        change = None if anchor is None else rel_l1(modulated, anchor)
+        if change is not None and not self.gate.reads_signal(step, self.num_steps):
+            # reading the signal back mid-step would split the step into two device submissions: the step's
+            # own evaluation computes it (carry_unread) and the log receives it once the step is done
+            self.state.unread.append((len(self.gate.log), change))
+            change = None
+        return self.gate.decide(step, self.num_steps, None if change is None else change.item(), self.sigma).compute
+
+    def carry_unread(self, output: mx.array) -> mx.array:
+        """``output`` made to depend on the signals not read yet, so evaluating the step evaluates them too."""
+        unread = [signal for _, signal in self.state.unread]
+        return mx.depends(output, unread) if unread else output
+
+    def _read_unread(self) -> None:
+        """Put the signals the decisions did not need into the decision log (they are evaluated by now)."""
+        unread, self.state.unread = self.state.unread, []
+        if not unread:
+            return
+        mx.eval([signal for _, signal in unread])
+        log = self.gate.log
+        for index, signal in unread:
+            log[index] = replace(log[index], x=float(signal.item()))
 
     def _observe_signal(self, modulated: mx.array, step: int) -> bool:
         anchor = self.state.anchor

@@ -120,40 +120,27 @@ class Gate:
         self.consecutive_skips = 0
         self.log: list[StepDecision] = []
 
+    def forced_reason(self, step: int, num_steps: int) -> str | None:
+        """Why ``step`` is computed whatever the signal says (disabled, first, last); None when the signal decides."""
+        cfg = self.config
+        if not cfg.enabled:
+            return REASON_DISABLED
+        if step < cfg.skip_first_n_steps:
+            return REASON_FIRST
+        if step >= num_steps - cfg.skip_last_n_steps:
+            return REASON_LAST
+        return None
+
+    def reads_signal(self, step: int, num_steps: int) -> bool:
+        """Whether the decision for ``step`` needs the signal's value (else it may be read after the step)."""
+        return self.forced_reason(step, num_steps) is None
+
     def decide(self, step: int, num_steps: int, x: float | None, sigma: float | None = None) -> StepDecision:
         """Decide whether ``step`` of ``num_steps`` must be computed, given the signal ``x``."""
-        cfg = self.config
-        fn = cfg.rescale
-        lo, hi = fn.x_range
         x_used = rescaled = None
-        reason = None
-        if not cfg.enabled:
-            reason = REASON_DISABLED
-        elif step < cfg.skip_first_n_steps:
-            reason = REASON_FIRST
-        elif step >= num_steps - cfg.skip_last_n_steps:
-            reason = REASON_LAST
-        elif x is None:
-            reason = REASON_NO_ANCHOR
-        elif not math.isfinite(x):
-            reason = REASON_NON_FINITE
-        elif x > hi:
-            reason = REASON_ABOVE_RANGE
-        else:
-            u = fn.time_input(step, num_steps, sigma)
-            lo, hi = (float(b) for b in fn.x_bounds(u))  # this part of the schedule's x range
-            if math.isnan(hi):
-                reason = REASON_OUTSIDE_REGION
-            elif x > hi:
-                reason = REASON_ABOVE_RANGE
-            else:
-                x_used = max(x, lo)
-                rescaled = max(0.0, fn(x_used, u))
-                self.accumulated += rescaled
-                if self.consecutive_skips >= cfg.max_consecutive_skips:
-                    reason = REASON_CAP
-                elif self.accumulated >= cfg.rel_l1_thresh:
-                    reason = REASON_THRESHOLD
+        reason = self.forced_reason(step, num_steps)
+        if reason is None:
+            reason, x_used, rescaled = self._gated(step, num_steps, x, sigma)
         compute = reason is not None
         accumulated = self.accumulated
         if compute:
@@ -174,6 +161,31 @@ class Gate:
         )
         self.log.append(decision)
         return decision
+
+    def _gated(self, step: int, num_steps: int, x: float | None, sigma: float | None):
+        """A step the signal decides: (reason to compute or None, x after clamping, rescaled x)."""
+        cfg = self.config
+        fn = cfg.rescale
+        if x is None:
+            return REASON_NO_ANCHOR, None, None
+        if not math.isfinite(x):
+            return REASON_NON_FINITE, None, None
+        if x > fn.x_range[1]:
+            return REASON_ABOVE_RANGE, None, None
+        u = fn.time_input(step, num_steps, sigma)
+        lo, hi = (float(b) for b in fn.x_bounds(u))  # this part of the schedule's x range
+        if math.isnan(hi):
+            return REASON_OUTSIDE_REGION, None, None
+        if x > hi:
+            return REASON_ABOVE_RANGE, None, None
+        x_used = max(x, lo)
+        rescaled = max(0.0, fn(x_used, u))
+        self.accumulated += rescaled
+        if self.consecutive_skips >= cfg.max_consecutive_skips:
+            return REASON_CAP, x_used, rescaled
+        if self.accumulated >= cfg.rel_l1_thresh:
+            return REASON_THRESHOLD, x_used, rescaled
+        return None, x_used, rescaled
 
 
 def replay(config: GateConfig, xs, num_steps: int | None = None, sigmas=None) -> list[StepDecision]:

@@ -149,6 +149,10 @@ class ScheduleGate:
     def reset(self) -> None:
         self.log: list[StepDecision] = []
 
+    def reads_signal(self, step: int, num_steps: int) -> bool:
+        """Never: a fixed schedule decides without the signal, so it is read after each step, for the log."""
+        return False
+
     def decide(self, step: int, num_steps: int, x: float | None, sigma: float | None = None) -> StepDecision:
         if num_steps != self.schedule.num_steps:
             raise ValueError(

@@ -49,6 +49,26 @@ def test_first_and_last_steps_are_never_skipped(xs, thresh, first, last):
 
 
 @settings(max_examples=300, deadline=None)
+@given(
+    xs=traces,
+    thresh=st.floats(0.0, 5.0),
+    first=st.integers(0, 3),
+    last=st.integers(0, 3),
+    junk=st.sampled_from([None, math.nan, 1e300]),
+)
+def test_a_step_that_reads_no_signal_decides_the_same_whatever_the_signal(xs, thresh, first, last, junk):
+    """What lets the controller read a forced step's signal after the step: the signal cannot change its decision."""
+    cfg = config(thresh, skip_first_n_steps=first, skip_last_n_steps=last)
+    n, probe = len(xs), Gate(cfg)
+    forced = [not probe.reads_signal(step, n) for step in range(n)]
+    assert forced == [thresh <= 0 or step < first or step >= n - last for step in range(n)]
+    given_xs = [None, *xs[1:]]
+    blinded = [junk if f and step else x for step, (f, x) in enumerate(zip(forced, given_xs, strict=True))]
+    a, b = replay(cfg, given_xs), replay(cfg, blinded)
+    assert [(d.compute, d.reason, d.accumulated) for d in a] == [(d.compute, d.reason, d.accumulated) for d in b]
+
+
+@settings(max_examples=300, deadline=None)
 @given(xs=traces, thresh=st.floats(0.0, 50.0), cap=st.integers(1, 10))
 def test_consecutive_skips_never_exceed_the_cap(xs, thresh, cap):
     log = replay(config(thresh, max_consecutive_skips=cap), [None, *xs[1:]])

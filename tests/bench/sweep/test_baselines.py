@@ -265,6 +265,8 @@ def test_a_static_schedule_copying_teacaches_gives_teacaches_image(shapes):
         static = generate(model, PROMPT, 1, STEPS, *SIZE, 1.0)
     assert fixed.stats.skipped_steps == handle.stats.skipped_steps
     assert mx.array_equal(static.latents, cached.latents).item()  # same caching, only the decision differs
+    # a fixed schedule reads no signal back mid-step; its log gets each one after the step, the same values
+    assert [d.x for d in fixed.stats.log] == [d.x for d in handle.stats.log]
 
 
 def test_the_step_cache_arm_skips_what_mflux_selects_and_restores_exactly(shapes):

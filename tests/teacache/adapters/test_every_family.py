@@ -118,3 +118,43 @@ def test_published_coefficients_can_skip_at_the_default_threshold(variant, recip
     assert len(rescale.coefficients) == 5 and rescale.coefficients[-1] == 0.0
     assert rescale.floor()[0] < variants.get(variant).default_threshold
     assert load_recipe(variant) == recipe
+
+
+class _LogAtInLoop:
+    """An mflux callback that keeps, at each step's in-loop call (before mflux evaluates the step), the
+    decision log's last signal: None while the value has not been read back from the device."""
+
+    def __init__(self, handle_of) -> None:
+        self.handle_of = handle_of
+        self.seen: list[float | None] = []
+
+    def call_in_loop(self, *args, **kwargs) -> None:
+        self.seen.append(self.handle_of().stats.log[-1].x)
+
+
+@EVERY_FAMILY
+def test_a_forced_decision_reads_its_signal_after_the_step_not_during_it(family):
+    """Every step forced (skip_first_n_steps = steps) against every step gated and computed: the same signals
+    reach the log, but the forced run reads none back while its step is being built; both give the same bits
+    (how close the proxy is to mflux's own predict is held by each family's tests)."""
+    model, generate = family
+    logs, seen, outputs = {}, {}, {}
+    arms = {"forced": {"skip_first_n_steps": STEPS}, "gated": {"skip_first_n_steps": 1, "skip_last_n_steps": 0}}
+    for arm, steps_kw in arms.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with apply_teacache(model, rel_l1_thresh=1e-12, coefficients=IDENTITY, **steps_kw) as handle:
+                spy = _LogAtInLoop(lambda: handle)
+                model.callbacks.register(spy)
+                try:
+                    outputs[arm] = generate(seed=2)
+                finally:
+                    model.callbacks.in_loop.remove(spy)
+        logs[arm], seen[arm] = handle.stats.log, spy.seen
+        assert handle.stats.skipped == 0
+    assert [d.reason for d in logs["forced"]] == ["first"] * STEPS
+    assert seen["forced"] == [None] * STEPS  # not one mid-step read-back
+    assert all(x is not None for x in seen["gated"][1:])  # the gate reads it as it decides
+    assert [d.x for d in logs["forced"]] == [d.x for d in logs["gated"]]
+    assert logs["forced"][0].x is None and all(x is not None for x in [d.x for d in logs["forced"]][1:])
+    assert mx.array_equal(outputs["forced"], outputs["gated"]).item()
