@@ -8,7 +8,8 @@ mflux loads it with (no shrunken widths, no patched blocks), every Linear drawn 
 that give embeddings of the real shapes (FLUX.1: 512 T5 tokens x 4096 + CLIP 768; FLUX.2 Klein: 512
 Qwen3 tokens x 7680 or 12288; Qwen-Image: prompt-length tokens x 3584; Z-Image: prompt-length tokens
 x 2560) and a 1x1-projection VAE. ``quantize=4/8`` quantizes the transformer with mflux's own
-per-family rule (``WeightApplier._quantize`` with the family's weight definition).
+per-family rule (``WeightApplier._quantize`` with the family's weight definition); ``keep_bfloat16`` puts
+named linears of a quantized transformer back in bfloat16 (the quantized no-op measured on CUDA).
 
 Random weights make meaningless images: these models are for time, memory and the no-op oracles at
 real size, on whatever hardware is at hand. ``blocks`` (a smoke-test option) keeps every width but
@@ -20,13 +21,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import mlx.core as mx
 from mflux.models.common.config.model_config import ModelConfig
 from mflux.models.common.tokenizer.tokenizer_output import TokenizerOutput
 from mlx import nn
-from mlx.utils import tree_flatten
+from mlx.utils import tree_flatten, tree_unflatten
 
 from teacache import variants
 from teacache.errors import InputError
@@ -124,6 +125,30 @@ def random_transformer(variant: str, seed: int = 0, quantize: int | None = None,
     if quantize is not None:
         quantize_like_mflux(transformer, quantize, variants.attribute(variants.family(family_of(variant)).weights))
     return transformer
+
+
+def keep_bfloat16(transformer: nn.Module, names: Sequence[str]) -> None:
+    """Replace each named QuantizedLinear by a bfloat16 Linear with its dequantized weight (and its bias).
+
+    The same values, through the bfloat16 matmul instead of the quantized kernel. MLX's CUDA quantized matmul with
+    K equal to the group size (FLUX.1's ``x_embedder``, 64 -> 3072) reads output memory it never wrote, so with it
+    quantized vanilla differs from itself by whatever the allocator hands back; with it kept, what remains is
+    rounding (results/cuda-nvidia-h200/quantized-noop/RUN.md). The code that measurement's ``measure.py`` ran.
+    """
+    layers = dict(transformer.named_modules())
+    for name in names:
+        if not isinstance(layers.get(name), nn.QuantizedLinear):
+            found = "no such layer" if name not in layers else type(layers[name]).__name__
+            raise InputError(f"keep_bfloat16: {name!r} is not a quantized linear of the transformer ({found})")
+    for name in names:
+        q = layers[name]
+        weight = mx.dequantize(q.weight, q.scales, q.biases, q.group_size, q.bits).astype(mx.bfloat16)
+        linear = nn.Linear(weight.shape[1], weight.shape[0], bias="bias" in q)
+        linear.weight = weight
+        if "bias" in q:
+            linear.bias = q.bias
+        transformer.update_modules(tree_unflatten([(name, linear)]))
+    mx.eval(transformer.parameters())
 
 
 # --- text stand-ins at the real shapes ----------------------------------------------------------
