@@ -2,8 +2,9 @@
 
 Reports come from their sweep folder, the hardware comparison from both hardware folders (an input changed
 since it was made fails, naming the command that re-makes it), gap-check tables from gapcheck.json and each
-hardware's tolerance module from its sweeps. PNGs are left out here (drawing them takes a minute);
-`teacache-bench report` rebuilds them byte-identically too.
+hardware's tolerance module from its sweeps and the quantized no-op files it records (``..._NOOP_INPUTS``,
+paths from the project root). PNGs are left out here (drawing them takes a minute); `teacache-bench report`
+rebuilds them byte-identically too.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from bench.compare.input import version_key
 from bench.report import command as report
 from bench.report import plots
 from bench.tolerances import derive as tolerances_cmd
-from bench.tolerances import gapcheck
-from bench.tolerances.module import TOLERANCES_DIR, complete, generated_modules, prefix, render_module
+from bench.tolerances import gapcheck, quantized_noop
+from bench.tolerances.module import TOLERANCES_DIR, generated_modules, prefix
 from tests import ROOT
 
 RESULTS = ROOT / "results"
@@ -81,14 +82,36 @@ def test_gapcheck_table_rebuilds_from_its_json(path):
     assert gapcheck.rerender(path.parent) == (path.parent / "gapcheck.md").read_text()
 
 
-@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.hardware)
-def test_tolerance_module_rebuilds_from_its_sweeps(module, monkeypatch):
-    """The variants it derived from their sweeps (at the threshold it records); the ones it kept, from itself."""
-    # The CPU sweeps predate the core count in provenance: their slug takes this machine's, 2 when measured.
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+def _derived_again(module) -> list[dict]:
+    """The variants a module derived, from their sweeps at the threshold it records."""
     derived = []
     for variant in module.variants:
         threshold = module.constants[f"{prefix(variant)}_SETTINGS"]["threshold"]
         derived.append(tolerances_cmd.derive(_newest_sweep(module.hardware, variant), threshold))
-    kept, provisional_from = complete(derived, module.path, TOLERANCES_DIR)
-    assert render_module(derived, kept, provisional_from) == module.path.read_text()
+    return derived
+
+
+@pytest.fixture
+def two_cores(monkeypatch):
+    # The CPU sweeps predate the core count in provenance: their slug takes this machine's, 2 when measured.
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.hardware)
+def test_tolerance_module_rebuilds_from_its_sweeps(module, two_cores):
+    """The variants it derived from their sweeps (at the threshold it records); the ones it kept, from itself; the
+    quantized no-op bounds from the files it records, read from the project root."""
+    derived = _derived_again(module)
+    recorded = [ROOT / path for path in quantized_noop.recorded_inputs(module)]
+    noop = quantized_noop.read_measurements(recorded, derived[0]["backend"])
+    rebuilt = tolerances_cmd.module_text(derived, module.path, noop, TOLERANCES_DIR)
+    assert rebuilt.text == module.path.read_text()
+    assert not rebuilt.kept_bits  # every bit width it holds comes from the files it records
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.hardware)
+def test_a_module_derived_again_from_its_sweeps_alone_keeps_its_quantized_noop_bounds_as_written(module, two_cores):
+    rebuilt = tolerances_cmd.module_text(_derived_again(module), module.path, [], TOLERANCES_DIR)
+    assert rebuilt.text == module.path.read_text()
+    held = {quantized_noop.bits_of(name) for name in module.constants} - {None}
+    assert rebuilt.kept_bits == sorted(held, reverse=True)

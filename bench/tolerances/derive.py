@@ -5,8 +5,10 @@ a comment saying what was measured, when, on which hardware and versions, over h
 seeds, the measured min / p1 / median, the margin and why, and whether it is calibrated or provisional.
 With each variant go the (prompt, seed) pairs it was measured on: the tests run on those. The module is
 complete: a variant the sweeps did not measure keeps this hardware's earlier constants, or reads another
-hardware's measured ones at import, labelled provisional (``bench.tolerances.module``). The same input gives
-a byte-identical file. The tests load the module of the hardware they run on.
+hardware's measured ones at import, labelled provisional (``bench.tolerances.module``). With ``--quantized-noop``
+it also writes the quantized no-op bounds of full-size FLUX.1-dev from the files of that measurement
+(``bench.tolerances.quantized_noop``); without it, the module's earlier ones are kept as written. The same input
+gives a byte-identical file. The tests load the module of the hardware they run on.
 
 Margin rule, the same for every bound: one median-to-worst spread beyond the worst measured run.
 A new prompt or seed from the same distribution lands beyond the worst of n measured runs about once
@@ -22,11 +24,15 @@ import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from bench.sweep.records import NOOP, RecordError, read_sweep
+from bench.tolerances import quantized_noop
+from bench.tolerances.bounds import CALIBRATED_MIN_PAIRS, MARGIN, lower_bound, upper_bound
+from bench.tolerances.bounds import stats as _stats
 from bench.tolerances.module import (
     GENERATED,
     PROJECT_ROOT,
@@ -34,6 +40,7 @@ from bench.tolerances.module import (
     complete,
     module_path,
     prefix,
+    previous_module,
     render_module,
 )
 from calib.run.arguments import CommandParser, Writes, check_out_file, path_argument
@@ -42,28 +49,7 @@ from teacache.errors import InputError
 from teacache.io import write_text
 from teacache.provenance import hardware_slug
 
-__all__ = ["PROJECT_ROOT", "check_run", "derive", "load_module", "main", "prefix", "render_module"]
-
-CALIBRATED_MIN_PAIRS = 8  # fewer measured (prompt, seed) pairs than this: the constants are provisional
-
-
-def _stats(values) -> dict:
-    v = np.asarray(list(values), dtype=float)
-    return {"n": int(v.size), "min": float(v.min()), "p1": float(np.percentile(v, 1)),
-            "median": float(np.median(v)), "max": float(v.max())}  # fmt: skip
-
-
-def lower_bound(values) -> tuple[float, dict]:
-    s = _stats(values)
-    return s["min"] - (s["median"] - s["min"]), s
-
-
-def upper_bound(values) -> tuple[float, dict]:
-    s = _stats(values)
-    return s["max"] + (s["max"] - s["median"]), s
-
-
-MARGIN = "margin: one median-to-worst spread beyond the worst run (see the module docstring)"
+__all__ = ["PROJECT_ROOT", "check_run", "derive", "load_module", "main", "module_text", "prefix", "render_module"]
 
 
 def derive(sweep_dir: Path, threshold: float | None = None, provisional: bool = False) -> dict:
@@ -91,7 +77,7 @@ def derive(sweep_dir: Path, threshold: float | None = None, provisional: bool = 
     )
     out.update(_noop_constants(p, tc[tc["threshold"] == 0.0], noop, note))
     out.update(_quality_constants(p, at, threshold, prov["steps"], note))
-    return {"variant": variant, "hardware": _slug(prov), "status": status, "constants": out}
+    return {"variant": variant, "hardware": _slug(prov), "backend": prov["backend"], "status": status, "constants": out}
 
 
 def _read(sweep_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
@@ -254,6 +240,15 @@ def setup_arg_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="label every derived constant provisional (whatever the number of pairs measured)",
     )
+    parser.add_argument(
+        quantized_noop.ARG,
+        nargs="+",
+        type=path_argument,
+        default=[],
+        metavar="PAIRS.json",
+        help=f"files of {quantized_noop.SCRIPT} (the quantized no-op of full-size FLUX.1-dev on this hardware): "
+        "bounds per bit width; without it, the module's earlier ones are kept as written",
+    )
     parser.add_argument("--force", action="store_true", help="replace --out even if this command did not write it")
     return parser
 
@@ -292,6 +287,29 @@ def load_module(path: Path):
     return module
 
 
+class ModuleText(NamedTuple):
+    """A module's source and what the command says about it: the variants kept or read at import, and the bit
+    widths of the quantized no-op kept as written."""
+
+    text: str
+    kept: dict
+    provisional_from: dict[str, str]
+    kept_bits: list[int]
+
+
+def module_text(
+    derived: list[dict], target: Path, noop: list | None = None, folder: Path = TOLERANCES_DIR
+) -> ModuleText:
+    """The module for ``target``: the derived variants, the kept and the provisional ones (``complete``), then the
+    quantized no-op constants of ``noop`` (``quantized_noop.Measurement``), with the earlier ones of the bit widths
+    it does not hold kept as written."""
+    hardware = derived[0]["hardware"]
+    kept, provisional_from = complete(derived, target, folder)
+    constants = quantized_noop.derive(noop or [], hardware)
+    measured, kept_bits = quantized_noop.module_blocks(constants, previous_module(target, hardware))
+    return ModuleText(render_module(derived, kept, provisional_from, measured), kept, provisional_from, kept_bits)
+
+
 @command("teacache-bench tolerances")
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
@@ -304,17 +322,22 @@ def main(argv: list[str] | None = None) -> int:
     variants = [d["variant"] for d in derived]
     if len(set(variants)) != len(variants):
         raise InputError(f"RUNS: two sweeps of the same variant ({', '.join(variants)})")
+    noop = quantized_noop.read_measurements(args.quantized_noop, derived[0]["backend"])
     out = args.out or check_out_file(module_path(derived[0]["hardware"]), what=".py module", writes=WRITES)
-    kept, provisional_from = complete(derived, out, TOLERANCES_DIR)
-    text = render_module(derived, kept, provisional_from)
-    compile(text, "<tolerances>", "exec")
-    write_text(out, text)
+    module = module_text(derived, out, noop)
+    compile(module.text, "<tolerances>", "exec")
+    write_text(out, module.text)
     for d in derived:
         print(f"{d['variant']}: {d['status']}, {len(d['constants'])} constants")
-    for variant in kept:
+    for variant in module.kept:
         print(f"{variant}: provisional, kept from the previous module (not in these sweeps)")
-    for variant, source in provisional_from.items():
+    for variant, source in module.provisional_from.items():
         print(f"{variant}: provisional, read at import from {source}'s module (not in these sweeps)")
+    for bits in sorted({m.meta["quantize"] for m in noop}, reverse=True):
+        files = sum(m.meta["quantize"] == bits for m in noop)
+        print(f"quantized no-op, {bits} bits: bounds from {files} files")
+    for bits in module.kept_bits:
+        print(f"quantized no-op, {bits} bits: kept from the previous module as written (no {quantized_noop.ARG} files)")
     print(f"wrote {out}")
     return 0
 

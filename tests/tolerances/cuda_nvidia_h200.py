@@ -246,6 +246,144 @@ TINY_FLUX1_PSNR_FLOOR = 55.087143118214115
 # calibrated
 TINY_FLUX1_SKIP_BAND = (14, 14)
 
+# the settings the 8-bit quantized no-op bounds below were measured at; tests/gpu/test_quantized_noop.py runs these
+#   (prompt and seed: bench.timing.fullsize_measure's, as measure.py)
+# full-size random FLUX.1-dev (random-flux1-dev, weights from seed 0) quantized to 8 bits as mflux does (group size
+#   64), x_embedder kept in bfloat16 (teacache.models.fullsize.keep_bfloat16); 6 steps, 1024x1024, guidance 3.5
+# measured on cuda-nvidia-h200 (the files record Device(gpu, 0)), mlx 0.32.2 (the files record neither mflux's
+#   version nor the date); 2 files of results/cuda-nvidia-h200/quantized-noop/measure.py, 2 and 3 interleaved
+#   repeats after a warm-up of each arm, every run against every other:
+#   results/cuda-nvidia-h200/quantized-noop/x_embedder-bf16/q8-session1.json,
+#   results/cuda-nvidia-h200/quantized-noop/x_embedder-bf16/q8-session2.json
+# provisional: one prompt and seed, n counts pairs of repeated runs (calibrated needs 8 prompt x seed pairs)
+FULLSIZE_FLUX1_DEV_Q8_NOOP_SETTINGS = {
+    "group_size": 64,
+    "guidance": 3.5,
+    "kept_bfloat16": ("x_embedder",),
+    "model": "random-flux1-dev",
+    "model_seed": 0,
+    "quantize": 8,
+    "size": 1024,
+    "steps": 6,
+}
+
+# quantized no-op, 8 bits: the proxy with every step computed against vanilla, final latents max-abs
+# full-size random FLUX.1-dev (random-flux1-dev, weights from seed 0) quantized to 8 bits as mflux does (group size
+#   64), x_embedder kept in bfloat16 (teacache.models.fullsize.keep_bfloat16); 6 steps, 1024x1024, guidance 3.5
+# kept in bfloat16: x_embedder (64 -> 3072, K equal to the group size) because MLX's CUDA quantized matmul with K =
+#   64 reads output memory it never wrote: quantized, vanilla differs from itself by whatever the allocator hands
+#   back, which no bound can be measured for
+# measured on cuda-nvidia-h200 (the files record Device(gpu, 0)), mlx 0.32.2 (the files record neither mflux's
+#   version nor the date); 2 files of results/cuda-nvidia-h200/quantized-noop/measure.py, 2 and 3 interleaved
+#   repeats after a warm-up of each arm, every run against every other:
+#   results/cuda-nvidia-h200/quantized-noop/x_embedder-bf16/q8-session1.json,
+#   results/cuda-nvidia-h200/quantized-noop/x_embedder-bf16/q8-session2.json
+# proxy/vanilla n 25: min 0, median 0.000136375, max 0.00016439 (16 of 25 not equal)
+# vanilla/vanilla in the same files n 9: min 0, median 0, max 0.000163555 (3 of 9 not equal)
+# margin: one median-to-worst spread beyond the worst run (see the module docstring)
+# not bit-exact as the oracle: vanilla differs from vanilla in 3 of 9 pairs of these files (quantized kernels on
+#   CUDA are not reproducible from run to run), so the oracle is proxy / vanilla within this bound, with vanilla /
+#   vanilla beside it (results/cuda-nvidia-h200/quantized-noop/RUN.md)
+# provisional: one prompt and seed, n counts pairs of repeated runs (calibrated needs 8 prompt x seed pairs)
+FULLSIZE_FLUX1_DEV_Q8_NOOP_MAX_ABS = 0.00019240379333496094
+
+# quantized no-op, 8 bits: the proxy with every step computed against vanilla, final latents relative RMS
+# full-size random FLUX.1-dev (random-flux1-dev, weights from seed 0) quantized to 8 bits as mflux does (group size
+#   64), x_embedder kept in bfloat16 (teacache.models.fullsize.keep_bfloat16); 6 steps, 1024x1024, guidance 3.5
+# kept in bfloat16: x_embedder (64 -> 3072, K equal to the group size) because MLX's CUDA quantized matmul with K =
+#   64 reads output memory it never wrote: quantized, vanilla differs from itself by whatever the allocator hands
+#   back, which no bound can be measured for
+# measured on cuda-nvidia-h200 (the files record Device(gpu, 0)), mlx 0.32.2 (the files record neither mflux's
+#   version nor the date); 2 files of results/cuda-nvidia-h200/quantized-noop/measure.py, 2 and 3 interleaved
+#   repeats after a warm-up of each arm, every run against every other:
+#   results/cuda-nvidia-h200/quantized-noop/x_embedder-bf16/q8-session1.json,
+#   results/cuda-nvidia-h200/quantized-noop/x_embedder-bf16/q8-session2.json
+# proxy/vanilla n 25: min 0, median 2.37842e-06, max 3.17435e-06 (16 of 25 not equal)
+# vanilla/vanilla in the same files n 9: min 0, median 0, max 3.02304e-06 (3 of 9 not equal)
+# margin: one median-to-worst spread beyond the worst run (see the module docstring)
+# not bit-exact as the oracle: vanilla differs from vanilla in 3 of 9 pairs of these files (quantized kernels on
+#   CUDA are not reproducible from run to run), so the oracle is proxy / vanilla within this bound, with vanilla /
+#   vanilla beside it (results/cuda-nvidia-h200/quantized-noop/RUN.md)
+# provisional: one prompt and seed, n counts pairs of repeated runs (calibrated needs 8 prompt x seed pairs)
+FULLSIZE_FLUX1_DEV_Q8_NOOP_REL_RMS = 3.9702777030470315e-06
+
+# the files the 8-bit bounds above were derived from (teacache-bench tolerances --quantized-noop);
+#   tests/test_rebuild.py derives them again from these
+# provisional: one prompt and seed, n counts pairs of repeated runs (calibrated needs 8 prompt x seed pairs)
+FULLSIZE_FLUX1_DEV_Q8_NOOP_INPUTS = (
+    "results/cuda-nvidia-h200/quantized-noop/x_embedder-bf16/q8-session1.json",
+    "results/cuda-nvidia-h200/quantized-noop/x_embedder-bf16/q8-session2.json",
+)
+
+# the settings the 4-bit quantized no-op bounds below were measured at; tests/gpu/test_quantized_noop.py runs these
+#   (prompt and seed: bench.timing.fullsize_measure's, as measure.py)
+# full-size random FLUX.1-dev (random-flux1-dev, weights from seed 0) quantized to 4 bits as mflux does (group size
+#   64), x_embedder kept in bfloat16 (teacache.models.fullsize.keep_bfloat16); 6 steps, 1024x1024, guidance 3.5
+# measured on cuda-nvidia-h200 (the files record Device(gpu, 0)), mlx 0.32.2 (the files record neither mflux's
+#   version nor the date); 2 files of results/cuda-nvidia-h200/quantized-noop/measure.py, 2 and 3 interleaved
+#   repeats after a warm-up of each arm, every run against every other:
+#   results/cuda-nvidia-h200/quantized-noop/x_embedder-bf16/q4-session1.json,
+#   results/cuda-nvidia-h200/quantized-noop/x_embedder-bf16/q4-session2.json
+# provisional: one prompt and seed, n counts pairs of repeated runs (calibrated needs 8 prompt x seed pairs)
+FULLSIZE_FLUX1_DEV_Q4_NOOP_SETTINGS = {
+    "group_size": 64,
+    "guidance": 3.5,
+    "kept_bfloat16": ("x_embedder",),
+    "model": "random-flux1-dev",
+    "model_seed": 0,
+    "quantize": 4,
+    "size": 1024,
+    "steps": 6,
+}
+
+# quantized no-op, 4 bits: the proxy with every step computed against vanilla, final latents max-abs
+# full-size random FLUX.1-dev (random-flux1-dev, weights from seed 0) quantized to 4 bits as mflux does (group size
+#   64), x_embedder kept in bfloat16 (teacache.models.fullsize.keep_bfloat16); 6 steps, 1024x1024, guidance 3.5
+# kept in bfloat16: x_embedder (64 -> 3072, K equal to the group size) because MLX's CUDA quantized matmul with K =
+#   64 reads output memory it never wrote: quantized, vanilla differs from itself by whatever the allocator hands
+#   back, which no bound can be measured for
+# measured on cuda-nvidia-h200 (the files record Device(gpu, 0)), mlx 0.32.2 (the files record neither mflux's
+#   version nor the date); 2 files of results/cuda-nvidia-h200/quantized-noop/measure.py, 2 and 3 interleaved
+#   repeats after a warm-up of each arm, every run against every other:
+#   results/cuda-nvidia-h200/quantized-noop/x_embedder-bf16/q4-session1.json,
+#   results/cuda-nvidia-h200/quantized-noop/x_embedder-bf16/q4-session2.json
+# proxy/vanilla n 25: min 0, median 0.000157356, max 0.00019908 (18 of 25 not equal)
+# vanilla/vanilla in the same files n 9: min 0, median 0.000157356, max 0.000182629 (5 of 9 not equal)
+# margin: one median-to-worst spread beyond the worst run (see the module docstring)
+# not bit-exact as the oracle: vanilla differs from vanilla in 5 of 9 pairs of these files (quantized kernels on
+#   CUDA are not reproducible from run to run), so the oracle is proxy / vanilla within this bound, with vanilla /
+#   vanilla beside it (results/cuda-nvidia-h200/quantized-noop/RUN.md)
+# provisional: one prompt and seed, n counts pairs of repeated runs (calibrated needs 8 prompt x seed pairs)
+FULLSIZE_FLUX1_DEV_Q4_NOOP_MAX_ABS = 0.00024080276489257812
+
+# quantized no-op, 4 bits: the proxy with every step computed against vanilla, final latents relative RMS
+# full-size random FLUX.1-dev (random-flux1-dev, weights from seed 0) quantized to 4 bits as mflux does (group size
+#   64), x_embedder kept in bfloat16 (teacache.models.fullsize.keep_bfloat16); 6 steps, 1024x1024, guidance 3.5
+# kept in bfloat16: x_embedder (64 -> 3072, K equal to the group size) because MLX's CUDA quantized matmul with K =
+#   64 reads output memory it never wrote: quantized, vanilla differs from itself by whatever the allocator hands
+#   back, which no bound can be measured for
+# measured on cuda-nvidia-h200 (the files record Device(gpu, 0)), mlx 0.32.2 (the files record neither mflux's
+#   version nor the date); 2 files of results/cuda-nvidia-h200/quantized-noop/measure.py, 2 and 3 interleaved
+#   repeats after a warm-up of each arm, every run against every other:
+#   results/cuda-nvidia-h200/quantized-noop/x_embedder-bf16/q4-session1.json,
+#   results/cuda-nvidia-h200/quantized-noop/x_embedder-bf16/q4-session2.json
+# proxy/vanilla n 25: min 0, median 2.84193e-06, max 6.44756e-06 (18 of 25 not equal)
+# vanilla/vanilla in the same files n 9: min 0, median 2.9016e-06, max 4.50939e-06 (5 of 9 not equal)
+# margin: one median-to-worst spread beyond the worst run (see the module docstring)
+# not bit-exact as the oracle: vanilla differs from vanilla in 5 of 9 pairs of these files (quantized kernels on
+#   CUDA are not reproducible from run to run), so the oracle is proxy / vanilla within this bound, with vanilla /
+#   vanilla beside it (results/cuda-nvidia-h200/quantized-noop/RUN.md)
+# provisional: one prompt and seed, n counts pairs of repeated runs (calibrated needs 8 prompt x seed pairs)
+FULLSIZE_FLUX1_DEV_Q4_NOOP_REL_RMS = 1.005320154945366e-05
+
+# the files the 4-bit bounds above were derived from (teacache-bench tolerances --quantized-noop);
+#   tests/test_rebuild.py derives them again from these
+# provisional: one prompt and seed, n counts pairs of repeated runs (calibrated needs 8 prompt x seed pairs)
+FULLSIZE_FLUX1_DEV_Q4_NOOP_INPUTS = (
+    "results/cuda-nvidia-h200/quantized-noop/x_embedder-bf16/q4-session1.json",
+    "results/cuda-nvidia-h200/quantized-noop/x_embedder-bf16/q4-session2.json",
+)
+
 # not measured on cuda-nvidia-h200: tiny-flux2, tiny-qwen-image, tiny-scenes, tiny-z-image; provisional until
 #   derived here (teacache-bench tolerances over their sweeps). Until then each one's constants are read at import
 #   from the module that measured it: tiny-flux2, tiny-qwen-image, tiny-z-image from cpu-amd-epyc-2c
