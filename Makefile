@@ -27,7 +27,7 @@ RELEASE_VENV := .venv-mflux-$(MFLUX)
 TEST_WORKERS ?= 2
 RELEASE_PINS := $(wildcard requirements/mflux-$(MFLUX).txt)
 
-.PHONY: demo test test-slow test-real lint format lock install clean
+.PHONY: demo test test-slow test-real test-gpu lint format lock install clean
 
 demo: $(STAMP)
 	$(VENV)/bin/teacache-demo
@@ -58,6 +58,10 @@ test-slow: $(STAMP)
 
 test-real: $(STAMP)
 	$(VENV)/bin/pytest -m real_weights
+
+# Full-size models on a GPU (BACKEND=cuda on Linux): skipped, with the reason, where MLX's default device is none.
+test-gpu: $(STAMP)
+	$(VENV)/bin/pytest -m gpu
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

@@ -43,6 +43,8 @@ RUN_ELSEWHERE = {  # block -> the test that runs it as written
     (DRIFT, TRACES, 0): "tests/test_readme_journeys.py::test_the_traces_journey_runs_as_written_on_the_shipped_samples",
     ("docs/generate.md", "Generate with TeaCache: `teacache-generate`", 0):
         "tests/test_docs_generate.py::test_the_commands_of_the_page_run_as_written",
+    ("docs/tolerances.md", "The quantized no-op at full size", 0):
+        "tests/bench/tolerances/test_quantized_noop.py::test_the_pages_command_regenerates_the_committed_module",
 }  # fmt: skip
 ACTIVATION = "the activation every journey here starts with (ACTIVATE)"
 WEIGHTS, CUDA = "needs FLUX.1-dev's downloaded weights", "needs an NVIDIA GPU (MLX's CUDA build)"
@@ -59,6 +61,7 @@ NOT_RUN_HERE = {  # block -> why no test on one CPU machine runs it
     (DRIFT, "Refit after a new mflux release", 2): WEIGHTS,
     ("README.md", "Journeys", 5): CUDA,
     ("docs/hardware.md", "NVIDIA GPUs (MLX's CUDA build) and comparing hardware", 0): CUDA,
+    ("docs/tolerances.md", "The quantized no-op at full size", 1): "needs a GPU with 48 GiB (skipped on a CPU)",
     ("docs/peer-comparison.md", "Side by side with mlx-teacache", 0):
         "full-size random FLUX.1 (12 B parameters) needs a GPU; runs/fit is the reader's own fit",
     ("docs/peer-comparison.md", "Side by side with mlx-teacache", 1): "full-size random models need a GPU",

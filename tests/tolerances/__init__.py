@@ -3,7 +3,8 @@
 ``teacache-bench tolerances`` writes ``tests/tolerances/<hardware-slug>.py``. The tests load the module of
 the hardware they run on; where none exists they fall back to ``provisional.py`` (constants measured on other
 hardware, read at import) and say so once. Each variant's constants come with the (prompt, seed) pairs they
-were measured on (``<VARIANT>_CASES``): a test that checks a measured bound runs on one of those.
+were measured on (``<VARIANT>_CASES``): a test that checks a measured bound runs on one of those. A module may
+also hold the quantized no-op bounds of full-size FLUX.1-dev measured on its hardware (``quantized_noop_bounds``).
 """
 
 from __future__ import annotations
@@ -63,3 +64,19 @@ def measured_case(module: ModuleType, variant: str, index: int = 0) -> tuple[str
     cases = measured_cases(module, variant)
     _, prompt, seed = cases[index % len(cases)]
     return prompt, seed
+
+
+def quantized_noop_bounds(module: ModuleType, bits: int) -> dict:
+    """The settings, max-abs and relative RMS bounds of the quantized no-op at ``bits`` measured on this hardware;
+    LookupError saying how to measure and derive them where the module has none."""
+    from bench.tolerances.quantized_noop import ARG, SCRIPT, constant_name
+
+    names = {kind: constant_name(bits, kind) for kind in ("SETTINGS", "MAX_ABS", "REL_RMS")}
+    missing = [name for name in names.values() if not hasattr(module, name)]
+    if missing:
+        raise LookupError(
+            f"{module.__name__} has no {', '.join(missing)}: measure them on this hardware with "
+            f"QUANT={bits} KEEP_BF16=x_embedder python3 {SCRIPT} STEPS SIZE REPEATS OUT.json and derive them with "
+            f"teacache-bench tolerances RUNS... {ARG} OUT.json (docs/tolerances.md: The quantized no-op at full size)"
+        )
+    return {kind.lower(): getattr(module, name) for kind, name in names.items()}
