@@ -4,8 +4,9 @@ Each ``random-<variant>`` is mflux's own transformer at its real config with wei
 (``teacache.models.fullsize``), so the figures are those of the real architecture on this hardware; the
 images mean nothing. Per model, after warm-up (the first GPU steps JIT-compile), in one process, paired and
 interleaved (``calib.run.interleave``: the order rotates every repeat), ``--repeats`` times: vanilla; the
-proxy with every step computed (``proxy-all``: signal, decision and host read-back each step, nothing
-skipped; its cost is ``proxy_overhead_pct``); optionally threshold 0 (``fast-path``); and the gate at
+proxy with every step computed (``proxy-all``: the re-walk, signal and decision each step, nothing skipped;
+every decision is forced, so the signal is read back after the step, not mid-step; its cost is
+``proxy_overhead_pct``); optionally threshold 0 (``fast-path``); and the gate at
 thresholds chosen to skip about ``--skip-fractions`` of the steps. Random weights have no calibration, so
 the gate accumulates the raw signal (identity rescale, unless ``--coefficients packaged``) and each
 threshold is found by replaying the signal of the proxy-all run through the gate (``teacache.gate.replay``);

@@ -39,14 +39,19 @@ def interval(values: np.ndarray, statistic) -> list[float]:
     return [float(q) for q in np.percentile(draws, [2.5, 97.5])]
 
 
-everything = []
-for path in sorted(HERE.glob("steps-alternating*.json")):
-    ratios = np.array(pair_ratios(path))
-    everything += list(ratios)
-    sem = ratios.std(ddof=1) / ratios.size**0.5
-    print(f"{path.name}: {ratios.size} pairs, median {np.median(ratios) - 1:+.2%}, mean {ratios.mean() - 1:+.2%} "
-          f"+- {sem:.2%}, p5-p95 {np.percentile(ratios, 5) - 1:+.1%} .. {np.percentile(ratios, 95) - 1:+.1%}")
-both = np.array(everything)
-median, mean = interval(both, np.median), interval(both, np.mean)
-print(f"both: {both.size} pairs, median {np.median(both) - 1:+.2%} [{median[0] - 1:+.2%}, {median[1] - 1:+.2%}], "
-      f"mean {both.mean() - 1:+.2%} [{mean[0] - 1:+.2%}, {mean[1] - 1:+.2%}]")
+def main() -> None:
+    everything = []
+    for path in sorted(HERE.glob("steps-alternating*.json")):
+        ratios = np.array(pair_ratios(path))
+        everything += list(ratios)
+        sem = ratios.std(ddof=1) / ratios.size**0.5
+        print(f"{path.name}: {ratios.size} pairs, median {np.median(ratios) - 1:+.2%}, mean {ratios.mean() - 1:+.2%} "
+              f"+- {sem:.2%}, p5-p95 {np.percentile(ratios, 5) - 1:+.1%} .. {np.percentile(ratios, 95) - 1:+.1%}")
+    both = np.array(everything)
+    median, mean = interval(both, np.median), interval(both, np.mean)
+    print(f"both: {both.size} pairs, median {np.median(both) - 1:+.2%} [{median[0] - 1:+.2%}, {median[1] - 1:+.2%}], "
+          f"mean {both.mean() - 1:+.2%} [{mean[0] - 1:+.2%}, {mean[1] - 1:+.2%}]")
+
+
+if __name__ == "__main__":  # pairs4.py imports the two functions above
+    main()
