@@ -247,15 +247,21 @@ class StepController:
         change = None if anchor is None else rel_l1(modulated, anchor)
         if change is not None and not self.gate.reads_signal(step, self.num_steps):
             # reading the signal back mid-step would split the step into two device submissions: the step's
-            # own evaluation computes it (carry_unread) and the log receives it once the step is done
+            # own evaluation computes it (carry) and the log receives it once the step is done
             self.state.unread.append((len(self.gate.log), change))
             change = None
         return self.gate.decide(step, self.num_steps, None if change is None else change.item(), self.sigma).compute
 
-    def carry_unread(self, output: mx.array) -> mx.array:
-        """``output`` made to depend on the signals not read yet, so evaluating the step evaluates them too."""
-        unread = [signal for _, signal in self.state.unread]
-        return mx.depends(output, unread) if unread else output
+    def carry(self, output: mx.array) -> mx.array:
+        """``output`` made to depend on the signals not read yet and on the cache, so evaluating the step
+        evaluates them too.
+
+        Left lazy, the cache would hold the graph behind it: the residual its two operands (the embedded input and
+        the body's output with the text tokens around it), the anchor the embedded input it is modulated from.
+        Evaluated with the step, it holds its own arrays and nothing else, between steps and after the loop.
+        """
+        pending = [signal for _, signal in self.state.unread] + self.state.cached
+        return mx.depends(output, pending) if pending else output
 
     def _read_unread(self) -> None:
         """Put the signals the decisions did not need into the decision log (they are evaluated by now)."""

@@ -57,7 +57,7 @@ class CachingProxy(nn.Module):
         else:
             body_out = self._from_cache(embedded, ctl.residual(branch))
             residual = None
-        output = ctl.carry_unread(self._tail(body_out, temb))
+        output = ctl.carry(self._tail(body_out, temb))
         ctl.observe_output(branch, output, residual)
         return output
 
