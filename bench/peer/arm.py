@@ -14,7 +14,7 @@ place of a measurement.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from teacache.provenance import installed_version
 
@@ -162,6 +162,8 @@ def run_in_session(session, arm: PeerArm, prompt: str, seed: int, steps: int | N
 
     import mlx.core as mx
 
+    from calib.run.generation import HostLatents
+
     steps = steps or session.steps
     mx.synchronize()
     mx.reset_peak_memory()
@@ -169,8 +171,9 @@ def run_in_session(session, arm: PeerArm, prompt: str, seed: int, steps: int | N
         session.model, arm.settings, prompt, seed, steps, session.size, session.size, session.guidance
     )
     mx.synchronize()
-    gen = result.generation
+    peak, gen = mx.get_peak_memory(), result.generation
+    kept = replace(result, generation=None)  # its report without the device arrays, as the latents below
     return {
-        "loop_s": gen.loop_s, "total_s": gen.total_s, "latents": gen.latents, "peak_bytes": mx.get_peak_memory(),
-        "skipped": len(result.skipped_steps), "cache_bytes": math.nan, "branches": None, "log": [], "peer": result,
+        "loop_s": gen.loop_s, "total_s": gen.total_s, "latents": HostLatents.of(gen.latents), "peak_bytes": peak,
+        "skipped": len(result.skipped_steps), "cache_bytes": math.nan, "branches": None, "log": [], "peer": kept,
     }  # fmt: skip

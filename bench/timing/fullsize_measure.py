@@ -15,7 +15,7 @@ import numpy as np
 
 from bench.peer import arm as peer
 from bench.peer import gate as peer_gate
-from calib.run.generation import generate
+from calib.run.generation import HostLatents, generate
 from calib.run.interleave import Turn, interleave
 from calib.run.interrupts import interruptions
 from teacache import apply_teacache, variants
@@ -60,7 +60,8 @@ class Session:
                     }
         mx.synchronize()
         peak = mx.get_peak_memory()
-        return {"loop_s": out.loop_s, "total_s": out.total_s, "latents": out.latents, "peak_bytes": peak, **extra}
+        latents = HostLatents.of(out.latents)  # kept off the device: the runs after this one do not count it
+        return {"loop_s": out.loop_s, "total_s": out.total_s, "latents": latents, "peak_bytes": peak, **extra}
 
 
 def choose_threshold(xs: list[float | None], steps: int, target: int, rescale: RescaleFunction) -> tuple[float, int]:
@@ -84,14 +85,6 @@ def choose_threshold(xs: list[float | None], steps: int, target: int, rescale: R
         if k > best[0]:
             best = (k, threshold)
     return best[1], best[0]
-
-
-def _max_abs(a, b) -> float:
-    return float(mx.max(mx.abs(a.astype(mx.float32) - b.astype(mx.float32))).item())
-
-
-def _exact(a, b) -> bool:
-    return a.shape == b.shape and a.dtype == b.dtype and bool(mx.array_equal(a, b).item())
 
 
 @dataclass
@@ -204,8 +197,8 @@ def run_rows(prepared: Prepared, results: dict[str, list[dict]]) -> list[dict]:
         for result, vanilla in zip(runs, results["vanilla"], strict=True):
             exact = max_abs = None
             if name != "vanilla":  # against the vanilla run of the same repeat
-                exact = _exact(result["latents"], vanilla["latents"])
-                max_abs = _max_abs(result["latents"], vanilla["latents"])
+                exact = result["latents"].equals(vanilla["latents"])
+                max_abs = result["latents"].max_abs(vanilla["latents"])
             rows.append({
                 **prepared.facts, "repeat": result["repeat"], "position": result["position"], "arm": name,
                 "kind": kind, "threshold": threshold, "predicted_skipped": predicted, "loop_s": result["loop_s"],

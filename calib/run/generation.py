@@ -20,6 +20,34 @@ class Generation:
     total_s: float  # whole generate_image, encode and decode included
 
 
+@dataclass(frozen=True)
+class HostLatents:
+    """Final latents copied to host memory, with their dtype, for comparing runs after the fact.
+
+    A harness that keeps each run's latents on the device for a later comparison makes every later run's
+    peak count them (one latent array more per run kept). On the host they cost the device nothing.
+    float32 holds bfloat16 and float16 values exactly, so equality and max-abs are those of the device arrays.
+    """
+
+    values: np.ndarray  # float32
+    dtype: str  # the device array's, e.g. "mlx.core.bfloat16"
+
+    @classmethod
+    def of(cls, latents: mx.array) -> HostLatents:
+        return cls(np.array(latents.astype(mx.float32)), str(latents.dtype))
+
+    def equals(self, other: HostLatents) -> bool:
+        """Bit-exact: same dtype, shape and values (NaN equal to nothing, as ``mx.array_equal``)."""
+        return (
+            self.dtype == other.dtype
+            and self.values.shape == other.values.shape
+            and bool(np.array_equal(self.values, other.values))
+        )
+
+    def max_abs(self, other: HostLatents) -> float:
+        return float(np.max(np.abs(self.values - other.values)))
+
+
 class _LoopProbe:
     """mflux callback: times the denoising loop and keeps the final latents."""
 
