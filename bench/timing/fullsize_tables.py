@@ -30,7 +30,10 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     """summary.csv from runs.csv: per configuration, one row per arm (in the order of its first repeat).
 
     Speedups are medians over repeats of vanilla / arm of the same repeat, with min and max; ideal is
-    N / (N - skipped); the proxy's overhead is proxy-all against vanilla of the same repeat.
+    N / (N - skipped); the proxy's overhead is proxy-all against vanilla of the same repeat. Peaks are
+    medians over repeats too: on CUDA one arm's peak jumps between allocator levels from run to run (1.6 GiB
+    apart for vanilla FLUX.1 on the H200, results/cuda-nvidia-h200/proxy-cost-flux1/RUN.md), so a maximum
+    compares the levels two arms happened to hit, not what each holds.
     """
     runs = runs.assign(_key=config_keys(runs))
     rows = [row for _key, config in runs.groupby("_key", sort=False) for row in _summary_rows(config)]
@@ -56,7 +59,7 @@ def _summary_rows(config: pd.DataFrame) -> list[dict]:
         "vanilla_ms_per_step_max": 1000 * max(vanilla_loops) / steps,
         "proxy_overhead_pct": statistics.median(overheads), "proxy_overhead_pct_min": min(overheads),
         "proxy_overhead_pct_max": max(overheads),
-        "vanilla_peak_memory_gib": max(by_arm["vanilla"]["peak_memory_gib"]),
+        "vanilla_peak_memory_gib": statistics.median(by_arm["vanilla"]["peak_memory_gib"]),
         "repeats": len(vanilla_loops), "full_size": bool(first["full_size"]), "rescale": first["rescale"],
     }  # fmt: skip
     rows = []
@@ -74,7 +77,7 @@ def _summary_rows(config: pd.DataFrame) -> list[dict]:
             "predicted_skipped": runs["predicted_skipped"].iloc[0], "speedup": speedup, "speedup_min": min(ratios),
             "speedup_max": max(ratios), "ideal": ideal, "ratio_to_ideal": speedup / ideal,
             "arm_ms_per_step": 1000 * statistics.median(loops) / steps,
-            "peak_memory_gib": max(runs["peak_memory_gib"]), "cache_memory_mib": max(runs["cache_memory_mib"]),
+            "peak_memory_gib": statistics.median(runs["peak_memory_gib"]), "cache_memory_mib": max(runs["cache_memory_mib"]),
             "noop_exact": all(_true(v) for v in runs["exact"]) if skipped == 0 else None,
             "max_abs_diff": max(runs["max_abs_diff"]),
         })  # fmt: skip

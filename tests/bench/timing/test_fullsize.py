@@ -235,7 +235,8 @@ def test_the_summary_is_derived_from_runs_csv_at_full_precision(tmp_path):
     proxy, gate = summary.to_dict("records")
     assert proxy["noop_exact"] is True and gate["noop_exact"] is None and gate["skipped"] == 2
     assert math.isclose(proxy["proxy_overhead_pct"], 5.0) and math.isclose(gate["speedup"], 2.0)
-    assert math.isclose(gate["ideal"], 2.0) and gate["peak_memory_gib"] == 3.0 and gate["max_abs_diff"] == 0.5
+    assert math.isclose(gate["ideal"], 2.0) and gate["max_abs_diff"] == 0.5
+    assert gate["peak_memory_gib"] == 2.0  # the median of the repeats' 1, 2 and 3 GiB, not their maximum
     written = pd.read_csv(tmp_path / "summary.csv")
     assert list(written.columns) == list(fullsize_tables.SUMMARY_COLUMNS) and len(written) == 2
 
