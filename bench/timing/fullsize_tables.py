@@ -77,7 +77,8 @@ def _summary_rows(config: pd.DataFrame) -> list[dict]:
             "predicted_skipped": runs["predicted_skipped"].iloc[0], "speedup": speedup, "speedup_min": min(ratios),
             "speedup_max": max(ratios), "ideal": ideal, "ratio_to_ideal": speedup / ideal,
             "arm_ms_per_step": 1000 * statistics.median(loops) / steps,
-            "peak_memory_gib": statistics.median(runs["peak_memory_gib"]), "cache_memory_mib": max(runs["cache_memory_mib"]),
+            "peak_memory_gib": statistics.median(runs["peak_memory_gib"]),
+            "cache_memory_mib": max(runs["cache_memory_mib"]),
             "noop_exact": all(_true(v) for v in runs["exact"]) if skipped == 0 else None,
             "max_abs_diff": max(runs["max_abs_diff"]),
         })  # fmt: skip
