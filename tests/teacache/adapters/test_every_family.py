@@ -18,9 +18,9 @@ from tests.teacache.adapters import FAMILY_FIXTURES, IDENTITY, STEPS
 
 EVERY_FAMILY = pytest.mark.parametrize("family", list(FAMILY_FIXTURES), indirect=True)
 # the families whose mflux predict is compiled: the proxy runs its head, body and tail as compiled segments
+COMPILED_PROXIES = {"tiny-flux2": TeaCacheFlux2Transformer, "tiny-z-image": TeaCacheZImageTransformer}
 # the largest rounding of one buffer by MLX's allocators (CUDA and Metal round to 16 KiB pages; CPU is exact)
 ALLOCATOR_PAGE = 16384
-COMPILED_PROXIES = {"tiny-flux2": TeaCacheFlux2Transformer, "tiny-z-image": TeaCacheZImageTransformer}
 
 
 def _untouched(model, original) -> bool:
