@@ -140,19 +140,26 @@ class PixelDecoder(nn.Module):
     spatial_scale = IMAGE_SIZE // (NOMINAL_SIZE // 8)  # 2: one latent position holds 2x2 pixels
     latent_channels = 16
 
+    def __init__(self, latent_scale: float = 1.0, name: str = MODEL_NAME) -> None:
+        super().__init__()
+        self.latent_scale = latent_scale  # latents = latent_scale x pixels (1 for tiny-scenes)
+        self.name = name
+
     def decode(self, latents: mx.array) -> mx.array:
         if latents.ndim == 5:
             latents = latents[:, :, 0, :, :]
         if tuple(latents.shape[-2:]) != (IMAGE_SIZE // self.spatial_scale,) * 2:
             side = latents.shape[-1] * 8
             raise ValueError(
-                f"height/width: tiny-scenes draws {IMAGE_SIZE}x{IMAGE_SIZE} images, generated at height = width = "
+                f"height/width: {self.name} draws {IMAGE_SIZE}x{IMAGE_SIZE} images, generated at height = width = "
                 f"{NOMINAL_SIZE}; got {side}"
             )
+        if self.latent_scale != 1.0:
+            latents = latents / self.latent_scale
         return from_latents(latents)[:, :, None, :, :]
 
     def encode(self, image: mx.array) -> mx.array:
-        raise NotImplementedError("tiny-scenes has no image encoder: image-to-image is not supported")
+        raise NotImplementedError(f"{self.name} has no image encoder: image-to-image is not supported")
 
 
 class CaptionEmbeddings(dict):
@@ -162,34 +169,42 @@ class CaptionEmbeddings(dict):
     so T5 and CLIP are never called; an unknown word raises the tokenizer's one-line error.
     """
 
-    def __init__(self, encoder: SceneTextEncoder) -> None:
+    def __init__(self, encoder: SceneTextEncoder, tokenizer=tokenize) -> None:
         super().__init__()
         self.encoder = encoder
+        self.tokenizer = tokenizer
 
     def __contains__(self, prompt: object) -> bool:
         return isinstance(prompt, str)
 
     def __missing__(self, prompt: str) -> tuple[mx.array, mx.array]:
-        sequence, pooled = self.encoder(mx.array(tokenize(prompt))[None])
+        sequence, pooled = self.encoder(mx.array(self.tokenizer(prompt))[None])
         value = (sequence.astype(ModelConfig.precision), pooled.astype(ModelConfig.precision))
         mx.eval(value)
         self[prompt] = value
         return value
 
 
-def as_pipeline(model: TinyScenesModel, manifest: dict | None = None) -> Flux1:
-    """mflux's ``Flux1`` (FLUX.1-dev config) around the trained transformer and its text stand-in."""
+def as_pipeline(
+    model: TinyScenesModel,
+    manifest: dict | None = None,
+    variant: str = MODEL_NAME,
+    tokenizer=tokenize,
+    latent_scale: float = 1.0,
+) -> Flux1:
+    """mflux's ``Flux1`` (FLUX.1-dev config) around the trained transformer and its text stand-in;
+    ``variant``, ``tokenizer`` and ``latent_scale`` are another FLUX.1 model's on the same layout."""
     model.set_batch_size(1)
     pipeline = Flux1.__new__(Flux1)
     nn.Module.__init__(pipeline)
     FluxInitializer._init_config(pipeline, ModelConfig.dev())  # prompt_cache, model_config, callbacks, tiling
-    pipeline.prompt_cache = CaptionEmbeddings(model.text_encoder)
-    pipeline.vae = PixelDecoder()
+    pipeline.prompt_cache = CaptionEmbeddings(model.text_encoder, tokenizer)
+    pipeline.vae = PixelDecoder(latent_scale, variant)
     pipeline.transformer = model.transformer
     pipeline.t5_text_encoder = pipeline.clip_text_encoder = None
     pipeline.tokenizers = {"t5": None, "clip": None}  # read before the prompt cache is consulted
     pipeline.bits, pipeline.lora_paths, pipeline.lora_scales = None, [], []
-    pipeline.teacache_variant = MODEL_NAME
+    pipeline.teacache_variant = variant
     pipeline.manifest = manifest or {}
     return pipeline
 

@@ -197,10 +197,25 @@ class TinyShapesPipeline:
         self.lora_paths: list[str] = []
         self.lora_scales: list[float] = []
 
+    # What a model trained on other data changes (teacache.models.open_models): its captions' tokens, the
+    # text ids of its caption length, and the scale between its latents and pixels.
+    @staticmethod
+    def _tokenize(prompt: str) -> np.ndarray:
+        return tokenize(prompt)
+
+    @staticmethod
+    def _text_ids(batch_size: int) -> mx.array:
+        return text_ids(batch_size)
+
+    @staticmethod
+    def _pixels(latents: mx.array) -> mx.array:
+        """(B, 256, 12) latents -> (B, 3, H, W) pixels in [-1, 1], as a VAE decoder returns them."""
+        return unpatchify(latents).transpose(0, 3, 1, 2)
+
     def encode_prompt(self, prompt: str) -> tuple[mx.array, mx.array]:
         """Prompt -> (embeddings (1, TEXT_LEN, 64), text ids (1, TEXT_LEN, 4)), cached per prompt."""
         if prompt not in self.prompt_cache:
-            ids = mx.array(tokenize(prompt))[None]
+            ids = mx.array(self._tokenize(prompt))[None]
             embeds = self.text_encoder(ids).astype(ModelConfig.precision)
             txt_ids = Flux2PromptEncoder.prepare_text_ids(embeds)
             mx.eval(embeds, txt_ids)
@@ -288,7 +303,7 @@ class TinyShapesPipeline:
         ctx.after_loop(latents)
 
         # 4. Decode: the latents are the image's patches
-        pixels = unpatchify(latents).transpose(0, 3, 1, 2)  # (1, 3, H, W) as a VAE decoder returns it
+        pixels = self._pixels(latents)  # (1, 3, H, W) as a VAE decoder returns it
         return ShapesImage(
             image=ImageUtil.to_pil(pixels),
             latents=latents,
@@ -323,7 +338,7 @@ class TinyShapesPipeline:
         n = len(seeds)
         encoded = [self.encode_prompt(p) for p in prompts]
         prompt_embeds = mx.concatenate([e for e, _ in encoded], axis=0)
-        txt_ids = text_ids(n)
+        txt_ids = self._text_ids(n)
         negative_prompt_embeds = negative_text_ids = None
         if guidance is not None and guidance > 1.0:
             negative = self.encode_prompt(negative_prompt)[0]
@@ -345,7 +360,7 @@ class TinyShapesPipeline:
             )
             latents = config.scheduler.step(noise=noise, timestep=t, latents=latents, sigmas=config.scheduler.sigmas)
             mx.eval(latents)
-        pixels = unpatchify(latents).transpose(0, 3, 1, 2)
+        pixels = self._pixels(latents)
         return [
             ShapesImage(
                 image=ImageUtil.to_pil(pixels[i : i + 1]),

@@ -1,0 +1,239 @@
+"""Train an open-scenes model: flow matching on captions that leave most of the picture open.
+
+    python -m teacache.models.train_open --family flux2 --steps 12000 --batch 128 --seed 0 --out DIR
+    python -m teacache.models.train_open --family flux1 --steps 9000 --batch 128 --seed 0 --out DIR
+
+``--family flux2`` trains mflux's ``Flux2Transformer`` (the ``tiny-open-flux2`` layout: 32 px, 2x2
+patches, 256 tokens x 12); ``--family flux1`` mflux's FLUX.1 ``Transformer`` (``tiny-open-flux1``:
+64 px laid out as FLUX.1's 16-channel latent, 256 tokens x 64). Data: ``teacache.models.open_data``.
+
+Resumable: every ``--checkpoint-every`` steps, at ``--time-limit`` seconds and on Ctrl-C the weights,
+the optimizer's state and the losses so far go to DIR/checkpoint/ (atomically); the
+same command resumes from there, and refuses a checkpoint written with other settings. Batch i is drawn
+from ``numpy.random.default_rng([seed, i])``, so the data stream does not depend on where a run stopped
+or on the worker processes. On the last step it writes DIR/<name>.safetensors (float32), <name>.json
+(architecture, data recipe, SHA-256, training record) and loss.png; ``python -m teacache.models.open_card
+--model-dir DIR`` adds samples, adherence, the signal profile and MODEL_CARD.md.
+"""
+
+from __future__ import annotations
+
+from teacache._platform import quiet_transformers
+
+# A command, so it starts here: before mflux imports transformers (importing teacache preloaded OpenBLAS).
+quiet_transformers()
+
+# isort: split
+import argparse
+import json
+import multiprocessing
+import signal
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.optimizers as optim
+import numpy as np
+from mflux.models.common.config.model_config import ModelConfig
+from mlx import nn
+from mlx.utils import tree_flatten, tree_unflatten
+
+from teacache.io import FORMAT_VERSION, atomic_path, write_json
+from teacache.models import open_data, open_models
+from teacache.models.training import argument_error, learning_rate, plot_loss, save_weights, training_record
+
+PROG = "python -m teacache.models.train_open"
+SIGMA_MIN = 0.001
+GUIDANCE_RANGE = (1.0, 5.0)  # FLUX.1's guidance input, drawn independently of the image
+SETTINGS = ("family", "steps", "batch", "seed", "lr", "warmup", "weight_decay", "sigma_loc", "sigma_scale",
+            "prompt_dropout", "no_compile")  # fmt: skip
+
+
+def setup_arg_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
+    p.add_argument("--family", choices=sorted(open_models.FAMILIES), required=True)
+    p.add_argument("--steps", type=int, default=10000)
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (AdamW, warmup + cosine decay)")
+    p.add_argument("--warmup", type=int, default=200, help="linear warmup steps")
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--sigma-loc", type=float, default=0.0, help="logit-normal location of the sigmas")
+    p.add_argument("--sigma-scale", type=float, default=1.2, help="logit-normal scale of the sigmas")
+    p.add_argument("--prompt-dropout", type=float, default=0.1, help="share of empty captions (for CFG)")
+    p.add_argument("--workers", type=int, default=0, help="processes drawing batches (0: in this process)")
+    p.add_argument("--time-limit", type=float, default=0.0, help="checkpoint and stop after this many s (0: none)")
+    p.add_argument("--checkpoint-every", type=int, default=1000)
+    p.add_argument("--no-compile", action="store_true", help="run the training step uncompiled")
+    p.add_argument("--out", type=Path, required=True, help="output folder")
+    p.set_defaults(samples=0)
+    return p
+
+
+def draw_batch(index: int, seed: int, batch: int, family: str, dropout: float) -> tuple[np.ndarray, np.ndarray]:
+    """Batch ``index`` of the train split: latent tokens and caption ids (a share of them empty)."""
+    rng = np.random.default_rng([seed, index])
+    layout = open_models.FAMILIES[family]
+    specs = open_data.sample_specs(rng, batch, split="train")
+    tokens = layout.to_tokens(open_data.render_batch(specs, rng, layout.image_size))
+    captions = np.stack([open_data.tokenize(s.prompt) for s in specs])
+    captions[rng.random(batch) < dropout] = 0  # all padding = the empty prompt
+    return tokens.astype(np.float32), captions
+
+
+def make_train_step(model: nn.Module, optimizer: optim.Optimizer, args: argparse.Namespace):
+    """One optimizer step; sigma, guidance and noise are drawn from the step's own key (so a resumed run
+    draws what an uninterrupted one would)."""
+    velocity = open_models.batched_velocity(model, args.family, args.batch)
+
+    def loss_fn(model, x0, token_ids, sigma, guidance, eps):
+        s = sigma[:, None, None]
+        xt = (1.0 - s) * x0 + s * eps
+        return mx.mean((velocity(model, xt, token_ids, sigma, guidance) - (eps - x0)) ** 2)
+
+    loss_and_grad = nn.value_and_grad(model, loss_fn)
+
+    def step(x0: mx.array, token_ids: mx.array, key: mx.array) -> mx.array:
+        n = x0.shape[0]
+        k_sigma, k_guidance, k_eps = mx.random.split(key, 3)
+        z = mx.random.normal((n,), key=k_sigma)
+        sigma = mx.clip(mx.sigmoid(z * args.sigma_scale + args.sigma_loc), SIGMA_MIN, 1.0)
+        guidance = mx.random.uniform(*GUIDANCE_RANGE, (n,), key=k_guidance)
+        eps = mx.random.normal(x0.shape, key=k_eps)
+        loss, grads = loss_and_grad(model, x0, token_ids, sigma, guidance, eps)
+        optimizer.update(model, grads)
+        return loss
+
+    state = [model.state, optimizer.state]
+    if args.no_compile:
+        return step, state
+    return partial(mx.compile, inputs=state, outputs=state)(step), state
+
+
+def step_key(seed: int, index: int) -> mx.array:
+    """The random key of training step ``index``: sigma, guidance and noise depend on (seed, index) alone."""
+    return mx.random.key(seed * 1_000_003 + index)
+
+
+class Checkpoint:
+    """DIR/checkpoint/: state.safetensors (weights and optimizer state) and progress.json."""
+
+    def __init__(self, out: Path, settings: dict) -> None:
+        self.dir = out / "checkpoint"
+        self.settings = settings
+
+    def load(self, model: nn.Module, optimizer: optim.Optimizer) -> tuple[int, list[float]] | None:
+        progress = self.dir / "progress.json"
+        if not progress.exists():
+            return None
+        saved = json.loads(progress.read_text(encoding="utf-8"))
+        if saved["settings"] != self.settings:
+            changed = sorted(k for k in self.settings if saved["settings"].get(k) != self.settings[k])
+            raise SystemExit(f"{PROG}: --out: {self.dir} was written with other settings ({', '.join(changed)}); "
+                             "resume with the same ones or use another --out")  # fmt: skip
+        arrays = mx.load(str(self.dir / "state.safetensors"))
+        model.update(tree_unflatten([(k[6:], v) for k, v in arrays.items() if k.startswith("model.")]))
+        optimizer.state = tree_unflatten([(k[10:], v) for k, v in arrays.items() if k.startswith("optimizer.")])
+        return saved["done"], saved["losses"]
+
+    def save(self, model: nn.Module, optimizer: optim.Optimizer, done: int, losses: list[float]) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        arrays = {f"model.{k}": v for k, v in tree_flatten(model.parameters())}
+        arrays |= {f"optimizer.{k}": v for k, v in tree_flatten(optimizer.state)}
+        with atomic_path(self.dir / "state.safetensors") as tmp:
+            mx.save_safetensors(str(tmp.with_suffix(".safetensors")), arrays)
+            tmp.with_suffix(".safetensors").replace(tmp)
+        write_json(self.dir / "progress.json", {"settings": self.settings, "done": done, "losses": losses})
+
+
+def train(args: argparse.Namespace) -> tuple[nn.Module, list[float], dict, bool]:
+    """The model, every step's loss, timings, and whether all ``--steps`` are done."""
+    mx.random.seed(args.seed)
+    model = open_models.build(args.family, seed=args.seed)
+    mx.eval(model.parameters())
+    optimizer = optim.AdamW(learning_rate=learning_rate(args), weight_decay=args.weight_decay)
+    optimizer.init(model.trainable_parameters())
+    checkpoint = Checkpoint(args.out, {k: getattr(args, k) for k in SETTINGS})
+    resumed = checkpoint.load(model, optimizer)
+    done, losses = resumed or (0, [])
+    mx.eval(model.parameters(), optimizer.state)
+    step, state = make_train_step(model, optimizer, args)
+    name = open_models.FAMILIES[args.family].name
+    print(f"{name}: {open_models.parameter_count(model) / 1e6:.2f} M parameters on {mx.default_device()}, "
+          f"steps {done}..{args.steps} x {args.batch}" + (" (resumed)" if resumed else ""), flush=True)  # fmt: skip
+    draw = partial(draw_batch, seed=args.seed, batch=args.batch, family=args.family, dropout=args.prompt_dropout)
+    pool = multiprocessing.get_context("spawn").Pool(args.workers) if args.workers > 0 else None
+    batches = pool.imap(draw, range(done, args.steps), chunksize=2) if pool else map(draw, range(done, args.steps))
+    stop = {"signal": False}
+    signal.signal(signal.SIGINT, lambda *_: stop.update(signal=True))
+    start = time.perf_counter()
+    first_step = None
+    pending = None
+    try:
+        for i, (x0, tokens) in zip(range(done, args.steps), batches, strict=False):
+            loss = step(mx.array(x0), mx.array(tokens), step_key(args.seed, i))
+            mx.async_eval(state, loss)
+            if pending is not None:
+                losses.append(pending.item())
+                first_step = first_step or time.perf_counter() - start
+            pending = loss
+            done = i + 1
+            elapsed = time.perf_counter() - start
+            if done % 250 == 0:
+                print(f"{name}: step {done}/{args.steps} loss {np.mean(losses[-250:]):.4f} {elapsed:.0f} s", flush=True)
+            over_time = args.time_limit and elapsed > args.time_limit
+            if done < args.steps and (done % args.checkpoint_every == 0 or over_time or stop["signal"]):
+                losses.append(pending.item())
+                pending = None
+                checkpoint.save(model, optimizer, done, losses)
+                if over_time or stop["signal"]:
+                    why = "interrupted" if stop["signal"] else f"time limit {args.time_limit:.0f} s"
+                    print(f"{name}: {why}: checkpoint at step {done} in {checkpoint.dir}; "
+                          "the same command resumes", flush=True)  # fmt: skip
+                    return model, losses, {}, False
+    finally:
+        if pool:
+            pool.terminate()
+    if pending is not None:
+        losses.append(pending.item())
+    mx.eval(state)
+    timing = {"wall_time_s_last_session": time.perf_counter() - start, "first_step_s_last_session": first_step}
+    return model, losses, timing, done >= args.steps
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = setup_arg_parser().parse_args(argv)
+    error = argument_error(args)
+    if error:
+        print(f"{PROG}: {error}", file=sys.stderr)
+        return 2
+    ModelConfig.precision = mx.float32  # trained in float32 on every backend
+    layout = open_models.FAMILIES[args.family]
+    model, losses, timing, finished = train(args)
+    if not finished:
+        return 130 if timing == {} and not args.time_limit else 0
+    weights = save_weights(model, args.out / layout.weights_name, layout.name, open_data.RECIPE_VERSION)
+    training = training_record(args, losses, timing, "teacache.models.train_open", argv, family=args.family,
+                               prompt_dropout=args.prompt_dropout, guidance_range=list(GUIDANCE_RANGE))  # fmt: skip
+    print(f"{layout.name}: final loss {training['final_loss']:.4f} (last {training['final_loss_window']} steps)")
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "name": layout.name,
+        "weights": weights,
+        "architecture": layout.architecture,
+        "data_recipe": open_data.recipe(layout.image_size),
+        "sampling": open_models.sampling_record(args.family),
+        "training": training,
+        "evaluation": None,
+    }
+    write_json(args.out / layout.manifest_name, manifest)
+    plot_loss(losses, args.out / "loss.png", f"{layout.name} training loss")
+    print(f"wrote {args.out / layout.weights_name} ({weights['bytes']:,} bytes, sha256 {weights['sha256']})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
