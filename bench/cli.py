@@ -23,6 +23,8 @@ SUBCOMMANDS = {
     "scene-adherence": "bench.quality.scene_adherence",
     "fullsize": "bench.timing.fullsize",
     "peer-table": "bench.peer.table",
+    "dynamics": "bench.report.dynamics",
+    "open-card": "bench.quality.open_card",
 }
 
 

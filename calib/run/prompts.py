@@ -90,6 +90,29 @@ TINY_SCENES = {
 TINY_SCENES_FAST = {k: TINY_SCENES[k] for k in ("scenes-00", "scenes-01", "scenes-02")}
 TINY_SCENES_SWEEP = {k: TINY_SCENES[k] for k in sorted(TINY_SCENES)[:8]}
 
+# tiny-open-flux1 and tiny-open-flux2 understand only their training vocabulary (teacache.models.open_data); 16
+# distinct captions drawn from its train split (open_data.sample_specs(numpy.random.default_rng(2026), 1) in turn).
+TINY_OPEN = {
+    "open-00": "a yellow triangle at the left",
+    "open-01": "a blue circle at the top",
+    "open-02": "a purple triangle at the left",
+    "open-03": "a green circle",
+    "open-04": "a green triangle",
+    "open-05": "a orange square",
+    "open-06": "a purple square",
+    "open-07": "a purple triangle at the center",
+    "open-08": "a green triangle at the center",
+    "open-09": "a green circle at the center",
+    "open-10": "a blue square at the top",
+    "open-11": "a red circle",
+    "open-12": "a blue circle at the right",
+    "open-13": "a yellow square at the right",
+    "open-14": "a green triangle at the right",
+    "open-15": "a orange circle at the center",
+}
+TINY_OPEN_FAST = {k: TINY_OPEN[k] for k in ("open-00", "open-01", "open-03")}
+TINY_OPEN_SWEEP = {k: TINY_OPEN[k] for k in sorted(TINY_OPEN)[:8]}
+
 SETS = {
     "default": DEFAULT,
     "fast": FAST,
@@ -99,6 +122,9 @@ SETS = {
     "tiny-scenes": TINY_SCENES,
     "tiny-scenes-fast": TINY_SCENES_FAST,
     "tiny-scenes-sweep": TINY_SCENES_SWEEP,
+    "tiny-open": TINY_OPEN,
+    "tiny-open-fast": TINY_OPEN_FAST,
+    "tiny-open-sweep": TINY_OPEN_SWEEP,
 }
 
 

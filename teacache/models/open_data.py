@@ -158,7 +158,7 @@ def _smooth_field(rng: np.random.Generator, n: int, size: int, exponent: float) 
     white = rng.standard_normal((n, size, size))
     f = np.sqrt(np.fft.fftfreq(size)[:, None] ** 2 + np.fft.fftfreq(size)[None, :] ** 2)
     f[0, 0] = np.inf  # no constant term: the background's tone is drawn on its own
-    spectrum = np.fft.fft2(white) * (f ** -exponent)[None]
+    spectrum = np.fft.fft2(white) * (f**-exponent)[None]
     field = np.fft.ifft2(spectrum).real
     return field / field.std(axis=(1, 2), keepdims=True)
 
@@ -193,7 +193,7 @@ def render_batch(specs: Sequence[OpenSpec], rng: np.random.Generator, size: int)
     field = FIELD_STD * _smooth_field(rng, n, size, FIELD_EXPONENT)[..., None]
     angle = rng.uniform(0, 2 * np.pi, size=n)
     ramp = np.linspace(-1.0, 1.0, size)
-    light = (np.cos(angle)[:, None, None] * ramp[None, None, :] + np.sin(angle)[:, None, None] * ramp[None, :, None])
+    light = np.cos(angle)[:, None, None] * ramp[None, None, :] + np.sin(angle)[:, None, None] * ramp[None, :, None]
     light = rng.uniform(*LIGHT_RANGE, size=(n, 1, 1)) * light
     images = tone + tint + field + light[..., None]
 
@@ -246,8 +246,13 @@ def recipe(size: int) -> dict:
         "free_range": list(FREE_RANGE),
         "size_range": list(SIZE_RANGE),
         "distractors": {"max": MAX_DISTRACTORS, "size_range": list(DISTRACTOR_SIZE_RANGE)},
-        "background": {"tone": list(BACKGROUND_TONE), "tint": BACKGROUND_TINT, "field_std": FIELD_STD,
-                       "field_exponent": FIELD_EXPONENT, "light_range": list(LIGHT_RANGE)},  # fmt: skip
+        "background": {
+            "tone": list(BACKGROUND_TONE),
+            "tint": BACKGROUND_TINT,
+            "field_std": FIELD_STD,
+            "field_exponent": FIELD_EXPONENT,
+            "light_range": list(LIGHT_RANGE),
+        },  # fmt: skip
         "texture_std": TEXTURE_STD,
         "grain_range": list(GRAIN_RANGE),
         "grain_spread_field": "log-spread = logistic(2 x field), field ~ 1/f^1.5",

@@ -66,10 +66,18 @@ FAMILIES: dict[str, OpenLayout] = {
         architecture={
             "text_encoder": _TEXT,
             "transformer": {
-                "patch_size": 1, "in_channels": shapes_data.LATENT_CHANNELS, "num_layers": 2,
-                "num_single_layers": 4, "attention_head_dim": 32, "num_attention_heads": 4,
-                "joint_attention_dim": TEXT_DIM, "timestep_guidance_channels": 256, "mlp_ratio": 3.0,
-                "axes_dims_rope": [8, 8, 8, 8], "rope_theta": 2000, "guidance_embeds": False,
+                "patch_size": 1,
+                "in_channels": shapes_data.LATENT_CHANNELS,
+                "num_layers": 2,
+                "num_single_layers": 4,
+                "attention_head_dim": 32,
+                "num_attention_heads": 4,
+                "joint_attention_dim": TEXT_DIM,
+                "timestep_guidance_channels": 256,
+                "mlp_ratio": 3.0,
+                "axes_dims_rope": [8, 8, 8, 8],
+                "rope_theta": 2000,
+                "guidance_embeds": False,
             },
         },  # fmt: skip
         to_tokens=_flux2_tokens,
@@ -80,8 +88,14 @@ FAMILIES: dict[str, OpenLayout] = {
         image_size=scenes_data.IMAGE_SIZE,
         architecture={
             "text_encoder": _TEXT,
-            "transformer": {"class": "mflux Transformer (FLUX.1)", "model_config": "dev", "heads": 1, "width": 128,
-                            "joint_blocks": 2, "single_blocks": 4},
+            "transformer": {
+                "class": "mflux Transformer (FLUX.1)",
+                "model_config": "dev",
+                "heads": 1,
+                "width": 128,
+                "joint_blocks": 2,
+                "single_blocks": 4,
+            },
         },  # fmt: skip
         to_tokens=_flux1_tokens,
     ),

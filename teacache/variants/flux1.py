@@ -90,4 +90,22 @@ SPECS = (
         only_its_size=True,
         prompt_check="teacache.models.scenes_data:parse_prompt",
     ),
+    VariantSpec(
+        name="tiny-open-flux1",
+        family="flux1",
+        default_threshold=0.2,
+        default_threshold_why=(
+            "provisional, until its campaign is committed: the threshold scale of the open-scenes models, whose "
+            "output changes per step as much as a real model's (docs/test-subjects.md)"
+        ),
+        skip_first_n_steps=2,
+        skip_first_why="as for the other trained embedded models: steps 0 and 1 are always computed",
+        generation=Generation(steps=28, width=256, height=256, guidance=3.5),
+        coefficients="tiny_open_flux1",
+        prompt_set="tiny-open",
+        builder="teacache.models.open_models:load_tiny_open_flux1",
+        trained=True,
+        only_its_size=True,
+        prompt_check="teacache.models.open_data:parse_prompt",
+    ),
 )

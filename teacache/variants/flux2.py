@@ -94,4 +94,22 @@ SPECS = (
         prompt_set="fast",
         builder="teacache.models.tiny_flux2:build_tiny_flux2",
     ),
+    VariantSpec(
+        name="tiny-open-flux2",
+        family="flux2",
+        default_threshold=0.2,
+        default_threshold_why=(
+            "provisional, until its campaign is committed: the threshold scale of the open-scenes models, whose "
+            "output changes per step as much as a real model's (docs/test-subjects.md)"
+        ),
+        skip_first_n_steps=2,
+        skip_first_why="as for the other trained embedded models: steps 0 and 1 are always computed",
+        generation=Generation(steps=28, width=32, height=32, guidance=1.0),
+        coefficients="tiny_open_flux2",
+        prompt_set="tiny-open",
+        builder="teacache.models.open_models:load_tiny_open_flux2",
+        trained=True,
+        only_its_size=True,
+        prompt_check="teacache.models.open_data:parse_prompt",
+    ),
 )
