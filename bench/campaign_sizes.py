@@ -27,6 +27,9 @@ CAMPAIGN_SIZES: dict[str, CampaignSizes] = {
     "tiny-flux1": CampaignSizes(*_FAST_RECORD, "0,0.2,0.25,0.3,0.5", 2),
     "tiny-scenes": CampaignSizes("tiny-scenes", "0,1", "tiny-scenes-sweep", "0", "0,0.005,0.01,0.02,0.03,0.05,0.1", 2),
     "tiny-shapes": CampaignSizes("tiny-shapes", "0,1", "tiny-shapes-sweep", "0", "0,0.005,0.01,0.02,0.03,0.05,0.1", 2),
+    # open captions: outputs change per step as a real model's do, so thresholds on a real model's scale
+    "tiny-open-flux1": CampaignSizes("tiny-open", "0,1", "tiny-open-sweep", "0", "0,0.05,0.1,0.2,0.3,0.5,0.8", 2),
+    "tiny-open-flux2": CampaignSizes("tiny-open", "0,1", "tiny-open-sweep", "0", "0,0.05,0.1,0.2,0.3,0.5,0.8", 2),
     "tiny-flux2": CampaignSizes(*_FAST_RECORD, "0,0.1,0.2,0.3", 2),
     "tiny-qwen-image": CampaignSizes(*_FAST_RECORD, "0,0.1,0.2,0.3", 2),
     "tiny-z-image": CampaignSizes(*_FAST_RECORD, "0,0.1,0.2,0.3", 2),

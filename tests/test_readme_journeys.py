@@ -36,6 +36,7 @@ RUN_HERE = (  # in a fresh clone, after ACTIVATE; then the clone's lint and fast
     (CURVES, "Speed/quality curves for documentation", 1),
     (CURVES, "Speed/quality curves for documentation", 2),
     ("docs/tolerances.md", "Re-derive tolerances on new hardware", 0),
+    ("docs/test-subjects.md", "The profile of any model", 0),
 )
 # A journey whose page says it ends in another status: (exit status, what its output says)
 ENDS = {(DRIFT, "Refit after a new mflux release", 1): (1, "tiny-scenes: refit-recommended")}  # --quantize 4

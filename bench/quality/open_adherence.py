@@ -75,3 +75,13 @@ def summarize(results: list[dict[str, bool | None]]) -> dict[str, float]:
         values = [r[key] for r in results if r[key] is not None]
         out[key] = float(np.mean(values)) if values else float("nan")
     return out
+
+
+def score_adherence(image, spec_or_prompt: OpenSpec | str) -> dict:
+    """The checks of :func:`check` and ``score``, the share of the applicable ones passed (the sweep's scorer)."""
+    from teacache.models.open_data import parse_prompt
+
+    spec = parse_prompt(spec_or_prompt) if isinstance(spec_or_prompt, str) else spec_or_prompt
+    result = check(image, spec)
+    applicable = [result[k] for k in CHECKS if result[k] is not None]
+    return {**result, "score": float(sum(applicable)) / len(applicable)}

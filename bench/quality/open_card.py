@@ -1,10 +1,10 @@
 """Evaluate an open-scenes model and write its card: adherence, seed diversity, samples, signal profile.
 
-    teacache-bench open-card --model tiny-open-flux2 [--model-dir DIR] [--traces TRACES] [--prompts 64]
+    teacache-bench open-card --model tiny-open-flux2 [--model-dir DIR] [--traces TRACES] [--prompts 48]
 
-Adherence: ``bench.quality.open_adherence`` on held-out captions (combinations never drawn for
-training), one seed each (seed = index), vanilla, the model's own steps and guidance; the checker's own
-accuracy on rendered training images of the same captions is reported beside it, as its ceiling.
+Adherence: ``bench.quality.open_adherence`` on the held-out combinations (never drawn for training) in
+turn and on captions of the training split, seed = index, vanilla, the model's own steps and guidance;
+the checker's own accuracy on rendered images of the same captions is reported beside it, as its ceiling.
 Diversity: one caption, eight seeds; the mean per-pixel spread across seeds, against the same for
 rendered images (what the recipe leaves open) and against 0 (a caption that fixes the picture).
 The profile: ``bench.report.dynamics`` on the traces given (``teacache-calib record`` output).
@@ -31,6 +31,7 @@ PROG = "teacache-bench open-card"
 NAMES = {layout.name: family for family, layout in open_models.FAMILIES.items()}
 DIVERSITY_PROMPT = "a red circle at the left"
 DIVERSITY_SEEDS = 8
+TRAIN_CAPTIONS_SEED = 2027  # the training-split captions scored beside the held-out ones
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -38,13 +39,17 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", choices=sorted(NAMES), required=True)
     p.add_argument("--model-dir", type=Path, help="folder of the weights and manifest (default: the packaged one)")
     p.add_argument("--traces", type=Path, help="traces.parquet recorded from this model, for the profile")
-    p.add_argument("--prompts", type=int, default=64, help="held-out captions scored")
+    p.add_argument("--prompts", type=int, default=48, help="captions scored in each set (held out, training)")
     return p
 
 
 def _generate(pipeline, family: str, prompt: str, seed: int) -> np.ndarray:
     kwargs = {"height": 256, "width": 256, "guidance": 3.5} if family == "flux1" else {"guidance": 1.0}
     return np.asarray(pipeline.generate_image(seed=seed, prompt=prompt, num_inference_steps=28, **kwargs).image)
+
+
+def _scores(images: list, specs: list) -> dict[str, float]:
+    return open_adherence.summarize([open_adherence.check(im, s) for im, s in zip(images, specs, strict=True)])
 
 
 def spread_across_seeds(images: np.ndarray) -> float:
@@ -60,13 +65,13 @@ def plot_samples(rows: list[list[np.ndarray]], titles: list[str], path: Path) ->
     import matplotlib.pyplot as plt
 
     cols = max(len(r) for r in rows)
-    fig, axes = plt.subplots(len(rows), cols, figsize=(1.6 * cols, 1.8 * len(rows)), dpi=110, squeeze=False)
+    fig, axes = plt.subplots(len(rows), cols, figsize=(1.5 * cols, 1.75 * len(rows)), dpi=110, squeeze=False)
     for ax in axes.ravel():
         ax.axis("off")
-    for i, (row, title) in enumerate(zip(rows, titles, strict=True)):
-        for j, image in enumerate(row):
+    for i, (row, row_titles) in enumerate(zip(rows, titles, strict=True)):
+        for j, (image, title) in enumerate(zip(row, row_titles, strict=True)):
             axes[i, j].imshow(image, interpolation="nearest")
-        axes[i, 0].set_title(title, fontsize=7, loc="left")
+            axes[i, j].set_title(title, fontsize=6)
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png")
@@ -100,19 +105,21 @@ logit-normal sigma (loc {sigma_loc}, scale {sigma_scale}), {dropout:.0%} empty c
 by design: what the caption leaves open cannot be predicted) |
 | trained on | {device}; {versions}; {date} |
 
-Resumable training: the same command continues from `DIR/checkpoint/` after a time limit or Ctrl-C (a resumed run
-gives the same weights as an uninterrupted one: the data and the noise depend on the seed and the step index alone).
+Training is resumable: the same command continues from `DIR/checkpoint/` after a time limit or Ctrl-C, and a resumed
+run gives the same weights as an uninterrupted one (the data and the noise depend on the seed and the step index
+alone). These weights come from one uninterrupted run.
 
 ![training loss](loss.png)
 
-## Prompt adherence (held out)
+## Prompt adherence
 
-{n_prompts} held-out captions (combinations never drawn for training), seed = index, 28 steps, vanilla, float32
-on {eval_device}, scored by `bench.quality.open_adherence` from pixels alone; the checker's accuracy on
-rendered images of the same captions is its ceiling:
+Two sets of {n_prompts} captions, seed = index, 28 steps, vanilla, float32 on {eval_device}, scored by
+`bench.quality.open_adherence` from pixels alone: the {n_held} held-out combinations (never drawn for training)
+in turn, and captions drawn from the training split (new seeds). The checker's accuracy on rendered images of
+the same captions is its ceiling:
 
-| check | generated | rendered (checker's ceiling) |
-| --- | ---: | ---: |
+| check | held out | training captions | rendered (checker's ceiling) |
+| --- | ---: | ---: | ---: |
 {adherence_rows}
 
 ## What the caption leaves open
@@ -153,21 +160,23 @@ def main(argv: list[str] | None = None) -> int:
 
     start = time.perf_counter()
     specs = open_data.evaluation_specs(args.prompts)
+    train_specs = open_data.sample_specs(np.random.default_rng(TRAIN_CAPTIONS_SEED), args.prompts)
     generated = [_generate(pipeline, family, s.prompt, i) for i, s in enumerate(specs)]
-    scores = open_adherence.summarize([open_adherence.check(im, s) for im, s in zip(generated, specs, strict=True)])
-    rendered = open_data.render_batch(specs, np.random.default_rng(0), layout.image_size)
-    ceiling = open_adherence.summarize(
-        [open_adherence.check(open_data.to_uint8(im), s) for im, s in zip(rendered, specs, strict=True)]
-    )
+    scores = _scores(generated, specs)
+    train_generated = [_generate(pipeline, family, s.prompt, i) for i, s in enumerate(train_specs)]
+    train_scores = _scores(train_generated, train_specs)
+    rendered = open_data.render_batch(specs + train_specs, np.random.default_rng(0), layout.image_size)
+    ceiling = _scores([open_data.to_uint8(im) for im in rendered], specs + train_specs)
     spec = open_data.parse_prompt(DIVERSITY_PROMPT)
     seeds = np.stack([_generate(pipeline, family, DIVERSITY_PROMPT, s) for s in range(DIVERSITY_SEEDS)])
     truth = open_data.to_uint8(
         open_data.render_batch([spec] * DIVERSITY_SEEDS, np.random.default_rng(1), layout.image_size)
     )
-    rows = [list(seeds)] + [generated[i * 8 : (i + 1) * 8] for i in range(min(3, len(generated) // 8))]
-    titles = [f'"{DIVERSITY_PROMPT}", seeds 0-{DIVERSITY_SEEDS - 1}'] + [
-        "held out: " + ", ".join(s.prompt.removeprefix("a ") for s in specs[i * 8 : i * 8 + 3]) + ", ..."
-        for i in range(len(rows) - 1)
+    # rows: one caption across seeds; held-out captions; training captions (seed = index)
+    rows = [list(seeds), generated[:8], train_generated[:8]]
+    titles = [[f"{DIVERSITY_PROMPT.removeprefix('a ')}\nseed {s}" for s in range(DIVERSITY_SEEDS)]] + [
+        [f"{sp.prompt.removeprefix('a ').replace(' at the ', ' ')}\n{what}" for sp in group[:8]]
+        for group, what in ((specs, "held out"), (train_specs, "training caption"))
     ]
     plot_samples(rows, titles, folder / "samples.png")
     manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
@@ -176,7 +185,9 @@ def main(argv: list[str] | None = None) -> int:
         "what": "vanilla generate_image, seed = index, held-out captions, no TeaCache",
         "scorer": "bench.quality.open_adherence",
         "n_prompts": len(specs),
+        "held_out_combinations": len(open_data.split_specs("held_out")),
         "adherence": scores,
+        "adherence_training_captions": train_scores,
         "checker_on_rendered": ceiling,
         "diversity": {
             "prompt": DIVERSITY_PROMPT,
@@ -215,8 +226,9 @@ def main(argv: list[str] | None = None) -> int:
         versions=", ".join(f"{k} {v}" for k, v in tr["provenance"]["versions"].items() if v),
         date=tr["provenance"].get("date_utc", "?"), n_prompts=len(specs),
         eval_device=evaluation["device"].get("device_name", "this machine"),
-        adherence_rows="\n".join(f"| {k} | {scores[k]:.1%} | {ceiling[k]:.1%} |"
+        adherence_rows="\n".join(f"| {k} | {scores[k]:.1%} | {train_scores[k]:.1%} | {ceiling[k]:.1%} |"
                                   for k in ("color", "shape", "position", "all")),
+        n_held=len(open_data.split_specs("held_out")),
         div_prompt=DIVERSITY_PROMPT, div_seeds=DIVERSITY_SEEDS, div_model=evaluation["diversity"]["model"],
         div_truth=evaluation["diversity"]["rendered"], profile=profile, weights=layout.weights_name, sha=w["sha256"],
     )  # fmt: skip

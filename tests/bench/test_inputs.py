@@ -260,12 +260,13 @@ def test_a_fresh_process_refuses_bad_input_without_importing_the_heavy_modules(t
 
 def test_help_shows_the_defaults_and_the_prompt_sets(capsys):
     from calib.run.prompts import SETS
+    from teacache import variants
 
     for command in ("sweep", "record", "campaign"):
         assert _run(command, ["--help"]) == 0
         text = " ".join(capsys.readouterr().out.split())
         assert all(name in text for name in SETS), command
-        assert "(default: tiny-shapes)" in text, command
+        assert f"(default: {variants.default_model()})" in text, command
     assert _run("sweep", ["--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "(default: 0,1)" in text and "(default: 3)" in text and "(default: packaged)" in text

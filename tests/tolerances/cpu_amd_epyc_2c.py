@@ -9,7 +9,15 @@ from bench.tolerances.module import provisional_constants
 
 HARDWARE = "cpu-amd-epyc-2c"
 STATUS = "calibrated"
-VARIANTS = ("tiny-flux1", "tiny-flux2", "tiny-qwen-image", "tiny-shapes", "tiny-z-image")
+VARIANTS = (
+    "tiny-flux1",
+    "tiny-flux2",
+    "tiny-qwen-image",
+    "tiny-shapes",
+    "tiny-z-image",
+    "tiny-open-flux2",
+    "tiny-open-flux1",
+)
 
 # the generation settings every constant below was measured with
 # measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux1, 20
@@ -664,6 +672,346 @@ TINY_Z_IMAGE_PSNR_FLOOR = 47.00943403776917
 # margin: one median-to-worst spread beyond the worst run (see the module docstring); rounded outward
 # calibrated
 TINY_Z_IMAGE_SKIP_BAND = (1, 1)
+
+# the generation settings every constant below was measured with
+# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux2, 28
+#   steps, 32x32, guidance 1.0; 8 prompts x 1 seeds; sweep commit f2d981f663c386bee57d30b1b61124237194d443
+# calibrated
+TINY_OPEN_FLUX2_SETTINGS = {
+    "guidance": 1.0,
+    "rescale": {
+        "coefficients": [
+            0.0007796903091142528,
+            0.12715632125382925,
+            0.05822654270989693,
+            0.03393826379986958,
+            0.03983254516493006,
+            0.03780492495769166,
+            0.04510744121710991,
+            0.049838141264467596,
+            0.055927175198952954,
+            0.06575058696697458,
+            0.07763547340911418,
+            0.08362207283064145,
+            0.09220007147762575,
+            0.09161932541574822,
+            0.09585694929765153,
+            0.09289822869604569,
+            0.13487976851532704,
+            0.13039881809302611,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.7221511793345358,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+        ],
+        "form": "mono+step",
+        "knots": [
+            0.022818423807621002,
+            0.0548541285097599,
+            0.19157011806964874,
+        ],
+        "provenance": {
+            "cv_r2": 0.9475537681137097,
+            "date_utc": "2026-12-03T14:00:02Z",
+            "fitted_model": "mono2+step16",
+            "git_commit": "f2d981f663c386bee57d30b1b61124237194d443",
+            "n_pairs": 832,
+            "n_prompts": 16,
+            "r2": 0.9492380143459823,
+            "rmse_cv": 0.008902860725638843,
+            "source": "teacache-calib fit",
+            "variant": "tiny-open-flux2",
+        },
+        "region": {
+            "time_edges": [
+                0.07407407407407407,
+                0.38271604938271603,
+                0.691358024691358,
+                1.0,
+            ],
+            "x_ranges": [
+                [
+                    0.022818423807621002,
+                    0.0808488205075264,
+                ],
+                [
+                    0.04503636807203293,
+                    0.0676049143075943,
+                ],
+                [
+                    0.06473546475172043,
+                    0.19157011806964874,
+                ],
+            ],
+        },
+        "time_coefficients": [],
+        "time_knots": [
+            0.07407407407407407,
+            0.13194444444444445,
+            0.18981481481481483,
+            0.24768518518518517,
+            0.3055555555555556,
+            0.36342592592592593,
+            0.4212962962962963,
+            0.4791666666666667,
+            0.537037037037037,
+            0.5949074074074074,
+            0.6527777777777778,
+            0.7106481481481481,
+            0.7685185185185185,
+            0.8263888888888888,
+            0.8842592592592593,
+            0.9421296296296297,
+            1.0,
+        ],
+        "x_range": [
+            0.022818423807621002,
+            0.19157011806964874,
+        ],
+    },
+    "resolution": "32x32",
+    "skip_first_n_steps": 2,
+    "steps": 28,
+    "threshold": 0.2,
+}
+
+# the (prompt id, prompt, seed) pairs the bounds below were measured on; the tests run on these
+# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux2, 28
+#   steps, 32x32, guidance 1.0; 8 prompts x 1 seeds; sweep commit f2d981f663c386bee57d30b1b61124237194d443
+# calibrated
+TINY_OPEN_FLUX2_CASES = (
+    ("open-00", "a yellow triangle at the left", 0),
+    ("open-01", "a blue circle at the top", 0),
+    ("open-02", "a purple triangle at the left", 0),
+    ("open-03", "a green circle", 0),
+    ("open-04", "a green triangle", 0),
+    ("open-05", "a orange square", 0),
+    ("open-06", "a purple square", 0),
+    ("open-07", "a purple triangle at the center", 0),
+)
+
+# threshold 0 against the paired vanilla run, final latents max-abs (the fast path swaps nothing in)
+# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux2, 28
+#   steps, 32x32, guidance 1.0; 8 prompts x 1 seeds; sweep commit f2d981f663c386bee57d30b1b61124237194d443
+# n 8: min 0, p1 0, median 0, max 0
+# bit-exact: every run equal to vanilla
+# calibrated
+TINY_OPEN_FLUX2_NOOP_THRESHOLD0 = "bit-exact"
+
+# proxy active, every step computed, against vanilla: bit-exact in every run (path unchanged)
+# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux2, 28
+#   steps, 32x32, guidance 1.0; 8 prompts x 1 seeds; sweep commit f2d981f663c386bee57d30b1b61124237194d443
+# n 8: min 0, p1 0, median 0, max 0
+# calibrated
+TINY_OPEN_FLUX2_PROXY_NOOP = "bit-exact"
+
+# vanilla runs before and after TeaCache runs in one process: every repeat equal
+# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux2, 28
+#   steps, 32x32, guidance 1.0; 8 prompts x 1 seeds; sweep commit f2d981f663c386bee57d30b1b61124237194d443
+# calibrated
+TINY_OPEN_FLUX2_RESTORE = "bit-exact"
+
+# SSIM of decoded images against vanilla at threshold 0.2
+# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux2, 28
+#   steps, 32x32, guidance 1.0; 8 prompts x 1 seeds; sweep commit f2d981f663c386bee57d30b1b61124237194d443
+# n 8: min 0.988854, p1 0.98911, median 0.994961, max 0.996719
+# margin: one median-to-worst spread beyond the worst run (see the module docstring)
+# calibrated
+TINY_OPEN_FLUX2_SSIM_FLOOR = 0.982747651072978
+
+# PSNR (dB) against vanilla at threshold 0.2
+# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux2, 28
+#   steps, 32x32, guidance 1.0; 8 prompts x 1 seeds; sweep commit f2d981f663c386bee57d30b1b61124237194d443
+# n 8: min 29.7732, p1 29.869, median 32.2702, max 33.4549
+# margin: one median-to-worst spread beyond the worst run (see the module docstring)
+# calibrated
+TINY_OPEN_FLUX2_PSNR_FLOOR = 27.27617532503259
+
+# steps skipped at threshold 0.2 (of 28)
+# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux2, 28
+#   steps, 32x32, guidance 1.0; 8 prompts x 1 seeds; sweep commit f2d981f663c386bee57d30b1b61124237194d443
+# n 8: min 18, p1 18, median 18, max 18
+# margin: one median-to-worst spread beyond the worst run (see the module docstring); rounded outward
+# calibrated
+TINY_OPEN_FLUX2_SKIP_BAND = (18, 18)
+
+# the generation settings every constant below was measured with
+# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
+#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit f2d981f663c386bee57d30b1b61124237194d443
+# calibrated
+TINY_OPEN_FLUX1_SETTINGS = {
+    "guidance": 3.5,
+    "rescale": {
+        "coefficients": [
+            0.06301878324803976,
+            0.07833414654540351,
+            0.08835186223180205,
+            0.07758201938201603,
+            0.05823462650390575,
+            0.04358923282820046,
+            0.039110789893700836,
+            0.04678255227058954,
+            0.07010055248757521,
+            0.1735638273205304,
+            0.0,
+            0.07577018128283808,
+            0.11968557605318654,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.03404675599874788,
+        ],
+        "form": "mono+step",
+        "knots": [
+            0.06538420915603638,
+            0.15389983355998993,
+        ],
+        "provenance": {
+            "cv_r2": 0.8739722635780582,
+            "date_utc": "2026-12-03T14:10:34Z",
+            "fitted_model": "mono1+step8",
+            "git_commit": "f2d981f663c386bee57d30b1b61124237194d443",
+            "n_pairs": 832,
+            "n_prompts": 16,
+            "r2": 0.8752192173222197,
+            "rmse_cv": 0.00740685585450058,
+            "source": "teacache-calib fit",
+            "variant": "tiny-open-flux1",
+        },
+        "region": {
+            "time_edges": [
+                0.07407407407407407,
+                0.38271604938271603,
+                0.691358024691358,
+                1.0,
+            ],
+            "x_ranges": [
+                [
+                    0.06538420915603638,
+                    0.08500895649194717,
+                ],
+                [
+                    0.06598837673664093,
+                    0.08078135550022125,
+                ],
+                [
+                    0.08009421825408936,
+                    0.15389983355998993,
+                ],
+            ],
+        },
+        "time_coefficients": [],
+        "time_knots": [
+            0.07407407407407407,
+            0.18981481481481483,
+            0.3055555555555556,
+            0.4212962962962963,
+            0.537037037037037,
+            0.6527777777777778,
+            0.7685185185185185,
+            0.8842592592592593,
+            1.0,
+        ],
+        "x_range": [
+            0.06538420915603638,
+            0.15389983355998993,
+        ],
+    },
+    "resolution": "256x256",
+    "skip_first_n_steps": 2,
+    "steps": 28,
+    "threshold": 0.2,
+}
+
+# the (prompt id, prompt, seed) pairs the bounds below were measured on; the tests run on these
+# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
+#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit f2d981f663c386bee57d30b1b61124237194d443
+# calibrated
+TINY_OPEN_FLUX1_CASES = (
+    ("open-00", "a yellow triangle at the left", 0),
+    ("open-01", "a blue circle at the top", 0),
+    ("open-02", "a purple triangle at the left", 0),
+    ("open-03", "a green circle", 0),
+    ("open-04", "a green triangle", 0),
+    ("open-05", "a orange square", 0),
+    ("open-06", "a purple square", 0),
+    ("open-07", "a purple triangle at the center", 0),
+)
+
+# threshold 0 against the paired vanilla run, final latents max-abs (the fast path swaps nothing in)
+# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
+#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit f2d981f663c386bee57d30b1b61124237194d443
+# n 8: min 0, p1 0, median 0, max 0
+# bit-exact: every run equal to vanilla
+# calibrated
+TINY_OPEN_FLUX1_NOOP_THRESHOLD0 = "bit-exact"
+
+# proxy active, every step computed, against vanilla: bit-exact in every run (path unchanged)
+# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
+#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit f2d981f663c386bee57d30b1b61124237194d443
+# n 8: min 0, p1 0, median 0, max 0
+# calibrated
+TINY_OPEN_FLUX1_PROXY_NOOP = "bit-exact"
+
+# vanilla runs before and after TeaCache runs in one process: every repeat equal
+# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
+#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit f2d981f663c386bee57d30b1b61124237194d443
+# calibrated
+TINY_OPEN_FLUX1_RESTORE = "bit-exact"
+
+# SSIM of decoded images against vanilla at threshold 0.2
+# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
+#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit f2d981f663c386bee57d30b1b61124237194d443
+# n 8: min 0.991104, p1 0.991117, median 0.991777, max 0.993669
+# margin: one median-to-worst spread beyond the worst run (see the module docstring)
+# calibrated
+TINY_OPEN_FLUX1_SSIM_FLOOR = 0.9904317556187001
+
+# PSNR (dB) against vanilla at threshold 0.2
+# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
+#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit f2d981f663c386bee57d30b1b61124237194d443
+# n 8: min 29.4804, p1 29.4996, median 29.8914, max 30.8086
+# margin: one median-to-worst spread beyond the worst run (see the module docstring)
+# calibrated
+TINY_OPEN_FLUX1_PSNR_FLOOR = 29.069353393411788
+
+# steps skipped at threshold 0.2 (of 28)
+# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
+#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit f2d981f663c386bee57d30b1b61124237194d443
+# n 8: min 18, p1 18, median 18, max 18
+# margin: one median-to-worst spread beyond the worst run (see the module docstring); rounded outward
+# calibrated
+TINY_OPEN_FLUX1_SKIP_BAND = (18, 18)
 
 # not measured on cpu-amd-epyc-2c: tiny-scenes; provisional until derived here (teacache-bench tolerances over their
 #   sweeps). Until then each one's constants are read at import from the module that measured it: tiny-scenes from

@@ -107,3 +107,13 @@ def test_weights_that_do_not_match_the_manifest_are_refused(tmp_path):
     (tmp_path / layout.manifest_name).write_bytes((layout.folder / layout.manifest_name).read_bytes())
     with pytest.raises(WeightsError, match="does not match its manifest"):
         open_models.load_tiny_open_flux2(tmp_path / layout.weights_name)
+
+
+def test_the_sweep_scores_open_captions_with_the_open_checker():
+    from bench.quality import scorers
+
+    score = scorers.adherence_scorer("tiny-open-flux2")
+    spec = OpenSpec("yellow", "square", "right")
+    image = open_data.to_uint8(open_data.render_batch([spec], np.random.default_rng(2), 32)[0])
+    assert score(image, spec.prompt) > 0.5
+    assert score(np.zeros_like(image), spec.prompt) == 0.0
