@@ -24,6 +24,7 @@ from calib.fit.errors import FitError
 from calib.fit.result import FitResult
 from calib.run.arguments import CommandParser, check_out_file, path_argument
 from calib.run.command import command
+from calib.run.outputs import Writes
 from teacache import variants
 from teacache.coefficients import PACKAGED_MODULES, module_name
 from teacache.errors import InputError
@@ -33,6 +34,19 @@ from teacache.variants import dtype_name
 
 COEFFICIENTS_DIR = Path(__file__).resolve().parent.parent / "teacache" / "coefficients"
 _WIDTH = 108
+
+
+def _is_emitted(path: Path) -> bool:
+    """A coefficient module this command wrote (its header says so): rewritten without --force."""
+    try:
+        with path.open(encoding="utf-8") as handle:
+            return GENERATED in handle.read(2000)
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+# One module: new, one it emitted, or --force; teacache/coefficients/ is what it exists to regenerate.
+WRITES = Writes("teacache-calib emit", is_own=_is_emitted, regenerates=("teacache/coefficients",))
 
 
 def target_path(variant: str) -> Path:
@@ -305,6 +319,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="write here instead of teacache/coefficients/<module>.py (mlx-teacache: FIT's folder/_calibration_*.json)",
     )
+    parser.add_argument("--force", action="store_true", help="replace --out even if this command did not write it")
     return parser
 
 
@@ -324,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.polynomial:
         raise InputError("--polynomial: only with --format mlx-teacache (a module holds every form)")
     if args.out is not None:
-        check_out_file(args.out, what="coefficient module")
+        check_out_file(args.out, what="coefficient module", writes=WRITES, force=args.force)
     result = FitResult.read(args.fit)
     fit = result.to_json()
     text = emit_module(result, args.variant)

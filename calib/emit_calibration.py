@@ -8,6 +8,22 @@ from pathlib import Path
 
 from calib.fit.result import FitResult
 from calib.run.arguments import check_out_file, check_variant_name
+from calib.run.outputs import Writes
+
+
+def _is_calibration_file(path: Path) -> bool:
+    """An mlx-teacache calibration JSON (this command's kind of file): rewritten without --force."""
+    import json
+
+    from calib.traces.mlx_teacache import is_calibration
+
+    try:
+        return is_calibration(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+
+
+CALIBRATION_WRITES = Writes("teacache-calib emit --format mlx-teacache", is_own=_is_calibration_file)
 
 
 def emit_calibration(args: argparse.Namespace) -> int:
@@ -17,11 +33,11 @@ def emit_calibration(args: argparse.Namespace) -> int:
 
     if args.variant is not None:
         check_variant_name(args.variant)
+    fit_dir = Path(args.fit) if Path(args.fit).is_dir() else Path(args.fit).parent
     if args.out is not None:
-        check_out_file(args.out, what=".json file")
+        check_out_file(args.out, what=".json file", writes=CALIBRATION_WRITES, force=args.force)
     fit = FitResult.read(args.fit).to_json()
     data, note = fmt.calibration_object(fit, args.traces, args.variant, args.polynomial)
-    fit_dir = Path(args.fit) if Path(args.fit).is_dir() else Path(args.fit).parent
     path = args.out if args.out is not None else fit_dir / fmt.default_name(data["variant"])
     if note:
         print(f"note: {note}")

@@ -115,7 +115,7 @@ def test_changes_against_the_previous_module_are_printed(tmp_path, capsys, fit_p
     )
     old_module = import_path(previous)
     old = old_module.RESCALE
-    rc, out, _ = emit([fit_path, "--variant", "tiny-flux1", "--out", previous], capsys)
+    rc, out, _ = emit([fit_path, "--variant", "tiny-flux1", "--out", previous, "--force"], capsys)  # not emit's own
     assert rc == 0
     assert "coefficients:" in out and repr(list(old.coefficients)) in out
     assert "x range:" in out and "max |new - old| over the new x range" in out
@@ -221,3 +221,31 @@ def test_emit_names_every_variant_a_module_serves_and_keeps_what_others_import(p
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
     assert "--variant: tiny_flux1.py imports UNSAFE_X from module flux1" in err
     assert (package_copy / "flux1.py").read_bytes() == before
+
+
+@pytest.mark.parametrize("target", ["teacache/api.py", "README.md", "docs/api.md"])
+@pytest.mark.parametrize("fmt", ["module", "mlx-teacache"])
+def test_a_tracked_file_of_the_project_is_never_overwritten(target, fmt, capsys, fit_path):
+    from tests import ROOT
+
+    path = ROOT / target
+    before = path.read_bytes()
+    rc, _, err = emit([fit_path, "--variant", "tiny-flux1", "--format", fmt, "--out", path], capsys)
+    assert rc == 2 and "git tracks" in err and len(err.strip().splitlines()) == 1
+    assert path.read_bytes() == before
+
+
+def test_someone_elses_file_needs_force_and_an_emitted_module_does_not(tmp_path, capsys, fit_path):
+    theirs = tmp_path / "notes.py"
+    theirs.write_text("print('mine')\n")
+    rc, _, err = emit([fit_path, "--variant", "tiny-flux1", "--out", theirs], capsys)
+    assert rc == 2 and "--force" in err and theirs.read_text() == "print('mine')\n"
+    assert emit([fit_path, "--variant", "tiny-flux1", "--out", theirs, "--force"], capsys)[0] == 0
+    assert emitmod.GENERATED in theirs.read_text()
+    other = make_fit(tmp_path / "other", traces(), "--form", "poly", "--mode", "free", "--degree", "2")
+    rc, out, _ = emit([other, "--variant", "tiny-flux1", "--out", theirs], capsys)  # its own module: rewritten
+    assert rc == 0 and "wrote" in out
+    calibration = tmp_path / "theirs.json"
+    calibration.write_text('{"a": 1}')
+    rc, _, err = emit([fit_path, "--format", "mlx-teacache", "--out", calibration], capsys)
+    assert rc == 2 and "--force" in err and calibration.read_text() == '{"a": 1}'

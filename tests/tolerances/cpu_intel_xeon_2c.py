@@ -141,14 +141,17 @@ TINY_SCENES_PSNR_FLOOR = 21.707642817424173
 # calibrated
 TINY_SCENES_SKIP_BAND = (18, 18)
 
-# not measured on cpu-intel-xeon-2c: tiny-flux1, tiny-flux2, tiny-qwen-image, tiny-shapes, tiny-z-image; provisional
-#   until derived here (teacache-bench tolerances over their sweeps). Until then each one's constants are read at
-#   import from the module that measured it: tiny-flux1, tiny-flux2, tiny-qwen-image, tiny-shapes, tiny-z-image from
-#   cpu-amd-epyc-2c (tests/tolerances/cpu_amd_epyc_2c.py)
+# not measured on cpu-intel-xeon-2c: tiny-flux1, tiny-flux2, tiny-open-flux1, tiny-open-flux2, tiny-qwen-image,
+#   tiny-shapes, tiny-z-image; provisional until derived here (teacache-bench tolerances over their sweeps). Until
+#   then each one's constants are read at import from the module that measured it: tiny-flux1, tiny-flux2,
+#   tiny-open-flux1, tiny-open-flux2, tiny-qwen-image, tiny-shapes, tiny-z-image from cpu-amd-epyc-2c
+#   (tests/tolerances/cpu_amd_epyc_2c.py)
 # provisional
 PROVISIONAL_FROM = {
     "tiny-flux1": "cpu-amd-epyc-2c",
     "tiny-flux2": "cpu-amd-epyc-2c",
+    "tiny-open-flux1": "cpu-amd-epyc-2c",
+    "tiny-open-flux2": "cpu-amd-epyc-2c",
     "tiny-qwen-image": "cpu-amd-epyc-2c",
     "tiny-shapes": "cpu-amd-epyc-2c",
     "tiny-z-image": "cpu-amd-epyc-2c",

@@ -94,7 +94,8 @@ def test_unmeasured_variants_read_the_measured_modules_at_import_labelled_provis
     assert text.count("\nglobals().update(provisional_constants(PROVISIONAL_FROM))\n") == 1
     lines = text.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("PROVISIONAL_FROM = "))
-    assert lines[at - 1] == "# provisional" and "not measured on cpu-test-chip-3c" in "\n".join(lines[at - 6 : at])
+    comment = lines[next(i for i in range(at - 1, -1, -1) if not lines[i].startswith("#")) + 1 : at]
+    assert lines[at - 1] == "# provisional" and "not measured on cpu-test-chip-3c" in "\n".join(comment)
 
 
 def test_a_variant_left_out_of_a_rerun_keeps_this_hardwares_values_relabelled_provisional(sweeps, tmp_path):
