@@ -84,7 +84,7 @@ def check_model_folder(path: Path) -> None:
 def load_model(name_or_path: str, *, base_model: str | None = None, quantize: int | None = None, seed: int = 0):
     """Return an mflux pipeline.
 
-    An embedded model (``tiny-shapes``, the trained default; random-weight ``tiny-flux1`` etc. from
+    An embedded model (``tiny-open-flux2``, the trained default; random-weight ``tiny-flux1`` etc. from
     ``seed``), an mflux model name (``dev``, ``flux1-dev``, ``flux2-klein-4b``, ``qwen-image``, ...; weights
     from the Hugging Face cache), a local folder of mflux-format weights with ``base_model`` naming its
     architecture (a variant or mflux name), or ``random-<variant>``: the variant's full-size transformer with
