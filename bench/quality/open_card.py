@@ -101,7 +101,7 @@ realistic step dynamics, not how much TeaCache speeds up a real model.
 | parameters | {params:,} (float32, {bytes:,} bytes) |
 | training | `{command}`; {steps} steps x batch {batch}, seed {seed}, AdamW lr {lr}, \
 logit-normal sigma (loc {sigma_loc}, scale {sigma_scale}), {dropout:.0%} empty captions |
-| final loss | {loss:.4f} (mean of the last {window} steps; the floor is high \
+{init}| final loss | {loss:.4f} (mean of the last {window} steps; the floor is high \
 by design: what the caption leaves open cannot be predicted) |
 | trained on | {device}; {versions}; {date} |
 
@@ -219,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
                 else "256 x 12: 2x2 patches"),
         scale=open_data.LATENT_SCALE, params=w["parameters"], bytes=w["bytes"],
         command=tr["provenance"]["command"],
+        init=(f"| started from | weights with SHA-256 `{tr['init_sha256']}` (this model's earlier training run) |\n"
+              if tr.get("init_sha256") else ""),
         steps=tr["steps"], batch=tr["batch"], seed=tr["seed"], lr=tr["lr"], sigma_loc=tr["sigma_loc"],
         sigma_scale=tr["sigma_scale"], dropout=tr["prompt_dropout"], loss=tr["final_loss"],
         window=tr["final_loss_window"],

@@ -48,7 +48,7 @@ PROG = "python -m teacache.models.train_open"
 SIGMA_MIN = 0.001
 GUIDANCE_RANGE = (1.0, 5.0)  # FLUX.1's guidance input, drawn independently of the image
 SETTINGS = ("family", "steps", "batch", "seed", "lr", "warmup", "weight_decay", "sigma_loc", "sigma_scale",
-            "prompt_dropout", "no_compile")  # fmt: skip
+            "prompt_dropout", "no_compile", "init_sha256")  # fmt: skip
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -67,6 +67,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-limit", type=float, default=0.0, help="checkpoint and stop after this many s (0: none)")
     p.add_argument("--checkpoint-every", type=int, default=1000)
     p.add_argument("--no-compile", action="store_true", help="run the training step uncompiled")
+    p.add_argument("--init", type=Path, help="start from these weights (a model of this family) instead of fresh ones")
     p.add_argument("--out", type=Path, required=True, help="output folder")
     p.set_defaults(samples=0)
     return p
@@ -152,6 +153,8 @@ def train(args: argparse.Namespace) -> tuple[nn.Module, list[float], dict, bool]
     """The model, every step's loss, timings, and whether all ``--steps`` are done."""
     mx.random.seed(args.seed)
     model = open_models.build(args.family, seed=args.seed)
+    if args.init is not None:
+        model.load_weights(str(args.init), strict=True)
     mx.eval(model.parameters())
     optimizer = optim.AdamW(learning_rate=learning_rate(args), weight_decay=args.weight_decay)
     optimizer.init(model.trainable_parameters())
@@ -210,6 +213,14 @@ def main(argv: list[str] | None = None) -> int:
     if error:
         print(f"{PROG}: {error}", file=sys.stderr)
         return 2
+    args.init_sha256 = None
+    if args.init is not None:
+        if not args.init.is_file():
+            print(f"{PROG}: --init: {args.init} does not exist or is not a file", file=sys.stderr)
+            return 2
+        from teacache.io import file_sha256
+
+        args.init_sha256 = file_sha256(args.init)
     ModelConfig.precision = mx.float32  # trained in float32 on every backend
     layout = open_models.FAMILIES[args.family]
     model, losses, timing, finished = train(args)
@@ -217,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130 if timing == {} and not args.time_limit else 0
     weights = save_weights(model, args.out / layout.weights_name, layout.name, open_data.RECIPE_VERSION)
     training = training_record(args, losses, timing, "teacache.models.train_open", argv, family=args.family,
-                               prompt_dropout=args.prompt_dropout, guidance_range=list(GUIDANCE_RANGE))  # fmt: skip
+                               prompt_dropout=args.prompt_dropout, guidance_range=list(GUIDANCE_RANGE),
+                               init_sha256=args.init_sha256)  # fmt: skip
     print(f"{layout.name}: final loss {training['final_loss']:.4f} (last {training['final_loss_window']} steps)")
     manifest = {
         "format_version": FORMAT_VERSION,

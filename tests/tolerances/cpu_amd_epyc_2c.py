@@ -866,45 +866,61 @@ TINY_OPEN_FLUX2_SKIP_BAND = (18, 18)
 
 # the generation settings every constant below was measured with
 # measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
-#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit f2d981f663c386bee57d30b1b61124237194d443
+#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit e688572e01f09938da0704700f9200df4116a14e
 # calibrated
 TINY_OPEN_FLUX1_SETTINGS = {
     "guidance": 3.5,
     "rescale": {
         "coefficients": [
-            0.06301878324803976,
-            0.07833414654540351,
-            0.08835186223180205,
-            0.07758201938201603,
-            0.05823462650390575,
-            0.04358923282820046,
-            0.039110789893700836,
-            0.04678255227058954,
-            0.07010055248757521,
-            0.1735638273205304,
+            0.06746163369838756,
+            0.06870186713731492,
+            0.07303521219253033,
+            0.07694293338015479,
+            0.08298807705875327,
+            0.07810611092024952,
+            0.07539261930988361,
+            0.06532041028902867,
+            0.05733260288348178,
+            0.049430667161050476,
+            0.04440707116694255,
+            0.04202330442823545,
+            0.04080670308926602,
+            0.04229186528739377,
+            0.048426009274869564,
+            0.05930043536726678,
+            0.08869017751385032,
+            0.10798074053852197,
             0.0,
-            0.07577018128283808,
-            0.11968557605318654,
             0.0,
             0.0,
             0.0,
             0.0,
-            0.03404675599874788,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.009796110207109836,
         ],
         "form": "mono+step",
         "knots": [
-            0.06538420915603638,
-            0.15389983355998993,
+            0.06430366635322571,
+            0.15923503041267395,
         ],
         "provenance": {
-            "cv_r2": 0.8739722635780582,
-            "date_utc": "2026-12-03T14:10:34Z",
-            "fitted_model": "mono1+step8",
-            "git_commit": "f2d981f663c386bee57d30b1b61124237194d443",
+            "cv_r2": 0.8301061251554225,
+            "date_utc": "2026-12-03T14:58:43Z",
+            "fitted_model": "mono1+step16",
+            "git_commit": "e688572e01f09938da0704700f9200df4116a14e",
             "n_pairs": 832,
             "n_prompts": 16,
-            "r2": 0.8752192173222197,
-            "rmse_cv": 0.00740685585450058,
+            "r2": 0.8316119396048036,
+            "rmse_cv": 0.00784556521972852,
             "source": "teacache-calib fit",
             "variant": "tiny-open-flux1",
         },
@@ -917,45 +933,53 @@ TINY_OPEN_FLUX1_SETTINGS = {
             ],
             "x_ranges": [
                 [
-                    0.06538420915603638,
-                    0.08500895649194717,
+                    0.06430366635322571,
+                    0.09481655061244965,
                 ],
                 [
-                    0.06598837673664093,
-                    0.08078135550022125,
+                    0.0647267997264862,
+                    0.08491379022598267,
                 ],
                 [
-                    0.08009421825408936,
-                    0.15389983355998993,
+                    0.08297908306121826,
+                    0.15923503041267395,
                 ],
             ],
         },
         "time_coefficients": [],
         "time_knots": [
             0.07407407407407407,
+            0.13194444444444445,
             0.18981481481481483,
+            0.24768518518518517,
             0.3055555555555556,
+            0.36342592592592593,
             0.4212962962962963,
+            0.4791666666666667,
             0.537037037037037,
+            0.5949074074074074,
             0.6527777777777778,
+            0.7106481481481481,
             0.7685185185185185,
+            0.8263888888888888,
             0.8842592592592593,
+            0.9421296296296297,
             1.0,
         ],
         "x_range": [
-            0.06538420915603638,
-            0.15389983355998993,
+            0.06430366635322571,
+            0.15923503041267395,
         ],
     },
     "resolution": "256x256",
     "skip_first_n_steps": 2,
     "steps": 28,
-    "threshold": 0.2,
+    "threshold": 0.5,
 }
 
 # the (prompt id, prompt, seed) pairs the bounds below were measured on; the tests run on these
 # measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
-#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit f2d981f663c386bee57d30b1b61124237194d443
+#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit e688572e01f09938da0704700f9200df4116a14e
 # calibrated
 TINY_OPEN_FLUX1_CASES = (
     ("open-00", "a yellow triangle at the left", 0),
@@ -970,7 +994,7 @@ TINY_OPEN_FLUX1_CASES = (
 
 # threshold 0 against the paired vanilla run, final latents max-abs (the fast path swaps nothing in)
 # measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
-#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit f2d981f663c386bee57d30b1b61124237194d443
+#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit e688572e01f09938da0704700f9200df4116a14e
 # n 8: min 0, p1 0, median 0, max 0
 # bit-exact: every run equal to vanilla
 # calibrated
@@ -978,40 +1002,40 @@ TINY_OPEN_FLUX1_NOOP_THRESHOLD0 = "bit-exact"
 
 # proxy active, every step computed, against vanilla: bit-exact in every run (path unchanged)
 # measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
-#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit f2d981f663c386bee57d30b1b61124237194d443
+#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit e688572e01f09938da0704700f9200df4116a14e
 # n 8: min 0, p1 0, median 0, max 0
 # calibrated
 TINY_OPEN_FLUX1_PROXY_NOOP = "bit-exact"
 
 # vanilla runs before and after TeaCache runs in one process: every repeat equal
 # measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
-#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit f2d981f663c386bee57d30b1b61124237194d443
+#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit e688572e01f09938da0704700f9200df4116a14e
 # calibrated
 TINY_OPEN_FLUX1_RESTORE = "bit-exact"
 
-# SSIM of decoded images against vanilla at threshold 0.2
+# SSIM of decoded images against vanilla at threshold 0.5
 # measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
-#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit f2d981f663c386bee57d30b1b61124237194d443
-# n 8: min 0.991104, p1 0.991117, median 0.991777, max 0.993669
+#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit e688572e01f09938da0704700f9200df4116a14e
+# n 8: min 0.948554, p1 0.948618, median 0.952833, max 0.955878
 # margin: one median-to-worst spread beyond the worst run (see the module docstring)
 # calibrated
-TINY_OPEN_FLUX1_SSIM_FLOOR = 0.9904317556187001
+TINY_OPEN_FLUX1_SSIM_FLOOR = 0.9442750244689295
 
-# PSNR (dB) against vanilla at threshold 0.2
+# PSNR (dB) against vanilla at threshold 0.5
 # measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
-#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit f2d981f663c386bee57d30b1b61124237194d443
-# n 8: min 29.4804, p1 29.4996, median 29.8914, max 30.8086
+#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit e688572e01f09938da0704700f9200df4116a14e
+# n 8: min 22.0712, p1 22.073, median 22.4568, max 22.9575
 # margin: one median-to-worst spread beyond the worst run (see the module docstring)
 # calibrated
-TINY_OPEN_FLUX1_PSNR_FLOOR = 29.069353393411788
+TINY_OPEN_FLUX1_PSNR_FLOOR = 21.685630694532584
 
-# steps skipped at threshold 0.2 (of 28)
+# steps skipped at threshold 0.5 (of 28)
 # measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
-#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit f2d981f663c386bee57d30b1b61124237194d443
-# n 8: min 18, p1 18, median 18, max 18
+#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit e688572e01f09938da0704700f9200df4116a14e
+# n 8: min 22, p1 22, median 22, max 22
 # margin: one median-to-worst spread beyond the worst run (see the module docstring); rounded outward
 # calibrated
-TINY_OPEN_FLUX1_SKIP_BAND = (18, 18)
+TINY_OPEN_FLUX1_SKIP_BAND = (22, 22)
 
 # not measured on cpu-amd-epyc-2c: tiny-scenes; provisional until derived here (teacache-bench tolerances over their
 #   sweeps). Until then each one's constants are read at import from the module that measured it: tiny-scenes from

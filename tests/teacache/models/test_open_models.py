@@ -117,3 +117,17 @@ def test_the_sweep_scores_open_captions_with_the_open_checker():
     image = open_data.to_uint8(open_data.render_batch([spec], np.random.default_rng(2), 32)[0])
     assert score(image, spec.prompt) > 0.5
     assert score(np.zeros_like(image), spec.prompt) == 0.0
+
+
+def test_a_run_started_from_weights_records_them_and_never_resumes_a_fresh_runs_checkpoint(tmp_path, monkeypatch):
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    assert _train(tmp_path / "a") == 0
+    start = tmp_path / "a" / "tiny-open-flux2.safetensors"
+    assert _train(tmp_path / "b", "--time-limit", "1e-9") == 0  # a fresh run's checkpoint
+    with pytest.raises(SystemExit, match="init_sha256"):
+        _train(tmp_path / "b", "--init", str(start))
+    assert _train(tmp_path / "c", "--init", str(start)) == 0
+    record = json.loads((tmp_path / "c" / "tiny-open-flux2.json").read_text())["training"]
+    first = json.loads((tmp_path / "a" / "tiny-open-flux2.json").read_text())
+    assert record["init_sha256"] == first["weights"]["sha256"]
+    assert _train(tmp_path / "d", "--init", str(tmp_path / "none.safetensors")) == 2
