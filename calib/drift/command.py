@@ -168,11 +168,20 @@ def plan(args: argparse.Namespace, command: list[str] | None = None) -> Plan:
         arguments.check_out_dir(args.save, "--save", writes=WRITES)
         if args.model is None and (args.save / "numbers.json").exists():
             raise InputError(f"--save: {args.save} already holds numbers.json; choose a new folder")
-    out = arguments.check_out_dir(args.out or Path("runs") / f"drift-mflux-{version}", writes=WRITES)
+    out_dir = args.out or Path("runs") / f"drift-mflux-{version}"
+    if args.against is not None and _same_folder(out_dir, args.against):
+        raise InputError(f"--out: {out_dir} is the --against folder; the repeated runs need a folder of their own, "
+                         "or drift would compare the save with itself")  # fmt: skip
+    out = arguments.check_out_dir(out_dir, writes=WRITES)
     return Plan(version=version, out=out, baseline=baseline, table=table, dtypes=dtypes, fullsize=args.fullsize,
                 code_only=args.code_only, oracles=args.oracles, against=args.against, save=args.save,
                 floor_processes=args.floor_processes, command=tuple(command or PROG.split()), effect=effect,
                 own_model=args.model is not None)  # fmt: skip
+
+
+def _same_folder(a: Path, b: Path) -> bool:
+    """Whether two paths name one folder (through links and relative parts), existing or not."""
+    return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
 
 
 # ------------------------------------------------------------------------------------------ comparison
