@@ -14,11 +14,14 @@ step), parts.csv (first seventh / middle / last seventh), dynamics.md and dynami
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import pandas as pd
 
+from calib.run.arguments import check_out_dir
 from calib.run.command import command
+from calib.run.outputs import Writes
 from calib.traces.reader import load_traces
 from teacache.errors import InputError
 from teacache.io import atomic_path, write_json, write_text
@@ -35,6 +38,18 @@ REAL_MODELS: dict[str, dict[str, float]] = {
 }
 # A test subject looks like a real model when its medians reach these (the real sets' lower ends, or near).
 REALISTIC = {"first": 0.15, "middle": 0.05, "last_over_middle": 0.8, "ratio_middle": 0.5}
+OUTPUTS = ("dynamics.csv", "dynamics.md", "parts.json", "dynamics.png")
+
+
+def _is_parts(path: Path) -> bool:
+    """A parts.json this command wrote: the folder beside it is its own (committed ones hold their traces too)."""
+    try:
+        return set(json.loads(path.read_text(encoding="utf-8"))) == {"measured", "real_models", "realistic"}
+    except (OSError, UnicodeDecodeError, ValueError, TypeError):
+        return False
+
+
+WRITES = Writes(PROG, names=OUTPUTS, marker="parts.json", is_own=_is_parts, regenerates=("results",))
 
 
 def step_fraction(traces: pd.DataFrame) -> pd.Series:
@@ -129,24 +144,24 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 @command(PROG)
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
-    if args.out.exists() and not args.out.is_dir():
-        raise InputError(f"--out: {args.out} is a file, expected a folder")
+    out = check_out_dir(args.out, writes=WRITES)
     named: dict[str, pd.DataFrame] = {}
     for path in [*args.traces, *args.reference]:
         data = load_traces([path], require=("x_rel_l1", "y_rel_l1")).frame
         if "num_steps" not in data.columns:
             raise InputError(f"{path}: needs a num_steps column to place steps on the schedule")
-        named[path.parent.name if path.name == "traces.parquet" else path.stem] = data
-    args.out.mkdir(parents=True, exist_ok=True)
+        label = path.parent.name if path.name == "traces.parquet" else path.stem
+        named[label if label not in named else str(path)] = data  # two tables of one name: the second by its path
+    out.mkdir(parents=True, exist_ok=True)
     named_parts = {name: parts(data) for name, data in named.items()}
     profiles = {name: per_step(data) for name, data in named.items()}
     table = pd.concat([t.assign(traces=name) for name, t in profiles.items()], ignore_index=True)
-    with atomic_path(args.out / "dynamics.csv") as tmp:
+    with atomic_path(out / "dynamics.csv") as tmp:
         table.to_csv(tmp, index=False)
-    write_json(args.out / "parts.json", {"measured": named_parts, "real_models": REAL_MODELS, "realistic": REALISTIC})
+    write_json(out / "parts.json", {"measured": named_parts, "real_models": REAL_MODELS, "realistic": REALISTIC})
     text = markdown(named_parts)
-    write_text(args.out / "dynamics.md", "# Per-step dynamics\n\n" + text + "\n![profiles](dynamics.png)\n")
-    plot(profiles, args.out / "dynamics.png")
+    write_text(out / "dynamics.md", "# Per-step dynamics\n\n" + text + "\n![profiles](dynamics.png)\n")
+    plot(profiles, out / "dynamics.png")
     print(text, end="")
-    print(f"wrote {args.out}/dynamics.md, dynamics.csv, parts.json, dynamics.png")
+    print(f"wrote {out}/dynamics.md, dynamics.csv, parts.json, dynamics.png")
     return 0

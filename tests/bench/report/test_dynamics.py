@@ -45,3 +45,24 @@ def test_the_command_writes_its_table_plot_and_summary(tmp_path):
 def test_a_missing_table_is_one_line_and_exit_2(tmp_path, capsys):
     assert dynamics.main([str(tmp_path / "none.parquet"), "--out", str(tmp_path / "out")]) == 2
     assert not (tmp_path / "out").exists()
+
+
+def test_a_tracked_folder_of_another_kind_is_refused_and_left_as_it_was(tmp_path, capsys):
+    from tests import ROOT
+
+    path = tmp_path / "traces.csv"
+    _traces(lambda f: 0.2).to_csv(path, index=False)
+    before = sorted(p.name for p in (ROOT / "docs").iterdir())
+    assert dynamics.main([str(path), "--out", str(ROOT / "docs")]) == 2
+    assert "git tracks" in capsys.readouterr().err
+    assert sorted(p.name for p in (ROOT / "docs").iterdir()) == before
+
+
+def test_two_tables_of_one_name_are_both_shown(tmp_path):
+    for side, y in (("a", 0.2), ("b", 0.4)):
+        (tmp_path / side / "traces").mkdir(parents=True)
+        _traces(lambda f, y=y: y).to_parquet(tmp_path / side / "traces" / "traces.parquet")
+    paths = [str(tmp_path / side / "traces" / "traces.parquet") for side in ("a", "b")]
+    assert dynamics.main([*paths, "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "dynamics.md").read_text()
+    assert "| traces | 0.200 |" in text and "b/traces/traces.parquet | 0.400 |" in text  # the second by its path
