@@ -8,6 +8,7 @@ import json
 import os
 import re
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -102,3 +103,11 @@ def _json_default(value):
     if isinstance(value, Path):
         return str(value)
     raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+def append_log(path: Path, line: str) -> None:
+    """One timestamped line (UTC) at the end of a log file, written at once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(f"{stamp} {line}\n")

@@ -18,6 +18,8 @@ from typing import TextIO
 
 from rich.progress import Progress
 
+from teacache.io import append_log  # noqa: F401  (the log line, re-exported for the commands that write one)
+
 MIN_INTERVAL_S = 10.0  # lines closer together than this are folded into the next one
 
 
@@ -86,14 +88,6 @@ class _Logged:
         self.shown.advance(n)
         self.lines.done += n
         append_log(self.path, self.lines.line())
-
-
-def append_log(path: Path, line: str) -> None:
-    """One timestamped line (UTC) at the end of a log file, written at once."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    with path.open("a", encoding="utf-8") as handle:
-        handle.write(f"{stamp} {line}\n")
 
 
 @contextlib.contextmanager

@@ -11,9 +11,10 @@ Resumable: every ``--checkpoint-every`` steps, at ``--time-limit`` seconds and o
 the optimizer's state and the losses so far go to DIR/checkpoint/ (atomically); the
 same command resumes from there, and refuses a checkpoint written with other settings. Batch i is drawn
 from ``numpy.random.default_rng([seed, i])``, so the data stream does not depend on where a run stopped
-or on the worker processes. On the last step it writes DIR/<name>.safetensors (float32), <name>.json
-(architecture, data recipe, SHA-256, training record) and loss.png; ``python -m teacache.models.open_card
---model-dir DIR`` adds samples, adherence, the signal profile and MODEL_CARD.md.
+or on the worker processes. Progress goes to the terminal and to DIR/train.log. On the last step it writes
+DIR/<name>.safetensors (float32), <name>.json (architecture, data recipe, SHA-256, training record) and
+loss.png; ``teacache-bench open-card --model <name> --model-dir DIR`` adds samples, adherence, the signal
+profile and MODEL_CARD.md.
 """
 
 from __future__ import annotations
@@ -40,11 +41,12 @@ from mflux.models.common.config.model_config import ModelConfig
 from mlx import nn
 from mlx.utils import tree_flatten, tree_unflatten
 
-from teacache.io import FORMAT_VERSION, atomic_path, write_json
+from teacache.io import FORMAT_VERSION, append_log, atomic_path, write_json
 from teacache.models import open_data, open_models
 from teacache.models.training import argument_error, learning_rate, plot_loss, save_weights, training_record
 
 PROG = "python -m teacache.models.train_open"
+LOG_NAME = "train.log"
 SIGMA_MIN = 0.001
 GUIDANCE_RANGE = (1.0, 5.0)  # FLUX.1's guidance input, drawn independently of the image
 SETTINGS = ("family", "steps", "batch", "seed", "lr", "warmup", "weight_decay", "sigma_loc", "sigma_scale",
@@ -113,6 +115,12 @@ def make_train_step(model: nn.Module, optimizer: optim.Optimizer, args: argparse
     return partial(mx.compile, inputs=state, outputs=state)(step), state
 
 
+def _say(log: Path, line: str) -> None:
+    """A progress line on the terminal and, timestamped, in the output folder's log."""
+    print(line, flush=True)
+    append_log(log, line)
+
+
 def step_key(seed: int, index: int) -> mx.array:
     """The random key of training step ``index``: sigma, guidance and noise depend on (seed, index) alone."""
     return mx.random.key(seed * 1_000_003 + index)
@@ -125,15 +133,24 @@ class Checkpoint:
         self.dir = out / "checkpoint"
         self.settings = settings
 
-    def load(self, model: nn.Module, optimizer: optim.Optimizer) -> tuple[int, list[float]] | None:
+    def _saved(self) -> dict | None:
         progress = self.dir / "progress.json"
-        if not progress.exists():
+        return json.loads(progress.read_text(encoding="utf-8")) if progress.exists() else None
+
+    def mismatch(self) -> str | None:
+        """One line naming the settings a checkpoint in DIR was written with otherwise, or None (none, or same)."""
+        saved = self._saved()
+        if saved is None or saved["settings"] == self.settings:
             return None
-        saved = json.loads(progress.read_text(encoding="utf-8"))
-        if saved["settings"] != self.settings:
-            changed = sorted(k for k in self.settings if saved["settings"].get(k) != self.settings[k])
-            raise SystemExit(f"{PROG}: --out: {self.dir} was written with other settings ({', '.join(changed)}); "
-                             "resume with the same ones or use another --out")  # fmt: skip
+        changed = sorted(k for k in self.settings if saved["settings"].get(k) != self.settings[k])
+        return (f"--out: {self.dir} was written with other settings ({', '.join(changed)}); resume with the same "
+                "ones or use another --out")  # fmt: skip
+
+    def load(self, model: nn.Module, optimizer: optim.Optimizer) -> tuple[int, list[float]] | None:
+        """(steps done, losses) of the checkpoint in DIR, its weights and optimizer state loaded; None: none."""
+        saved = self._saved()
+        if saved is None:
+            return None
         arrays = mx.load(str(self.dir / "state.safetensors"))
         model.update(tree_unflatten([(k[6:], v) for k, v in arrays.items() if k.startswith("model.")]))
         optimizer.state = tree_unflatten([(k[10:], v) for k, v in arrays.items() if k.startswith("optimizer.")])
@@ -144,13 +161,14 @@ class Checkpoint:
         arrays = {f"model.{k}": v for k, v in tree_flatten(model.parameters())}
         arrays |= {f"optimizer.{k}": v for k, v in tree_flatten(optimizer.state)}
         with atomic_path(self.dir / "state.safetensors") as tmp:
+            # MLX appends ".safetensors" to a name without it: write under that name, then move it to tmp
             mx.save_safetensors(str(tmp.with_suffix(".safetensors")), arrays)
             tmp.with_suffix(".safetensors").replace(tmp)
         write_json(self.dir / "progress.json", {"settings": self.settings, "done": done, "losses": losses})
 
 
-def train(args: argparse.Namespace) -> tuple[nn.Module, list[float], dict, bool]:
-    """The model, every step's loss, timings, and whether all ``--steps`` are done."""
+def train(args: argparse.Namespace, checkpoint: Checkpoint) -> tuple[nn.Module, list[float], dict, str | None]:
+    """The model, every step's loss, timings, and why it stopped early ("interrupted", "time limit"; None: done)."""
     mx.random.seed(args.seed)
     model = open_models.build(args.family, seed=args.seed)
     if args.init is not None:
@@ -158,14 +176,14 @@ def train(args: argparse.Namespace) -> tuple[nn.Module, list[float], dict, bool]
     mx.eval(model.parameters())
     optimizer = optim.AdamW(learning_rate=learning_rate(args), weight_decay=args.weight_decay)
     optimizer.init(model.trainable_parameters())
-    checkpoint = Checkpoint(args.out, {k: getattr(args, k) for k in SETTINGS})
     resumed = checkpoint.load(model, optimizer)
     done, losses = resumed or (0, [])
     mx.eval(model.parameters(), optimizer.state)
     step, state = make_train_step(model, optimizer, args)
     name = open_models.FAMILIES[args.family].name
-    print(f"{name}: {open_models.parameter_count(model) / 1e6:.2f} M parameters on {mx.default_device()}, "
-          f"steps {done}..{args.steps} x {args.batch}" + (" (resumed)" if resumed else ""), flush=True)  # fmt: skip
+    say = partial(_say, args.out / LOG_NAME)
+    say(f"{name}: {open_models.parameter_count(model) / 1e6:.2f} M parameters on {mx.default_device()}, "
+        f"steps {done}..{args.steps} x {args.batch}" + (" (resumed)" if resumed else ""))  # fmt: skip
     draw = partial(draw_batch, seed=args.seed, batch=args.batch, family=args.family, dropout=args.prompt_dropout)
     pool = multiprocessing.get_context("spawn").Pool(args.workers) if args.workers > 0 else None
     batches = pool.imap(draw, range(done, args.steps), chunksize=2) if pool else map(draw, range(done, args.steps))
@@ -185,17 +203,16 @@ def train(args: argparse.Namespace) -> tuple[nn.Module, list[float], dict, bool]
             done = i + 1
             elapsed = time.perf_counter() - start
             if done % 250 == 0:
-                print(f"{name}: step {done}/{args.steps} loss {np.mean(losses[-250:]):.4f} {elapsed:.0f} s", flush=True)
+                say(f"{name}: step {done}/{args.steps} loss {np.mean(losses[-250:]):.4f} {elapsed:.0f} s")
             over_time = args.time_limit and elapsed > args.time_limit
             if done < args.steps and (done % args.checkpoint_every == 0 or over_time or stop["signal"]):
                 losses.append(pending.item())
                 pending = None
                 checkpoint.save(model, optimizer, done, losses)
                 if over_time or stop["signal"]:
-                    why = "interrupted" if stop["signal"] else f"time limit {args.time_limit:.0f} s"
-                    print(f"{name}: {why}: checkpoint at step {done} in {checkpoint.dir}; "
-                          "the same command resumes", flush=True)  # fmt: skip
-                    return model, losses, {}, False
+                    why = "interrupted" if stop["signal"] else "time limit"
+                    say(f"{name}: {why}: checkpoint at step {done} in {checkpoint.dir}; the same command resumes")
+                    return model, losses, {}, why
     finally:
         if pool:
             pool.terminate()
@@ -203,7 +220,7 @@ def train(args: argparse.Namespace) -> tuple[nn.Module, list[float], dict, bool]
         losses.append(pending.item())
     mx.eval(state)
     timing = {"wall_time_s_last_session": time.perf_counter() - start, "first_step_s_last_session": first_step}
-    return model, losses, timing, done >= args.steps
+    return model, losses, timing, None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -221,11 +238,16 @@ def main(argv: list[str] | None = None) -> int:
         from teacache.io import file_sha256
 
         args.init_sha256 = file_sha256(args.init)
+    checkpoint = Checkpoint(args.out, {k: getattr(args, k) for k in SETTINGS})
+    mismatch = checkpoint.mismatch()
+    if mismatch:  # before any model is built
+        print(f"{PROG}: {mismatch}", file=sys.stderr)
+        return 2
     ModelConfig.precision = mx.float32  # trained in float32 on every backend
     layout = open_models.FAMILIES[args.family]
-    model, losses, timing, finished = train(args)
-    if not finished:
-        return 130 if timing == {} and not args.time_limit else 0
+    model, losses, timing, stopped = train(args, checkpoint)
+    if stopped is not None:
+        return 130 if stopped == "interrupted" else 0
     weights = save_weights(model, args.out / layout.weights_name, layout.name, open_data.RECIPE_VERSION)
     training = training_record(args, losses, timing, "teacache.models.train_open", argv, family=args.family,
                                prompt_dropout=args.prompt_dropout, guidance_range=list(GUIDANCE_RANGE),

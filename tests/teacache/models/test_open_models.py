@@ -70,11 +70,29 @@ def test_a_resumed_training_gives_the_weights_of_an_uninterrupted_one(tmp_path, 
     assert whole == parts
 
 
-def test_a_checkpoint_of_other_settings_is_refused(tmp_path, monkeypatch):
+def test_a_checkpoint_of_other_settings_is_refused_before_a_model_is_built(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("TQDM_DISABLE", "1")
     assert _train(tmp_path, "--time-limit", "1e-9") == 0
-    with pytest.raises(SystemExit, match="other settings"):
-        _train(tmp_path, "--lr", "0.01")
+    capsys.readouterr()
+    saved = (tmp_path / "checkpoint" / "progress.json").read_bytes()
+    monkeypatch.setattr(open_models, "build", lambda *a, **k: pytest.fail("a model was built"))
+    assert _train(tmp_path, "--lr", "0.01") == 2
+    err = capsys.readouterr().err
+    assert "other settings (lr)" in err and len(err.strip().splitlines()) == 1
+    assert (tmp_path / "checkpoint" / "progress.json").read_bytes() == saved
+
+
+@pytest.mark.parametrize("extra", [[], ["--time-limit", "1000"]])
+def test_ctrl_c_saves_a_checkpoint_says_so_and_exits_130(tmp_path, monkeypatch, capsys, extra):
+    from teacache.models import train_open
+
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    monkeypatch.setattr(train_open.signal, "signal", lambda sig, handler: handler(sig, None))  # Ctrl-C at once
+    assert _train(tmp_path, *extra) == 130
+    assert "interrupted: checkpoint at step 1" in capsys.readouterr().out
+    assert json.loads((tmp_path / "checkpoint" / "progress.json").read_text())["done"] == 1
+    assert "interrupted" in (tmp_path / "train.log").read_text()
+    assert not (tmp_path / "tiny-open-flux2.safetensors").exists()
 
 
 @pytest.fixture(scope="module", params=["flux2", "flux1"])
@@ -119,13 +137,16 @@ def test_the_sweep_scores_open_captions_with_the_open_checker():
     assert score(np.zeros_like(image), spec.prompt) == 0.0
 
 
-def test_a_run_started_from_weights_records_them_and_never_resumes_a_fresh_runs_checkpoint(tmp_path, monkeypatch):
+def test_a_run_started_from_weights_records_them_and_never_resumes_a_fresh_runs_checkpoint(
+    tmp_path, monkeypatch, capsys
+):
     monkeypatch.setenv("TQDM_DISABLE", "1")
     assert _train(tmp_path / "a") == 0
     start = tmp_path / "a" / "tiny-open-flux2.safetensors"
     assert _train(tmp_path / "b", "--time-limit", "1e-9") == 0  # a fresh run's checkpoint
-    with pytest.raises(SystemExit, match="init_sha256"):
-        _train(tmp_path / "b", "--init", str(start))
+    capsys.readouterr()
+    assert _train(tmp_path / "b", "--init", str(start)) == 2  # refused: the checkpoint started from fresh weights
+    assert "other settings (init_sha256)" in capsys.readouterr().err
     assert _train(tmp_path / "c", "--init", str(start)) == 0
     record = json.loads((tmp_path / "c" / "tiny-open-flux2.json").read_text())["training"]
     first = json.loads((tmp_path / "a" / "tiny-open-flux2.json").read_text())
