@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import ndimage
 
-from teacache.models.open_data import COLORS, POSITIONS, SHAPES, SIZE_RANGE, OpenSpec, _shape_masks
+from teacache.models.open_data import COLORS, POSITIONS, SHAPES, SIZE_RANGE, OpenSpec, parse_prompt, shape_masks
 
 COLOR_RADIUS = 0.3  # Euclidean distance in RGB [0, 1] after smoothing (measured on rendered images)
 MIN_AREA_SHARE = 0.35
@@ -35,7 +35,7 @@ def best_shape(region: np.ndarray, cx: float, cy: float) -> str:
     ious = {}
     for index, shape in enumerate(SHAPES):
         radius = np.sqrt(area / AREA_PER_RADIUS2[shape])
-        solid = _shape_masks(np.array([index]), np.array([cx]), np.array([cy]), np.array([radius]), region.shape[0])[0]
+        solid = shape_masks(np.array([index]), np.array([cx]), np.array([cy]), np.array([radius]), region.shape[0])[0]
         ious[shape] = (solid & region).sum() / max(1, (solid | region).sum())
     return max(ious, key=ious.get)
 
@@ -79,8 +79,6 @@ def summarize(results: list[dict[str, bool | None]]) -> dict[str, float]:
 
 def score_adherence(image, spec_or_prompt: OpenSpec | str) -> dict:
     """The checks of :func:`check` and ``score``, the share of the applicable ones passed (the sweep's scorer)."""
-    from teacache.models.open_data import parse_prompt
-
     spec = parse_prompt(spec_or_prompt) if isinstance(spec_or_prompt, str) else spec_or_prompt
     result = check(image, spec)
     applicable = [result[k] for k in CHECKS if result[k] is not None]

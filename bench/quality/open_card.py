@@ -82,7 +82,7 @@ CARD = """# {name}
 
 A small trained text-to-image model embedded in this package as a test subject for TeaCache: mflux's own
 {transformer} trained with flow matching on the open-scenes recipe (`teacache.models.open_data`). Its
-captions name one object (colour, shape, and in 60 % of training captions its position); the background's
+captions name one object (colour, shape, and in {named_pct} % of training captions its position); the background's
 tone, tint and multi-scale field, a lighting gradient, up to two unnamed objects, every object's texture and
 a grain of varying strength are drawn at random. So the model's estimate of the clean image commits during
 sampling, as a real model's does, and its output changes from step to step about as much as real models'
@@ -212,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     tr, w = manifest["training"], manifest["weights"]
     arch = manifest["architecture"]
     card = CARD.format(
-        name=args.model, transformer="FLUX.1 `Transformer`" if family == "flux1" else "`Flux2Transformer`",
+        name=args.model, named_pct=round(100 * open_data.NAMED_POSITION_SHARE),
+        transformer="FLUX.1 `Transformer`" if family == "flux1" else "`Flux2Transformer`",
         arch=", ".join(f"{k}={v}" for k, v in arch["transformer"].items()), vocab=arch["text_encoder"]["vocab_size"],
         text_dim=arch["text_encoder"]["dim"], text_len=arch["text_encoder"]["text_len"], size=layout.image_size,
         layout=("256 x 64: FLUX.1's 16-channel latent at 32x32, packed 2x2" if family == "flux1"

@@ -45,7 +45,6 @@ POSITIONS: dict[str, tuple[float, float]] = {
     "bottom": (0.5, 0.73),
     "center": (0.5, 0.5),
 }
-UNNAMED_POSITION = None
 NAMED_POSITION_SHARE = 0.6  # training captions that name the position; the others leave it open
 JITTER = 0.05
 FREE_RANGE = (0.22, 0.78)  # an unnamed position: the centre anywhere in this square
@@ -140,10 +139,9 @@ def sample_specs(rng: np.random.Generator, n: int, split: str = "train") -> list
     unnamed = [s for s in specs if s.position is None]
     pick_named = rng.random(n) < NAMED_POSITION_SHARE
     index = rng.random(n)
-    return [
-        (named if is_named and named else unnamed)[int(u * len(named if is_named and named else unnamed))]
-        for is_named, u in zip(pick_named, index, strict=True)
-    ]
+    # a split with no caption of one kind (the held-out one names every position) draws from the other
+    pools = [named if (is_named and named) or not unnamed else unnamed for is_named in pick_named]
+    return [pool[int(u * len(pool))] for pool, u in zip(pools, index, strict=True)]
 
 
 def evaluation_specs(n: int = 64, seed: int = 0) -> list[OpenSpec]:
@@ -163,7 +161,7 @@ def _smooth_field(rng: np.random.Generator, n: int, size: int, exponent: float) 
     return field / field.std(axis=(1, 2), keepdims=True)
 
 
-def _shape_masks(shape_ids: np.ndarray, cx: np.ndarray, cy: np.ndarray, r: np.ndarray, size: int) -> np.ndarray:
+def shape_masks(shape_ids: np.ndarray, cx: np.ndarray, cy: np.ndarray, r: np.ndarray, size: int) -> np.ndarray:
     """(B,) shape indices, centres and radii in pixels -> (B, size, size) boolean masks."""
     coords = np.arange(size, dtype=np.float64) + 0.5
     dx = coords[None, None, :] - cx[:, None, None]
@@ -207,7 +205,7 @@ def render_batch(specs: Sequence[OpenSpec], rng: np.random.Generator, size: int)
         shape_ids = rng.integers(len(SHAPES), size=n)
         centres = rng.uniform(0.1, 0.9, size=(n, 2)) * size
         radii = rng.uniform(*DISTRACTOR_SIZE_RANGE, size=n) * size
-        masks = _shape_masks(shape_ids, centres[:, 0], centres[:, 1], radii, size) & (count > k)[:, None, None]
+        masks = shape_masks(shape_ids, centres[:, 0], centres[:, 1], radii, size) & (count > k)[:, None, None]
         _paint(images, masks, colors, rng, size)
     # the named object, on top
     anchors = np.array([POSITIONS[s.position] if s.position else (np.nan, np.nan) for s in specs])
@@ -216,7 +214,7 @@ def render_batch(specs: Sequence[OpenSpec], rng: np.random.Generator, size: int)
     centres = np.where(np.isnan(anchors), free, anchors + jitter) * size
     radii = rng.uniform(*SIZE_RANGE, size=n) * size
     shape_ids = np.array([SHAPES.index(s.shape) for s in specs])
-    masks = _shape_masks(shape_ids, centres[:, 0], centres[:, 1], radii, size)
+    masks = shape_masks(shape_ids, centres[:, 0], centres[:, 1], radii, size)
     _paint(images, masks, np.stack([rgb[s.color] for s in specs]), rng, size)
     low, high = np.log(GRAIN_RANGE[0]), np.log(GRAIN_RANGE[1])
     spread = np.exp(low + (high - low) / (1.0 + np.exp(-2.0 * _smooth_field(rng, n, size, 1.5))))

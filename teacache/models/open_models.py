@@ -20,7 +20,18 @@ from mlx import nn
 from teacache.models import open_data, scenes_data, shapes_data
 from teacache.models._weights import parameter_count
 
-__all__ = ["FAMILIES", "OpenLayout", "batched_velocity", "build", "parameter_count", "sampling_record"]
+__all__ = [
+    "FAMILIES",
+    "OpenLayout",
+    "batched_velocity",
+    "build",
+    "flux1_rotary",
+    "flux2_text_ids",
+    "load_tiny_open_flux1",
+    "load_tiny_open_flux2",
+    "parameter_count",
+    "sampling_record",
+]
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 TEXT_DIM = 64
@@ -212,6 +223,3 @@ def load_tiny_open_flux1(weights_path: str | Path | None = None, manifest_path: 
     name = FAMILIES["flux1"].name
     model, manifest = _checked("flux1", weights_path, manifest_path)
     return as_pipeline(model, manifest, variant=name, tokenizer=_tokenizer(name), latent_scale=open_data.LATENT_SCALE)
-
-
-__all__ += ["flux1_rotary", "flux2_text_ids", "load_tiny_open_flux1", "load_tiny_open_flux2"]

@@ -152,3 +152,9 @@ def test_a_run_started_from_weights_records_them_and_never_resumes_a_fresh_runs_
     first = json.loads((tmp_path / "a" / "tiny-open-flux2.json").read_text())
     assert record["init_sha256"] == first["weights"]["sha256"]
     assert _train(tmp_path / "d", "--init", str(tmp_path / "none.safetensors")) == 2
+
+
+def test_a_split_without_unnamed_positions_still_draws_from_itself():
+    held = open_data.split_specs("held_out")
+    drawn = open_data.sample_specs(np.random.default_rng(0), 200, split="held_out")
+    assert set(drawn) <= set(held) and len(drawn) == 200
