@@ -26,6 +26,7 @@ from calib.run.command import command
 from teacache.errors import InputError
 from teacache.io import atomic_path, write_json, write_text
 from teacache.models import open_data, open_models
+from teacache import variants
 
 PROG = "teacache-bench open-card"
 NAMES = {layout.name: family for family, layout in open_models.FAMILIES.items()}
@@ -44,8 +45,17 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 
 
 def _generate(pipeline, family: str, prompt: str, seed: int) -> np.ndarray:
-    kwargs = {"height": 256, "width": 256, "guidance": 3.5} if family == "flux1" else {"guidance": 1.0}
-    return np.asarray(pipeline.generate_image(seed=seed, prompt=prompt, num_inference_steps=28, **kwargs).image)
+    """One vanilla image at the variant's own generation settings (size, steps, guidance)."""
+    settings = variants.get(open_models.FAMILIES[family].name).generation
+    image = pipeline.generate_image(
+        seed=seed,
+        prompt=prompt,
+        num_inference_steps=settings.steps,
+        height=settings.height,
+        width=settings.width,
+        guidance=settings.guidance,
+    ).image
+    return np.asarray(image)
 
 
 def _scores(images: list, specs: list) -> dict[str, float]:

@@ -107,7 +107,7 @@ SPECS = (
             "as for the other trained embedded models, steps 0 and 1 are always computed; its committed campaign "
             "was measured so (its own y is not an outlier on step 1: median 0.165 against 0.085-0.217 on steps 2-3)"
         ),
-        generation=Generation(steps=28, width=32, height=32, guidance=1.0),
+        generation=Generation(steps=28, width=32, height=32, guidance=2.0),
         coefficients="tiny_open_flux2",
         prompt_set="tiny-open",
         builder="teacache.models.open_models:load_tiny_open_flux2",

@@ -12,11 +12,11 @@ STATUS = "calibrated"
 VARIANTS = (
     "tiny-flux1",
     "tiny-flux2",
+    "tiny-open-flux1",
+    "tiny-open-flux2",
     "tiny-qwen-image",
     "tiny-shapes",
     "tiny-z-image",
-    "tiny-open-flux2",
-    "tiny-open-flux1",
 )
 
 # the generation settings every constant below was measured with
@@ -278,6 +278,388 @@ TINY_FLUX2_PSNR_FLOOR = 56.106541480521145
 # margin: one median-to-worst spread beyond the worst run (see the module docstring); rounded outward
 # calibrated
 TINY_FLUX2_SKIP_BAND = (15, 17)
+
+# the generation settings every constant below was measured with
+# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
+#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit e688572e01f09938da0704700f9200df4116a14e
+# calibrated
+TINY_OPEN_FLUX1_SETTINGS = {
+    "guidance": 3.5,
+    "rescale": {
+        "coefficients": [
+            0.06746163369838756,
+            0.06870186713731492,
+            0.07303521219253033,
+            0.07694293338015479,
+            0.08298807705875327,
+            0.07810611092024952,
+            0.07539261930988361,
+            0.06532041028902867,
+            0.05733260288348178,
+            0.049430667161050476,
+            0.04440707116694255,
+            0.04202330442823545,
+            0.04080670308926602,
+            0.04229186528739377,
+            0.048426009274869564,
+            0.05930043536726678,
+            0.08869017751385032,
+            0.10798074053852197,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.009796110207109836,
+        ],
+        "form": "mono+step",
+        "knots": [
+            0.06430366635322571,
+            0.15923503041267395,
+        ],
+        "provenance": {
+            "cv_r2": 0.8301061251554225,
+            "date_utc": "2026-12-03T14:58:43Z",
+            "fitted_model": "mono1+step16",
+            "git_commit": "e688572e01f09938da0704700f9200df4116a14e",
+            "n_pairs": 832,
+            "n_prompts": 16,
+            "r2": 0.8316119396048036,
+            "rmse_cv": 0.00784556521972852,
+            "source": "teacache-calib fit",
+            "variant": "tiny-open-flux1",
+        },
+        "region": {
+            "time_edges": [
+                0.07407407407407407,
+                0.38271604938271603,
+                0.691358024691358,
+                1.0,
+            ],
+            "x_ranges": [
+                [
+                    0.06430366635322571,
+                    0.09481655061244965,
+                ],
+                [
+                    0.0647267997264862,
+                    0.08491379022598267,
+                ],
+                [
+                    0.08297908306121826,
+                    0.15923503041267395,
+                ],
+            ],
+        },
+        "time_coefficients": [],
+        "time_knots": [
+            0.07407407407407407,
+            0.13194444444444445,
+            0.18981481481481483,
+            0.24768518518518517,
+            0.3055555555555556,
+            0.36342592592592593,
+            0.4212962962962963,
+            0.4791666666666667,
+            0.537037037037037,
+            0.5949074074074074,
+            0.6527777777777778,
+            0.7106481481481481,
+            0.7685185185185185,
+            0.8263888888888888,
+            0.8842592592592593,
+            0.9421296296296297,
+            1.0,
+        ],
+        "x_range": [
+            0.06430366635322571,
+            0.15923503041267395,
+        ],
+    },
+    "resolution": "256x256",
+    "skip_first_n_steps": 2,
+    "steps": 28,
+    "threshold": 0.5,
+}
+
+# the (prompt id, prompt, seed) pairs the bounds below were measured on; the tests run on these
+# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
+#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit e688572e01f09938da0704700f9200df4116a14e
+# calibrated
+TINY_OPEN_FLUX1_CASES = (
+    ("open-00", "a yellow triangle at the left", 0),
+    ("open-01", "a blue circle at the top", 0),
+    ("open-02", "a purple triangle at the left", 0),
+    ("open-03", "a green circle", 0),
+    ("open-04", "a green triangle", 0),
+    ("open-05", "a orange square", 0),
+    ("open-06", "a purple square", 0),
+    ("open-07", "a purple triangle at the center", 0),
+)
+
+# threshold 0 against the paired vanilla run, final latents max-abs (the fast path swaps nothing in)
+# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
+#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit e688572e01f09938da0704700f9200df4116a14e
+# n 8: min 0, p1 0, median 0, max 0
+# bit-exact: every run equal to vanilla
+# calibrated
+TINY_OPEN_FLUX1_NOOP_THRESHOLD0 = "bit-exact"
+
+# proxy active, every step computed, against vanilla: bit-exact in every run (path unchanged)
+# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
+#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit e688572e01f09938da0704700f9200df4116a14e
+# n 8: min 0, p1 0, median 0, max 0
+# calibrated
+TINY_OPEN_FLUX1_PROXY_NOOP = "bit-exact"
+
+# vanilla runs before and after TeaCache runs in one process: every repeat equal
+# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
+#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit e688572e01f09938da0704700f9200df4116a14e
+# calibrated
+TINY_OPEN_FLUX1_RESTORE = "bit-exact"
+
+# SSIM of decoded images against vanilla at threshold 0.5
+# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
+#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit e688572e01f09938da0704700f9200df4116a14e
+# n 8: min 0.948554, p1 0.948618, median 0.952833, max 0.955878
+# margin: one median-to-worst spread beyond the worst run (see the module docstring)
+# calibrated
+TINY_OPEN_FLUX1_SSIM_FLOOR = 0.9442750244689295
+
+# PSNR (dB) against vanilla at threshold 0.5
+# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
+#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit e688572e01f09938da0704700f9200df4116a14e
+# n 8: min 22.0712, p1 22.073, median 22.4568, max 22.9575
+# margin: one median-to-worst spread beyond the worst run (see the module docstring)
+# calibrated
+TINY_OPEN_FLUX1_PSNR_FLOOR = 21.685630694532584
+
+# steps skipped at threshold 0.5 (of 28)
+# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
+#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit e688572e01f09938da0704700f9200df4116a14e
+# n 8: min 22, p1 22, median 22, max 22
+# margin: one median-to-worst spread beyond the worst run (see the module docstring); rounded outward
+# calibrated
+TINY_OPEN_FLUX1_SKIP_BAND = (22, 22)
+
+# the generation settings every constant below was measured with
+# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux2, 28
+#   steps, 32x32, guidance 2.0; 8 prompts x 1 seeds; sweep commit 81a2cf291d1bf1babecbda723ecd9b672781919c
+# calibrated
+TINY_OPEN_FLUX2_SETTINGS = {
+    "guidance": 2.0,
+    "rescale": {
+        "coefficients": [
+            0.0007585827226284891,
+            0.13285188787911442,
+            0.06379450332120556,
+            0.03580470001986236,
+            0.03970302109845957,
+            0.03849094783780625,
+            0.04231501867404475,
+            0.04641869323546499,
+            0.05118837607946203,
+            0.05983814801853341,
+            0.07056591586343305,
+            0.07707665432227453,
+            0.08574914857156432,
+            0.08626084789040439,
+            0.09088291939216135,
+            0.0905113506622019,
+            0.13031573811290842,
+            0.12488559551510656,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            2.594549033669336,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+        ],
+        "form": "mono+step",
+        "knots": [
+            0.0229729525744915,
+            0.05237249657511711,
+            0.07416673749685287,
+            0.1925736367702484,
+        ],
+        "provenance": {
+            "cv_r2": 0.9340836426682877,
+            "date_utc": "2026-12-03T17:16:14Z",
+            "fitted_model": "mono3+step16",
+            "git_commit": "81a2cf291d1bf1babecbda723ecd9b672781919c",
+            "n_pairs": 832,
+            "n_prompts": 16,
+            "r2": 0.937139297668087,
+            "rmse_cv": 0.010281561152662388,
+            "source": "teacache-calib fit",
+            "variant": "tiny-open-flux2",
+        },
+        "region": {
+            "time_edges": [
+                0.07407407407407407,
+                0.38271604938271603,
+                0.691358024691358,
+                1.0,
+            ],
+            "x_ranges": [
+                [
+                    0.0229729525744915,
+                    0.0812528133392334,
+                ],
+                [
+                    0.04531634598970413,
+                    0.06950893253087997,
+                ],
+                [
+                    0.0655909925699234,
+                    0.1925736367702484,
+                ],
+            ],
+        },
+        "time_coefficients": [],
+        "time_knots": [
+            0.07407407407407407,
+            0.13194444444444445,
+            0.18981481481481483,
+            0.24768518518518517,
+            0.3055555555555556,
+            0.36342592592592593,
+            0.4212962962962963,
+            0.4791666666666667,
+            0.537037037037037,
+            0.5949074074074074,
+            0.6527777777777778,
+            0.7106481481481481,
+            0.7685185185185185,
+            0.8263888888888888,
+            0.8842592592592593,
+            0.9421296296296297,
+            1.0,
+        ],
+        "x_range": [
+            0.0229729525744915,
+            0.1925736367702484,
+        ],
+    },
+    "resolution": "32x32",
+    "skip_first_n_steps": 2,
+    "steps": 28,
+    "threshold": 0.5,
+}
+
+# the (prompt id, prompt, seed) pairs the bounds below were measured on; the tests run on these
+# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux2, 28
+#   steps, 32x32, guidance 2.0; 8 prompts x 1 seeds; sweep commit 81a2cf291d1bf1babecbda723ecd9b672781919c
+# calibrated
+TINY_OPEN_FLUX2_CASES = (
+    ("open-00", "a yellow triangle at the left", 0),
+    ("open-01", "a blue circle at the top", 0),
+    ("open-02", "a purple triangle at the left", 0),
+    ("open-03", "a green circle", 0),
+    ("open-04", "a green triangle", 0),
+    ("open-05", "a orange square", 0),
+    ("open-06", "a purple square", 0),
+    ("open-07", "a purple triangle at the center", 0),
+)
+
+# threshold 0 against the paired vanilla run, final latents max-abs (the fast path swaps nothing in)
+# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux2, 28
+#   steps, 32x32, guidance 2.0; 8 prompts x 1 seeds; sweep commit 81a2cf291d1bf1babecbda723ecd9b672781919c
+# n 8: min 0, p1 0, median 0, max 0
+# bit-exact: every run equal to vanilla
+# calibrated
+TINY_OPEN_FLUX2_NOOP_THRESHOLD0 = "bit-exact"
+
+# proxy active, every step computed, against vanilla: bit-exact in every run (path unchanged)
+# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux2, 28
+#   steps, 32x32, guidance 2.0; 8 prompts x 1 seeds; sweep commit 81a2cf291d1bf1babecbda723ecd9b672781919c
+# n 8: min 0, p1 0, median 0, max 0
+# calibrated
+TINY_OPEN_FLUX2_PROXY_NOOP = "bit-exact"
+
+# vanilla runs before and after TeaCache runs in one process: every repeat equal
+# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux2, 28
+#   steps, 32x32, guidance 2.0; 8 prompts x 1 seeds; sweep commit 81a2cf291d1bf1babecbda723ecd9b672781919c
+# calibrated
+TINY_OPEN_FLUX2_RESTORE = "bit-exact"
+
+# SSIM of decoded images against vanilla at threshold 0.5
+# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux2, 28
+#   steps, 32x32, guidance 2.0; 8 prompts x 1 seeds; sweep commit 81a2cf291d1bf1babecbda723ecd9b672781919c
+# n 8: min 0.952711, p1 0.953145, median 0.962008, max 0.975562
+# margin: one median-to-worst spread beyond the worst run (see the module docstring)
+# calibrated
+TINY_OPEN_FLUX2_SSIM_FLOOR = 0.943414370351253
+
+# PSNR (dB) against vanilla at threshold 0.5
+# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux2, 28
+#   steps, 32x32, guidance 2.0; 8 prompts x 1 seeds; sweep commit 81a2cf291d1bf1babecbda723ecd9b672781919c
+# n 8: min 23.8745, p1 23.8825, median 24.3882, max 25.8055
+# margin: one median-to-worst spread beyond the worst run (see the module docstring)
+# calibrated
+TINY_OPEN_FLUX2_PSNR_FLOOR = 23.360796647296667
+
+# steps skipped at threshold 0.5 (of 28)
+# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux2, 28
+#   steps, 32x32, guidance 2.0; 8 prompts x 1 seeds; sweep commit 81a2cf291d1bf1babecbda723ecd9b672781919c
+# n 8: min 22, p1 22, median 22, max 22
+# margin: one median-to-worst spread beyond the worst run (see the module docstring); rounded outward
+# calibrated
+TINY_OPEN_FLUX2_SKIP_BAND = (22, 22)
 
 # the generation settings every constant below was measured with
 # measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-qwen-image, 10
@@ -672,370 +1054,6 @@ TINY_Z_IMAGE_PSNR_FLOOR = 47.00943403776917
 # margin: one median-to-worst spread beyond the worst run (see the module docstring); rounded outward
 # calibrated
 TINY_Z_IMAGE_SKIP_BAND = (1, 1)
-
-# the generation settings every constant below was measured with
-# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux2, 28
-#   steps, 32x32, guidance 1.0; 8 prompts x 1 seeds; sweep commit f2d981f663c386bee57d30b1b61124237194d443
-# calibrated
-TINY_OPEN_FLUX2_SETTINGS = {
-    "guidance": 1.0,
-    "rescale": {
-        "coefficients": [
-            0.0007796903091142528,
-            0.12715632125382925,
-            0.05822654270989693,
-            0.03393826379986958,
-            0.03983254516493006,
-            0.03780492495769166,
-            0.04510744121710991,
-            0.049838141264467596,
-            0.055927175198952954,
-            0.06575058696697458,
-            0.07763547340911418,
-            0.08362207283064145,
-            0.09220007147762575,
-            0.09161932541574822,
-            0.09585694929765153,
-            0.09289822869604569,
-            0.13487976851532704,
-            0.13039881809302611,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.7221511793345358,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-        ],
-        "form": "mono+step",
-        "knots": [
-            0.022818423807621002,
-            0.0548541285097599,
-            0.19157011806964874,
-        ],
-        "provenance": {
-            "cv_r2": 0.9475537681137097,
-            "date_utc": "2026-12-03T14:00:02Z",
-            "fitted_model": "mono2+step16",
-            "git_commit": "f2d981f663c386bee57d30b1b61124237194d443",
-            "n_pairs": 832,
-            "n_prompts": 16,
-            "r2": 0.9492380143459823,
-            "rmse_cv": 0.008902860725638843,
-            "source": "teacache-calib fit",
-            "variant": "tiny-open-flux2",
-        },
-        "region": {
-            "time_edges": [
-                0.07407407407407407,
-                0.38271604938271603,
-                0.691358024691358,
-                1.0,
-            ],
-            "x_ranges": [
-                [
-                    0.022818423807621002,
-                    0.0808488205075264,
-                ],
-                [
-                    0.04503636807203293,
-                    0.0676049143075943,
-                ],
-                [
-                    0.06473546475172043,
-                    0.19157011806964874,
-                ],
-            ],
-        },
-        "time_coefficients": [],
-        "time_knots": [
-            0.07407407407407407,
-            0.13194444444444445,
-            0.18981481481481483,
-            0.24768518518518517,
-            0.3055555555555556,
-            0.36342592592592593,
-            0.4212962962962963,
-            0.4791666666666667,
-            0.537037037037037,
-            0.5949074074074074,
-            0.6527777777777778,
-            0.7106481481481481,
-            0.7685185185185185,
-            0.8263888888888888,
-            0.8842592592592593,
-            0.9421296296296297,
-            1.0,
-        ],
-        "x_range": [
-            0.022818423807621002,
-            0.19157011806964874,
-        ],
-    },
-    "resolution": "32x32",
-    "skip_first_n_steps": 2,
-    "steps": 28,
-    "threshold": 0.2,
-}
-
-# the (prompt id, prompt, seed) pairs the bounds below were measured on; the tests run on these
-# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux2, 28
-#   steps, 32x32, guidance 1.0; 8 prompts x 1 seeds; sweep commit f2d981f663c386bee57d30b1b61124237194d443
-# calibrated
-TINY_OPEN_FLUX2_CASES = (
-    ("open-00", "a yellow triangle at the left", 0),
-    ("open-01", "a blue circle at the top", 0),
-    ("open-02", "a purple triangle at the left", 0),
-    ("open-03", "a green circle", 0),
-    ("open-04", "a green triangle", 0),
-    ("open-05", "a orange square", 0),
-    ("open-06", "a purple square", 0),
-    ("open-07", "a purple triangle at the center", 0),
-)
-
-# threshold 0 against the paired vanilla run, final latents max-abs (the fast path swaps nothing in)
-# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux2, 28
-#   steps, 32x32, guidance 1.0; 8 prompts x 1 seeds; sweep commit f2d981f663c386bee57d30b1b61124237194d443
-# n 8: min 0, p1 0, median 0, max 0
-# bit-exact: every run equal to vanilla
-# calibrated
-TINY_OPEN_FLUX2_NOOP_THRESHOLD0 = "bit-exact"
-
-# proxy active, every step computed, against vanilla: bit-exact in every run (path unchanged)
-# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux2, 28
-#   steps, 32x32, guidance 1.0; 8 prompts x 1 seeds; sweep commit f2d981f663c386bee57d30b1b61124237194d443
-# n 8: min 0, p1 0, median 0, max 0
-# calibrated
-TINY_OPEN_FLUX2_PROXY_NOOP = "bit-exact"
-
-# vanilla runs before and after TeaCache runs in one process: every repeat equal
-# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux2, 28
-#   steps, 32x32, guidance 1.0; 8 prompts x 1 seeds; sweep commit f2d981f663c386bee57d30b1b61124237194d443
-# calibrated
-TINY_OPEN_FLUX2_RESTORE = "bit-exact"
-
-# SSIM of decoded images against vanilla at threshold 0.2
-# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux2, 28
-#   steps, 32x32, guidance 1.0; 8 prompts x 1 seeds; sweep commit f2d981f663c386bee57d30b1b61124237194d443
-# n 8: min 0.988854, p1 0.98911, median 0.994961, max 0.996719
-# margin: one median-to-worst spread beyond the worst run (see the module docstring)
-# calibrated
-TINY_OPEN_FLUX2_SSIM_FLOOR = 0.982747651072978
-
-# PSNR (dB) against vanilla at threshold 0.2
-# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux2, 28
-#   steps, 32x32, guidance 1.0; 8 prompts x 1 seeds; sweep commit f2d981f663c386bee57d30b1b61124237194d443
-# n 8: min 29.7732, p1 29.869, median 32.2702, max 33.4549
-# margin: one median-to-worst spread beyond the worst run (see the module docstring)
-# calibrated
-TINY_OPEN_FLUX2_PSNR_FLOOR = 27.27617532503259
-
-# steps skipped at threshold 0.2 (of 28)
-# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux2, 28
-#   steps, 32x32, guidance 1.0; 8 prompts x 1 seeds; sweep commit f2d981f663c386bee57d30b1b61124237194d443
-# n 8: min 18, p1 18, median 18, max 18
-# margin: one median-to-worst spread beyond the worst run (see the module docstring); rounded outward
-# calibrated
-TINY_OPEN_FLUX2_SKIP_BAND = (18, 18)
-
-# the generation settings every constant below was measured with
-# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
-#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit e688572e01f09938da0704700f9200df4116a14e
-# calibrated
-TINY_OPEN_FLUX1_SETTINGS = {
-    "guidance": 3.5,
-    "rescale": {
-        "coefficients": [
-            0.06746163369838756,
-            0.06870186713731492,
-            0.07303521219253033,
-            0.07694293338015479,
-            0.08298807705875327,
-            0.07810611092024952,
-            0.07539261930988361,
-            0.06532041028902867,
-            0.05733260288348178,
-            0.049430667161050476,
-            0.04440707116694255,
-            0.04202330442823545,
-            0.04080670308926602,
-            0.04229186528739377,
-            0.048426009274869564,
-            0.05930043536726678,
-            0.08869017751385032,
-            0.10798074053852197,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.0,
-            0.009796110207109836,
-        ],
-        "form": "mono+step",
-        "knots": [
-            0.06430366635322571,
-            0.15923503041267395,
-        ],
-        "provenance": {
-            "cv_r2": 0.8301061251554225,
-            "date_utc": "2026-12-03T14:58:43Z",
-            "fitted_model": "mono1+step16",
-            "git_commit": "e688572e01f09938da0704700f9200df4116a14e",
-            "n_pairs": 832,
-            "n_prompts": 16,
-            "r2": 0.8316119396048036,
-            "rmse_cv": 0.00784556521972852,
-            "source": "teacache-calib fit",
-            "variant": "tiny-open-flux1",
-        },
-        "region": {
-            "time_edges": [
-                0.07407407407407407,
-                0.38271604938271603,
-                0.691358024691358,
-                1.0,
-            ],
-            "x_ranges": [
-                [
-                    0.06430366635322571,
-                    0.09481655061244965,
-                ],
-                [
-                    0.0647267997264862,
-                    0.08491379022598267,
-                ],
-                [
-                    0.08297908306121826,
-                    0.15923503041267395,
-                ],
-            ],
-        },
-        "time_coefficients": [],
-        "time_knots": [
-            0.07407407407407407,
-            0.13194444444444445,
-            0.18981481481481483,
-            0.24768518518518517,
-            0.3055555555555556,
-            0.36342592592592593,
-            0.4212962962962963,
-            0.4791666666666667,
-            0.537037037037037,
-            0.5949074074074074,
-            0.6527777777777778,
-            0.7106481481481481,
-            0.7685185185185185,
-            0.8263888888888888,
-            0.8842592592592593,
-            0.9421296296296297,
-            1.0,
-        ],
-        "x_range": [
-            0.06430366635322571,
-            0.15923503041267395,
-        ],
-    },
-    "resolution": "256x256",
-    "skip_first_n_steps": 2,
-    "steps": 28,
-    "threshold": 0.5,
-}
-
-# the (prompt id, prompt, seed) pairs the bounds below were measured on; the tests run on these
-# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
-#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit e688572e01f09938da0704700f9200df4116a14e
-# calibrated
-TINY_OPEN_FLUX1_CASES = (
-    ("open-00", "a yellow triangle at the left", 0),
-    ("open-01", "a blue circle at the top", 0),
-    ("open-02", "a purple triangle at the left", 0),
-    ("open-03", "a green circle", 0),
-    ("open-04", "a green triangle", 0),
-    ("open-05", "a orange square", 0),
-    ("open-06", "a purple square", 0),
-    ("open-07", "a purple triangle at the center", 0),
-)
-
-# threshold 0 against the paired vanilla run, final latents max-abs (the fast path swaps nothing in)
-# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
-#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit e688572e01f09938da0704700f9200df4116a14e
-# n 8: min 0, p1 0, median 0, max 0
-# bit-exact: every run equal to vanilla
-# calibrated
-TINY_OPEN_FLUX1_NOOP_THRESHOLD0 = "bit-exact"
-
-# proxy active, every step computed, against vanilla: bit-exact in every run (path unchanged)
-# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
-#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit e688572e01f09938da0704700f9200df4116a14e
-# n 8: min 0, p1 0, median 0, max 0
-# calibrated
-TINY_OPEN_FLUX1_PROXY_NOOP = "bit-exact"
-
-# vanilla runs before and after TeaCache runs in one process: every repeat equal
-# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
-#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit e688572e01f09938da0704700f9200df4116a14e
-# calibrated
-TINY_OPEN_FLUX1_RESTORE = "bit-exact"
-
-# SSIM of decoded images against vanilla at threshold 0.5
-# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
-#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit e688572e01f09938da0704700f9200df4116a14e
-# n 8: min 0.948554, p1 0.948618, median 0.952833, max 0.955878
-# margin: one median-to-worst spread beyond the worst run (see the module docstring)
-# calibrated
-TINY_OPEN_FLUX1_SSIM_FLOOR = 0.9442750244689295
-
-# PSNR (dB) against vanilla at threshold 0.5
-# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
-#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit e688572e01f09938da0704700f9200df4116a14e
-# n 8: min 22.0712, p1 22.073, median 22.4568, max 22.9575
-# margin: one median-to-worst spread beyond the worst run (see the module docstring)
-# calibrated
-TINY_OPEN_FLUX1_PSNR_FLOOR = 21.685630694532584
-
-# steps skipped at threshold 0.5 (of 28)
-# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
-#   steps, 256x256, guidance 3.5; 8 prompts x 1 seeds; sweep commit e688572e01f09938da0704700f9200df4116a14e
-# n 8: min 22, p1 22, median 22, max 22
-# margin: one median-to-worst spread beyond the worst run (see the module docstring); rounded outward
-# calibrated
-TINY_OPEN_FLUX1_SKIP_BAND = (22, 22)
 
 # not measured on cpu-amd-epyc-2c: tiny-scenes; provisional until derived here (teacache-bench tolerances over their
 #   sweeps). Until then each one's constants are read at import from the module that measured it: tiny-scenes from
