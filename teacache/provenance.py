@@ -28,24 +28,44 @@ def installed_version(dist: str) -> str | None:
         return None
 
 
+CHANGED_SHOWN = 20  # the uncommitted paths a provenance block names (n_changed counts them all)
+NO_CHECKOUT = {"commit": None, "dirty": None, "changed": None}
+
+
 def git_commit() -> dict:
-    """Commit of this project and whether the work tree had uncommitted changes."""
+    """Commit of this project and what was uncommitted in its work tree (tracked files only), so a reader sees
+    whether the change could matter; nulls where the sources are not the root of a checkout (copied into a
+    folder of another one, or installed)."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=_PROJECT_ROOT, capture_output=True, text=True, check=True).stdout
+
     try:
-        head = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=_PROJECT_ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = bool(
-            subprocess.run(
-                ["git", "status", "--porcelain", "--untracked-files=no"],
-                cwd=_PROJECT_ROOT,
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout.strip()
-        )
-        return {"commit": head, "dirty": dirty}
+        if Path(git("rev-parse", "--show-toplevel").strip()).resolve() != _PROJECT_ROOT.resolve():
+            return dict(NO_CHECKOUT)
+        head = git("rev-parse", "HEAD").strip()
+        status = git("status", "--porcelain", "--untracked-files=no").splitlines()
     except (OSError, subprocess.CalledProcessError):
-        return {"commit": None, "dirty": None}
+        return dict(NO_CHECKOUT)
+    changed = [line[3:] for line in status if line.strip()]
+    return {"commit": head, "dirty": bool(changed), "changed": changed[:CHANGED_SHOWN], "n_changed": len(changed)}
+
+
+def describe_git(git: dict | None) -> str:
+    """A provenance block's git state in words: the commit, and what was uncommitted only when something was."""
+    git = git or {}
+    commit = git.get("commit")
+    if not commit:  # a record from before "changed" was recorded says None, as it always did
+        return "unknown (not run from a git checkout of this project)" if "changed" in git else "None"
+    if not git.get("dirty"):
+        return commit
+    if "changed" not in git:  # recorded before the changes were: said as it always was
+        return f"{commit} (dirty work tree)"
+    shown, count = list(git["changed"]), int(git.get("n_changed", len(git["changed"])))
+    more = f", and {count - len(shown)} more" if count > len(shown) else ""
+    return (
+        f"{commit} (uncommitted changes to {count} tracked file{'s' if count != 1 else ''}: {', '.join(shown)}{more})"
+    )
 
 
 def device_info() -> dict:

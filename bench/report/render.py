@@ -11,6 +11,7 @@ from bench.report import baselines as report_baselines
 from bench.report import grid, markdown, plots, stats
 from bench.report.compute import Analysis, measured_by, summary
 from bench.report.files import OUTPUTS
+from teacache.provenance import describe_git
 
 # OUTPUTS (bench.report.files): every file a report can write; a rebuild removes those it no longer produces.
 
@@ -81,6 +82,7 @@ def report_markdown(analysis: Analysis, captions: dict[str, str], omitted: list[
         model=prov.get("model") or runs["model"].iloc[0],
         versions=prov.get("versions") or {},
         git=prov.get("git") or {},
+        git_state=describe_git(prov.get("git")),
         ssim=prov.get("ssim") or {},
         rescale=prov.get("rescale") or {},
         prompts=prov.get("prompts") or sorted(runs["prompt_id"].unique()),

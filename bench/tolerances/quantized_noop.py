@@ -110,7 +110,47 @@ def _meta(path: Path, meta: object) -> dict:
         raise _refusal(path, f"_meta.kept_bfloat16: expected a list of layer names, got {kept!r}")
     if meta["blocks"] is not None:
         raise _refusal(path, f"_meta.blocks {meta['blocks']!r}: a smoke test of a cut-down model, not full size")
-    return {key: meta[key] for key in (*META_NUMBERS, "mlx", "device")} | {"kept_bfloat16": tuple(kept)}
+    for key in ("mflux", "measured_at"):  # written by measure.py since they were missed; optional in older files
+        if key in meta and (not isinstance(meta[key], str) or not meta[key]):
+            raise _refusal(path, f"_meta.{key}: expected a string, got {meta[key]!r}")
+    dated = {"measured_at": meta["measured_at"], "dated_by": "file"} if "measured_at" in meta else _added_at(path)
+    return {key: meta[key] for key in (*META_NUMBERS, "mlx", "device")} | {
+        "kept_bfloat16": tuple(kept), "mflux": meta.get("mflux"), **dated
+    }  # fmt: skip
+
+
+def _added_at(path: Path) -> dict:
+    """A file that records no date is dated by the commit that added it (measured no later than that), UTC."""
+    import datetime as dt
+    import subprocess
+
+    try:
+        done = subprocess.run(["git", "log", "--diff-filter=A", "--format=%cI", "--", str(path.resolve())],
+                              cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=30)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return {"measured_at": None, "dated_by": None}
+    lines = done.stdout.split() if done.returncode == 0 else []
+    if not lines:
+        return {"measured_at": None, "dated_by": None}
+    when = dt.datetime.fromisoformat(lines[-1]).astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"measured_at": when, "dated_by": "commit"}
+
+
+def _when(group: list[Measurement]) -> str:
+    """When a bit width's files were measured, and by what that is known."""
+    dates = sorted({m.meta["measured_at"] for m in group if m.meta["measured_at"]})
+    by = {m.meta["dated_by"] for m in group}
+    if not dates or None in by:
+        return "the date unknown (a file records none and is not committed)"
+    if by == {"file"}:
+        return f"measured {', '.join(dates)}"
+    return (f"measured no later than {', '.join(dates)} (the files record no date: the commit that added them, "
+            "git log --diff-filter=A)")  # fmt: skip
+
+
+def _mflux(group: list[Measurement]) -> str:
+    versions = {m.meta["mflux"] for m in group}
+    return f"mflux {versions.pop()}" if len(versions) == 1 and None not in versions else "mflux not recorded"
 
 
 def _pair(path: Path, index: int, item: object) -> Pair:
@@ -190,8 +230,8 @@ def _bit_width(bits: int, group: list[Measurement], hardware: str) -> dict[str, 
     why_kept = [f"kept in bfloat16: {WHY_KEPT[name]}" for name in kept if name in WHY_KEPT]
     repeats = " and ".join(str(m.meta["repeats"]) for m in group)
     origin = (
-        f"measured on {hardware} (the files record {meta['device']}), mlx {meta['mlx']} (the files record neither "
-        f"mflux's version nor the date); {len(group)} files of {SCRIPT}, {repeats} interleaved repeats after a "
+        f"measured on {hardware} (the files record {meta['device']}), mlx {meta['mlx']}, {_mflux(group)} in the "
+        f"files; {_when(group)}; {len(group)} files of {SCRIPT}, {repeats} interleaved repeats after a "
         f"warm-up of each arm, every run against every other: {', '.join(m.path for m in group)}"
     )
     unequal = sum(not p.equal for p in vanilla)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from calib.drift import against, code, effect_plan, model_runs, noise, numbers, verdict
+from calib.drift import against, code, effect_plan, integrity, model_runs, noise, numbers, verdict
 from calib.run import arguments
 from calib.run import command as ending
 from calib.run.folder_lock import folder_lock
@@ -89,7 +89,10 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 
 
 # what drift writes in --out and in --save (calib.run.outputs: a folder new, empty or drift's own)
-WRITES = arguments.Writes(PROG, names=("verdict.json", "numbers.json", "noise_floor.json", "effect", "progress.log"))
+WRITES = arguments.Writes(
+    PROG, names=("verdict.json", "numbers.json", "noise_floor.json", "effect", "progress.log", integrity.NAME)
+)
+SAVED_NUMBERS = ("numbers.json", "noise_floor.json")  # a --save folder's own files, sealed by its integrity.json
 
 
 @dataclass(frozen=True)
@@ -117,10 +120,12 @@ def _read_folder(folder: Path, arg: str) -> tuple[dict, dict]:
     if not (folder / "numbers.json").is_file() and model_runs.read_saved(folder, arg):
         raise InputError(f"{arg}: {folder} holds a --model save only; pass the same --model")
     found = []
-    for name, load in (("numbers.json", against.load_numbers), ("noise_floor.json", noise.load_floor)):
-        path = folder / name
-        if not path.is_file():
+    for name in SAVED_NUMBERS:
+        if not (folder / name).is_file():
             raise InputError(f"{arg}: {folder} holds no {name}; expected a folder that {PROG} --save wrote")
+    integrity.verify(folder, SAVED_NUMBERS, arg)
+    for name, load in zip(SAVED_NUMBERS, (against.load_numbers, noise.load_floor), strict=True):
+        path = folder / name
         try:
             found.append(load(path))
         except ValueError as exc:
@@ -258,7 +263,7 @@ def run_effect(plan_: Plan) -> tuple[dict[str, dict], dict[str, str]]:
                 log(f"{fallback}: failed: {again}")
                 continue
         except Exception as exc:  # noqa: BLE001 - a release that breaks a family is a finding, not a crash
-            if isinstance(exc, Interrupted):
+            if isinstance(exc, Interrupted | InputError):  # a damaged save is not a broken release
                 raise
             errors[family] = f"{runs.name}: {type(exc).__name__}: {exc}"
             log(f"{runs.name}: failed: {errors[family]}")
@@ -386,11 +391,24 @@ def _run_drift(plan_: Plan) -> dict:
         floor = noise.measure(plan_.floor_processes, plan_.fullsize)
         write_json(plan_.save / "noise_floor.json", floor)
         write_json(plan_.save / "numbers.json", current)
+        integrity.write(plan_.save, SAVED_NUMBERS)
         print(f"wrote {plan_.save}: numbers.json and noise_floor.json (for --against after an upgrade)")
-    if plan_.save is not None and plan_.effect:
-        names = ", ".join(r.name for r, _ in plan_.effect)
-        print(f"wrote {plan_.save / 'effect'}: the runs, gate and tolerance of {names} (for --against after it)")
+    if plan_.save is not None:
+        _say_saved(plan_)
     return report
+
+
+def _say_saved(plan_: Plan) -> None:
+    """Name what the save holds now: the models whose save finished (sealed), and those that did not."""
+    done, started = [], []
+    for runs, _ in plan_.effect:
+        folder = model_runs.folder_of(plan_.save, runs)
+        (done if (folder / integrity.NAME).is_file() else started if folder.is_dir() else []).append(runs.name)
+    if done:
+        print(f"wrote {plan_.save / 'effect'}: the runs, gate and tolerance of {', '.join(done)} (for --against "
+              "after it)")  # fmt: skip
+    if started:
+        print(f"not saved: {', '.join(started)} (failed: see above; {plan_.save / 'effect'} holds only what ran)")
 
 
 @ending.command(PROG)

@@ -39,7 +39,8 @@ def family_effect(args: argparse.Namespace) -> tuple:
     """Each family's effect model, judged by --against's save, else by the committed save of the baseline
     (none where that save recorded other runs)."""
     root = args.against if args.against is not None else effect_references(args.baseline or NEWEST_MFLUX)
-    saved = {runs.name: folder for folder, runs in model_runs.read_saved(root, "--against")} if root.is_dir() else {}
+    arg = "--against" if args.against is not None else f"the committed save of mflux {args.baseline or NEWEST_MFLUX}"
+    saved = {runs.name: folder for folder, runs in model_runs.read_saved(root, arg)} if root.is_dir() else {}
     random = {variants.get(v).family: v for v in numbers.embedded_variants()}
     found = []
     for name in effect_models():
@@ -71,10 +72,28 @@ def check_resumable(save: Path, runs: model_runs.ModelRuns) -> None:
             )
 
 
+def check_quantizable(model: str, base_model: str | None, quantize: int | None) -> None:
+    """Refuse bits an embedded model's layers cannot take before anything is written: else every run fails to
+    load and the request reads as a release that broke the integration. The tiny model is built and quantized
+    as the runs would (under a second); a full-size or mflux model takes every bit width mflux offers."""
+    from teacache.loading import RANDOM_PREFIX, load_model, resolve_spec
+
+    if quantize is None or model.startswith(RANDOM_PREFIX) or not resolve_spec(model, base_model).embedded:
+        return
+    try:
+        load_model(model, base_model=base_model, quantize=quantize)
+    except InputError as exc:
+        if str(exc).startswith("--quantize:"):  # "--quantize: tiny-shapes cannot be quantized to 4 bits (...)"
+            raise
+    except Exception:  # noqa: BLE001, S110 - weights that do not load are the runs' finding, said by them
+        pass
+
+
 def own_effect(args: argparse.Namespace) -> tuple:
     """The user's model: planned for --save; for --against, the saved runs, checked against what was given."""
     options = {o: getattr(args, o) for o in GENERATION_OPTIONS}
     wanted = model_runs.plan_model(args.model, base_model=args.base_model, **options)
+    check_quantizable(args.model, args.base_model, args.quantize)
     if args.save is not None:
         check_resumable(args.save, wanted)
         return ((wanted, None),)

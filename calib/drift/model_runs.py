@@ -18,7 +18,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from calib.drift import effect
+from calib.drift import effect, integrity
 from calib.run.progress import append_log
 from teacache.errors import InputError, TeaCacheError
 from teacache.io import read_json_object, write_json, write_parquet
@@ -184,12 +184,24 @@ def folder_of(root: Path, runs: ModelRuns) -> Path:
     return root / "effect" / runs.name
 
 
+FINISHED = ("traces.parquet", "gate.json", "tolerance.json", integrity.NAME)  # any of them: the save got that far
+
+
+def sealed_names(runs: ModelRuns) -> list[str]:
+    """The files of a model's save that --against reads, which its integrity record must list."""
+    from calib.record import run_id
+
+    return ["settings.json", *FINISHED[:-1], *(f"runs/{run_id(p, s)}.json" for p, _t, s in runs.runs)]
+
+
 def read_saved(root: Path, arg: str) -> list[tuple[Path, ModelRuns]]:
-    """Every model folder a save finished under ``root`` (its traces, gate and tolerance are there); a model whose
-    save did not finish (it failed under that release, or was stopped) is left out: see :func:`unfinished`."""
+    """Every model folder a save finished under ``root``, its integrity verified (a damaged one is refused:
+    :class:`calib.drift.integrity.DamagedSave`); a model whose save stopped before its traces, gate and tolerance
+    (it failed under that release, or was stopped) is left out: see :func:`unfinished`."""
     found = []
     for folder, runs in _settings(root, arg):
-        if all((folder / name).is_file() for name in ("traces.parquet", "gate.json", "tolerance.json")):
+        if any((folder / name).is_file() for name in FINISHED):
+            integrity.verify(folder, sealed_names(runs), arg)
             found.append((folder, runs))
     return found
 
@@ -311,10 +323,11 @@ def calibrated_gate(runs: ModelRuns, fresh: tuple) -> effect.Gate:
 
 
 def conclude(folder: Path, runs: ModelRuns, log: Log, command: list[str]) -> dict:
-    """traces.parquet, gate.json and tolerance.json of a folder whose runs are all in."""
+    """traces.parquet, gate.json and tolerance.json of a folder whose runs are all in, then its integrity record."""
     from teacache import variants
     from teacache.provenance import collect
 
+    (folder / integrity.NAME).unlink(missing_ok=True)  # what follows rewrites the sealed files
     table = traces(folder, runs)
     before = effect.Signals.from_frame(table)
     fresh = effect.fresh_fit(before)  # the tolerance needs it, and it is the gate where nothing is packaged
@@ -328,6 +341,7 @@ def conclude(folder: Path, runs: ModelRuns, log: Log, command: list[str]) -> dic
     write_parquet(folder / "traces.parquet", table)
     write_json(folder / "gate.json", gate.to_dict())
     write_json(folder / "tolerance.json", tolerance)
+    integrity.write(folder)  # last: a folder without it did not finish
     allowed = ", ".join(f"{t['threshold']:.3g}: {t['allowed']:.1%}" for t in tolerance["thresholds"])
     log(f"{runs.name}: gate {gate.source}; tolerance measured (decisions allowed to differ {allowed}; "
         f"RMSE rise {tolerance['fit']['allowed_rmse_rise']:.2g})")  # fmt: skip
@@ -337,11 +351,19 @@ def conclude(folder: Path, runs: ModelRuns, log: Log, command: list[str]) -> dic
 def compare(saved: Path, runs: ModelRuns, current: Path) -> dict:
     """The effect of whatever changed between the saved folder and the current recording of the same runs
     (at the saved recipe, or at another one: then ``recipe`` says which settings differ)."""
-    gate = effect.Gate.from_dict(read_json_object(saved / "gate.json"))
-    tolerance = read_json_object(saved / "tolerance.json")
-    before = effect.Signals.from_frame(read_parquet(saved / "traces.parquet"))
+    sealed = integrity.verify(saved, sealed_names(ModelRuns.from_dict(read_json_object(saved / "settings.json"))),
+                              "--against")  # fmt: skip
     after = effect.Signals.from_frame(traces(current, runs))
-    result = effect.judge(gate, before, after, tolerance)
+    try:
+        gate = effect.Gate.from_dict(read_json_object(saved / "gate.json"))
+        tolerance = read_json_object(saved / "tolerance.json")
+        before = effect.Signals.from_frame(read_parquet(saved / "traces.parquet"))
+        result = effect.judge(gate, before, after, tolerance)
+    except (KeyError, TypeError, IndexError) as exc:  # sealed by a writer that wrote it wrong: still not the release
+        raise integrity.DamagedSave(f"--against: damaged save: {saved} cannot be read ({type(exc).__name__}: "
+                                    f"{exc})") from None  # fmt: skip
+    result["saved_on"] = sealed["machine"]["hardware"]
+    result["here"] = integrity.machine()["hardware"]
     old, new = latents(saved, runs), latents(current, runs)
     result["latents_identical"] = bool(old) and all(new.get(k, {}).get("sha256") == v["sha256"] for k, v in old.items())
     result["model"] = runs.name

@@ -4,6 +4,8 @@ Statuses, worst first:
 - ``integration-broken``: a no-op oracle failed or a run raised;
 - ``refit-recommended``: the change alters what a calibrated gate decides beyond the measured tolerance
   (:mod:`calib.drift.effect`); a fit that moved beyond its noise is said beside it;
+- ``saved-on-other-hardware``: the save judged by was made on other hardware than this machine, so what moved
+  says nothing about the release (whatever the gate's decisions did): save on this machine;
 - ``moved-calibration-holds``: numbers or traces moved, the gate's decisions stay within the tolerance;
 - ``moved-effect-unchecked``: the numbers moved above the noise floor, no before traces to judge the effect by;
 - ``code-changed-integration-holds``: hooked code differs, the oracles hold, nothing moved;
@@ -15,14 +17,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from teacache._compat import DRIFT_COMMAND as PROG
+
 BROKEN = "integration-broken"
 REFIT = "refit-recommended"
+OTHER_HARDWARE = "saved-on-other-hardware"
 HOLDS = "moved-calibration-holds"
 MOVED_UNCHECKED = "moved-effect-unchecked"
 CODE_HOLDS = "code-changed-integration-holds"
 UNCHECKED = "numbers-unchecked"
 UNCHANGED = "unchanged"
-SEVERITY = (BROKEN, REFIT, HOLDS, MOVED_UNCHECKED, CODE_HOLDS, UNCHECKED, UNCHANGED)
+SEVERITY = (BROKEN, REFIT, OTHER_HARDWARE, HOLDS, MOVED_UNCHECKED, CODE_HOLDS, UNCHECKED, UNCHANGED)
 FAILING = (BROKEN, REFIT)
 
 
@@ -44,6 +49,8 @@ def status_of(evidence: FamilyEvidence) -> str:
         return BROKEN
     numbers_moved = bool(evidence.moved and any(evidence.moved.values()))
     if evidence.effect is not None:
+        if other_hardware(evidence.effect):
+            return OTHER_HARDWARE
         if evidence.effect["verdict"] != "holds":
             return REFIT
         traces_moved = not evidence.effect["identical"] or not evidence.effect.get("latents_identical", True)
@@ -57,6 +64,12 @@ def status_of(evidence: FamilyEvidence) -> str:
     if evidence.moved is None:
         return UNCHECKED
     return UNCHANGED
+
+
+def other_hardware(effect: dict | None) -> bool:
+    """Whether the save an effect was judged by comes from other hardware than the repeated runs."""
+    saved, here = (effect or {}).get("saved_on"), (effect or {}).get("here")
+    return saved is not None and here is not None and saved != here
 
 
 def refit_commands(
@@ -140,6 +153,14 @@ def advice(status: str, has_coefficients: bool, evidence: FamilyEvidence) -> str
         why = evidence.error or f"no-op oracle failed: {', '.join(failed)}"
         return f"the integration does not hold ({why}): do not use TeaCache on this release"
     recipe = (evidence.effect or {}).get("recipe")
+    if status == OTHER_HARDWARE:
+        effect = evidence.effect or {}
+        mine = f" --model {effect.get('source_model')}" if effect.get("own_model") else ""
+        return (
+            f"the save comes from other hardware ({effect['saved_on']}; this machine is {effect['here']}): what "
+            "differs is the hardware as much as the release, so this says nothing about the release; save on this "
+            f"machine before an upgrade ({PROG}{mine} --save DIR) and judge by that save after it (--against DIR)"
+        )
     if status == REFIT:
         why = _refit_reason(evidence.effect)
         if recipe:

@@ -101,6 +101,9 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     _add_selection_arguments(parser)
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument(
+        "--force", action="store_true", help="replace a fit in --out made from other traces (its plots go with it)"
+    )
+    parser.add_argument(
         "--min-step",
         type=int,
         default=1,
@@ -353,13 +356,34 @@ def main(argv: list[str] | None = None) -> int:
     for message in fit["data"]["warnings"]:
         print(f"teacache-calib fit: warning: {message}", file=sys.stderr)
     out = Path(args.out)
+    path = out / "fit.json"
+    _check_replaces(path, fit, args.force)
     for name, png in plots.items():
         with atomic_path(out / PLOT_FILES[name]) as tmp:
             tmp.write_bytes(png)
-    path = out / "fit.json"
     fit.write(path)
+    for stale in set(PLOT_FILES) - set(plots):  # drawn from the fit replaced: they would pass for this one's
+        (out / PLOT_FILES[stale]).unlink(missing_ok=True)
     print_summary(fit, path)
     return 0
+
+
+def _input_digests(document: FitResult | dict) -> list[str | None]:
+    return [f.get("sha256") for f in (document["input"] or {}).get("files", [])]
+
+
+def _check_replaces(path: Path, fit: FitResult, force: bool) -> None:
+    """A fit.json of other traces is another fit: replaced (with its plots) only with --force; the same traces
+    refit (other options, a new release of this code) replace it as their own."""
+    if force or not path.is_file():
+        return
+    try:
+        previous = FitResult.read(path)
+    except FitError:
+        return  # not a fit this command wrote: the output rule (check_out_dir) has ruled on the folder already
+    if _input_digests(previous) != _input_digests(fit):
+        raise FitError(f"--out: {path} is a fit of other traces; pass --force to replace it (and its plots), or "
+                       "choose another folder")  # fmt: skip
 
 
 if __name__ == "__main__":

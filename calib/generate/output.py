@@ -20,17 +20,32 @@ WRITES = Writes("teacache-generate")
 PREFIX = "teacache_"
 
 
-def output_path(args: argparse.Namespace, seed: int, check: bool = False) -> Path:
-    """The path mflux would write this seed's image to (a new name when the file exists), checked by the rule."""
-    from mflux.utils.image_util import ImageUtil
+SIDECAR = ".metadata.json"  # mflux's --metadata file: the image's name with this suffix
 
-    path = ImageUtil.resolve_output_path(args.output.format(seed=seed), overwrite=False)
+
+def sidecar_of(path: Path) -> Path:
+    return path.with_suffix(SIDECAR)
+
+
+def output_path(args: argparse.Namespace, seed: int, check: bool = False) -> Path:
+    """The path mflux would write this seed's image to, checked by the rule: a new name (mflux's ``_1``, ``_2``)
+    when the image exists or, with ``--metadata``, when its sidecar does (mflux checks the image only and would
+    replace a sidecar it did not write)."""
+    path = Path(args.output.format(seed=seed))
+    metadata = bool(getattr(args, "metadata", False))
+    candidate, counter = path, 1
+    while candidate.exists() or (metadata and sidecar_of(candidate).exists()):
+        candidate = path.with_name(f"{path.stem}_{counter}{path.suffix}")
+        counter += 1
     if check:
         try:
-            check_out_file(path, "--output", what="image", writes=WRITES)
+            check_out_file(candidate, "--output", what="image", writes=WRITES)
+            if metadata:
+                check_out_file(sidecar_of(candidate), "--metadata", what="metadata file", writes=WRITES,
+                               beside=str(candidate))  # fmt: skip
         except ValueError as exc:
             raise Refusal(str(exc)) from None
-    return path
+    return candidate
 
 
 def teacache_metadata(record: dict, skipped: list[int], steps: int) -> dict:
@@ -88,8 +103,8 @@ def save_image(image, model, args: argparse.Namespace, seed: int, teacache: dict
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.") as tmp:
         staged = Path(tmp) / path.name
         ImageUtil.save_image(generated.image, staged, generated._get_metadata(), args.metadata, overwrite=True)
-        sidecar = staged.with_suffix(".metadata.json")
+        sidecar = sidecar_of(staged)
         if sidecar.exists():
-            os.replace(sidecar, path.with_suffix(".metadata.json"))
+            os.replace(sidecar, sidecar_of(path))
         os.replace(staged, path)
     return path

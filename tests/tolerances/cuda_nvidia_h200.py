@@ -250,9 +250,10 @@ TINY_FLUX1_SKIP_BAND = (14, 14)
 #   (prompt and seed: bench.timing.fullsize_measure's, as measure.py)
 # full-size random FLUX.1-dev (random-flux1-dev, weights from seed 0) quantized to 8 bits as mflux does (group size
 #   64), x_embedder kept in bfloat16 (teacache.models.fullsize.keep_bfloat16); 6 steps, 1024x1024, guidance 3.5
-# measured on cuda-nvidia-h200 (the files record Device(gpu, 0)), mlx 0.32.2 (the files record neither mflux's
-#   version nor the date); 2 files of results/cuda-nvidia-h200/quantized-noop/measure.py, 2 and 3 interleaved
-#   repeats after a warm-up of each arm, every run against every other:
+# measured on cuda-nvidia-h200 (the files record Device(gpu, 0)), mlx 0.32.2, mflux not recorded in the files;
+#   measured no later than 2026-12-02T13:04:07Z (the files record no date: the commit that added them, git log
+#   --diff-filter=A); 2 files of results/cuda-nvidia-h200/quantized-noop/measure.py, 2 and 3 interleaved repeats
+#   after a warm-up of each arm, every run against every other:
 #   results/cuda-nvidia-h200/quantized-noop/x_embedder-bf16/q8-session1.json,
 #   results/cuda-nvidia-h200/quantized-noop/x_embedder-bf16/q8-session2.json
 # provisional: one prompt and seed, n counts pairs of repeated runs (calibrated needs 8 prompt x seed pairs)
@@ -273,9 +274,10 @@ FULLSIZE_FLUX1_DEV_Q8_NOOP_SETTINGS = {
 # kept in bfloat16: x_embedder (64 -> 3072, K equal to the group size) because MLX's CUDA quantized matmul with K =
 #   64 reads output memory it never wrote: quantized, vanilla differs from itself by whatever the allocator hands
 #   back, which no bound can be measured for
-# measured on cuda-nvidia-h200 (the files record Device(gpu, 0)), mlx 0.32.2 (the files record neither mflux's
-#   version nor the date); 2 files of results/cuda-nvidia-h200/quantized-noop/measure.py, 2 and 3 interleaved
-#   repeats after a warm-up of each arm, every run against every other:
+# measured on cuda-nvidia-h200 (the files record Device(gpu, 0)), mlx 0.32.2, mflux not recorded in the files;
+#   measured no later than 2026-12-02T13:04:07Z (the files record no date: the commit that added them, git log
+#   --diff-filter=A); 2 files of results/cuda-nvidia-h200/quantized-noop/measure.py, 2 and 3 interleaved repeats
+#   after a warm-up of each arm, every run against every other:
 #   results/cuda-nvidia-h200/quantized-noop/x_embedder-bf16/q8-session1.json,
 #   results/cuda-nvidia-h200/quantized-noop/x_embedder-bf16/q8-session2.json
 # proxy/vanilla n 25: min 0, median 0.000136375, max 0.00016439 (16 of 25 not equal)
@@ -293,9 +295,10 @@ FULLSIZE_FLUX1_DEV_Q8_NOOP_MAX_ABS = 0.00019240379333496094
 # kept in bfloat16: x_embedder (64 -> 3072, K equal to the group size) because MLX's CUDA quantized matmul with K =
 #   64 reads output memory it never wrote: quantized, vanilla differs from itself by whatever the allocator hands
 #   back, which no bound can be measured for
-# measured on cuda-nvidia-h200 (the files record Device(gpu, 0)), mlx 0.32.2 (the files record neither mflux's
-#   version nor the date); 2 files of results/cuda-nvidia-h200/quantized-noop/measure.py, 2 and 3 interleaved
-#   repeats after a warm-up of each arm, every run against every other:
+# measured on cuda-nvidia-h200 (the files record Device(gpu, 0)), mlx 0.32.2, mflux not recorded in the files;
+#   measured no later than 2026-12-02T13:04:07Z (the files record no date: the commit that added them, git log
+#   --diff-filter=A); 2 files of results/cuda-nvidia-h200/quantized-noop/measure.py, 2 and 3 interleaved repeats
+#   after a warm-up of each arm, every run against every other:
 #   results/cuda-nvidia-h200/quantized-noop/x_embedder-bf16/q8-session1.json,
 #   results/cuda-nvidia-h200/quantized-noop/x_embedder-bf16/q8-session2.json
 # proxy/vanilla n 25: min 0, median 2.37842e-06, max 3.17435e-06 (16 of 25 not equal)
@@ -319,9 +322,10 @@ FULLSIZE_FLUX1_DEV_Q8_NOOP_INPUTS = (
 #   (prompt and seed: bench.timing.fullsize_measure's, as measure.py)
 # full-size random FLUX.1-dev (random-flux1-dev, weights from seed 0) quantized to 4 bits as mflux does (group size
 #   64), x_embedder kept in bfloat16 (teacache.models.fullsize.keep_bfloat16); 6 steps, 1024x1024, guidance 3.5
-# measured on cuda-nvidia-h200 (the files record Device(gpu, 0)), mlx 0.32.2 (the files record neither mflux's
-#   version nor the date); 2 files of results/cuda-nvidia-h200/quantized-noop/measure.py, 2 and 3 interleaved
-#   repeats after a warm-up of each arm, every run against every other:
+# measured on cuda-nvidia-h200 (the files record Device(gpu, 0)), mlx 0.32.2, mflux not recorded in the files;
+#   measured no later than 2026-12-02T13:04:07Z (the files record no date: the commit that added them, git log
+#   --diff-filter=A); 2 files of results/cuda-nvidia-h200/quantized-noop/measure.py, 2 and 3 interleaved repeats
+#   after a warm-up of each arm, every run against every other:
 #   results/cuda-nvidia-h200/quantized-noop/x_embedder-bf16/q4-session1.json,
 #   results/cuda-nvidia-h200/quantized-noop/x_embedder-bf16/q4-session2.json
 # provisional: one prompt and seed, n counts pairs of repeated runs (calibrated needs 8 prompt x seed pairs)
@@ -342,9 +346,10 @@ FULLSIZE_FLUX1_DEV_Q4_NOOP_SETTINGS = {
 # kept in bfloat16: x_embedder (64 -> 3072, K equal to the group size) because MLX's CUDA quantized matmul with K =
 #   64 reads output memory it never wrote: quantized, vanilla differs from itself by whatever the allocator hands
 #   back, which no bound can be measured for
-# measured on cuda-nvidia-h200 (the files record Device(gpu, 0)), mlx 0.32.2 (the files record neither mflux's
-#   version nor the date); 2 files of results/cuda-nvidia-h200/quantized-noop/measure.py, 2 and 3 interleaved
-#   repeats after a warm-up of each arm, every run against every other:
+# measured on cuda-nvidia-h200 (the files record Device(gpu, 0)), mlx 0.32.2, mflux not recorded in the files;
+#   measured no later than 2026-12-02T13:04:07Z (the files record no date: the commit that added them, git log
+#   --diff-filter=A); 2 files of results/cuda-nvidia-h200/quantized-noop/measure.py, 2 and 3 interleaved repeats
+#   after a warm-up of each arm, every run against every other:
 #   results/cuda-nvidia-h200/quantized-noop/x_embedder-bf16/q4-session1.json,
 #   results/cuda-nvidia-h200/quantized-noop/x_embedder-bf16/q4-session2.json
 # proxy/vanilla n 25: min 0, median 0.000157356, max 0.00019908 (18 of 25 not equal)
@@ -362,9 +367,10 @@ FULLSIZE_FLUX1_DEV_Q4_NOOP_MAX_ABS = 0.00024080276489257812
 # kept in bfloat16: x_embedder (64 -> 3072, K equal to the group size) because MLX's CUDA quantized matmul with K =
 #   64 reads output memory it never wrote: quantized, vanilla differs from itself by whatever the allocator hands
 #   back, which no bound can be measured for
-# measured on cuda-nvidia-h200 (the files record Device(gpu, 0)), mlx 0.32.2 (the files record neither mflux's
-#   version nor the date); 2 files of results/cuda-nvidia-h200/quantized-noop/measure.py, 2 and 3 interleaved
-#   repeats after a warm-up of each arm, every run against every other:
+# measured on cuda-nvidia-h200 (the files record Device(gpu, 0)), mlx 0.32.2, mflux not recorded in the files;
+#   measured no later than 2026-12-02T13:04:07Z (the files record no date: the commit that added them, git log
+#   --diff-filter=A); 2 files of results/cuda-nvidia-h200/quantized-noop/measure.py, 2 and 3 interleaved repeats
+#   after a warm-up of each arm, every run against every other:
 #   results/cuda-nvidia-h200/quantized-noop/x_embedder-bf16/q4-session1.json,
 #   results/cuda-nvidia-h200/quantized-noop/x_embedder-bf16/q4-session2.json
 # proxy/vanilla n 25: min 0, median 2.84193e-06, max 6.44756e-06 (18 of 25 not equal)

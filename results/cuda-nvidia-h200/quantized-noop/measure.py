@@ -14,12 +14,14 @@ their dequantized weights after the build: the same values, through the bfloat16
 quantized kernel.
 """
 
-import itertools  # noqa: I001
+import datetime as dt  # noqa: I001
+import itertools
 import json
 import os
 import sys
 import time
 import warnings
+from importlib import metadata
 
 import teacache  # noqa: F401
 import mlx.core as mx
@@ -126,7 +128,8 @@ for (na, a), (nb, b) in itertools.combinations(runs, 2):
     pairs.append({"a": na, "b": nb, **_diff(a["latents"], b["latents"])})
 out = {
     "_meta": {"steps": STEPS, "size": SIZE, "repeats": REPEATS, "quantize": QUANT, "group_size": GROUP,
-              "blocks": BLOCKS, "kept_bfloat16": KEEP_BF16, "mlx": mx.__version__, "device": str(mx.default_device()), "build_s": build_s},
+              "blocks": BLOCKS, "kept_bfloat16": KEEP_BF16, "mlx": mx.__version__, "device": str(mx.default_device()), "build_s": build_s,
+              "mflux": metadata.version("mflux"), "measured_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")},
     "kernels": kernels,
     "loop_s": {n: round(r["loop_s"], 3) for n, r in runs},
     "pairs": pairs,

@@ -192,3 +192,29 @@ def test_the_pages_command_regenerates_the_committed_module(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     written = tmp_path / "tests/tolerances/cuda_nvidia_h200.py"
     assert written.read_text() == (TOLERANCES_DIR / "cuda_nvidia_h200.py").read_text()
+
+
+def _origin(paths) -> str:
+    constants = quantized_noop.derive(quantized_noop.read_measurements(paths, "cuda"), "cuda-nvidia-h200")
+    _value, notes = constants[quantized_noop.constant_name(8, "MAX_ABS")]
+    return " ".join(n for n in notes if n.startswith("measured on"))
+
+
+def test_the_constants_are_dated_by_their_files_else_by_the_commit_that_added_them(tmp_path):
+    committed = [p for p in COMMITTED if p.name.startswith("q8-")]
+    added = subprocess.run(["git", "log", "--diff-filter=A", "--format=%cI", "--", str(committed[0])], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.split()[-1]  # fmt: skip
+    assert f"measured no later than {added.replace('+00:00', 'Z')} (the files record no date" in _origin(committed)
+    dated = []
+    for i, path in enumerate(committed):
+        data = json.loads(path.read_text())
+        data["_meta"] |= {"measured_at": f"2027-01-0{i + 1}T00:00:00Z", "mflux": "0.24.0"}
+        dated.append(tmp_path / path.name)
+        dated[-1].write_text(json.dumps(data))
+    origin = _origin(dated)
+    assert "mflux 0.24.0 in the files; measured 2027-01-01T00:00:00Z, 2027-01-02T00:00:00Z;" in origin, origin
+    for path in dated:  # neither dated nor committed: said so, never a date made up
+        data = json.loads(path.read_text())
+        del data["_meta"]["measured_at"]
+        path.write_text(json.dumps(data))
+    assert "the date unknown" in _origin(dated)

@@ -171,4 +171,5 @@ def test_a_save_whose_model_does_not_load_says_so_and_exits_1(tmp_path, capsys, 
     out = capsys.readouterr()
     assert "tiny-flux2: integration-broken" in out.out and "the weights do not fit this release" in out.out
     assert "saved; after the upgrade" not in out.out
+    assert "the runs, gate and tolerance" not in out.out and "not saved: tiny-flux2" in out.out
     assert "failed" in (tmp_path / "A" / "progress.log").read_text()

@@ -127,3 +127,15 @@ def test_ctrl_c_exits_130_saying_what_was_saved(monkeypatch, tmp_path, capsys):
     rc = command.main(["--model", "tiny-shapes", "--prompt", PROMPT, "--output", str(tmp_path / "x.png")])
     assert rc == 130 and "interrupted; saved nothing" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sidecar_that_exists_is_never_replaced_the_next_free_name_is_taken(tmp_path):
+    out = tmp_path / "img.png"
+    (tmp_path / "img.metadata.json").write_text("mine")  # the image's name is free, its sidecar's is not
+    prompt = "a big red circle left of a small blue square on a white background"
+    rc = command.main(["--model", "tiny-scenes", "--prompt", prompt, "--seed", "1", "--steps", "6", "--metadata",
+                       "--output", str(out)])  # fmt: skip
+    assert rc == 0
+    assert (tmp_path / "img.metadata.json").read_text() == "mine" and not out.exists()
+    assert json.loads((tmp_path / "img_1.metadata.json").read_text())["seed"] == 1
+    assert (tmp_path / "img_1.png").is_file()

@@ -1,0 +1,119 @@
+"""A drift save carries an integrity record: a damaged save is refused as one, never judged as a broken release."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from calib.cli import main as calib_main
+from calib.drift import command, integrity, verdict
+from teacache.io import write_json
+from tests import ROOT
+
+MODEL = "tiny-shapes"
+
+
+@pytest.fixture(scope="module")
+def save(tmp_path_factory) -> Path:
+    work = tmp_path_factory.mktemp("sealed")
+    assert calib_main(["drift", "--model", MODEL, "--save", str(work / "A"), "--out", str(work / "first")]) == 0
+    return work / "A"
+
+
+def _copy(save: Path, tmp_path: Path) -> tuple[Path, Path]:
+    copy = tmp_path / "A"
+    shutil.copytree(save, copy)
+    return copy, copy / "effect" / MODEL
+
+
+def _refused(capsys, against: Path, out: Path, *extra: str) -> str:
+    assert calib_main(["drift", "--model", MODEL, "--against", str(against), "--out", str(out), *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert not out.exists()
+    return err[0]
+
+
+def test_a_save_is_sealed_last_with_every_file_it_wrote_and_its_machine(save):
+    record = json.loads((save / "effect" / MODEL / integrity.NAME).read_text())
+    assert {"settings.json", "traces.parquet", "gate.json", "tolerance.json", "runs/shapes-00-s0.json"} <= set(
+        record["files"]
+    )
+    assert record["machine"] == integrity.machine()
+
+
+def test_a_tolerance_edited_to_allow_everything_is_a_damaged_save(save, tmp_path, capsys):
+    copy, folder = _copy(save, tmp_path)
+    tolerance = json.loads((folder / "tolerance.json").read_text())
+    for row in tolerance["thresholds"]:
+        row["allowed"] = 1.0
+    (folder / "tolerance.json").write_text(json.dumps(tolerance))
+    line = _refused(capsys, copy, tmp_path / "o")
+    assert "damaged save" in line and "tolerance.json" in line and "integration-broken" not in line
+
+
+def test_a_save_missing_a_key_or_a_file_is_a_damaged_save_naming_it(save, tmp_path, capsys):
+    copy, folder = _copy(save, tmp_path)
+    gate = json.loads((folder / "gate.json").read_text())
+    gate.pop(next(iter(gate)))
+    (folder / "gate.json").write_text(json.dumps(gate))
+    assert "gate.json" in _refused(capsys, copy, tmp_path / "o")
+    (folder / "runs" / "shapes-01-s0.json").unlink()
+    line = _refused(capsys, copy, tmp_path / "o")
+    assert "shapes-01-s0.json is missing" in line or "gate.json" in line
+
+
+def test_a_save_without_a_record_is_refused_as_unverifiable(save, tmp_path, capsys):
+    copy, folder = _copy(save, tmp_path)
+    (folder / integrity.NAME).unlink()
+    line = _refused(capsys, copy, tmp_path / "o")
+    assert f"has no {integrity.NAME}" in line
+
+
+def test_quantizing_a_model_that_cannot_be_quantized_is_refused_before_anything_is_written(tmp_path, capsys):
+    argv = ["drift", "--model", MODEL, "--save", str(tmp_path / "Q"), "--quantize", "4", "--out", str(tmp_path / "o")]
+    assert calib_main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--quantize: tiny-shapes cannot be quantized to 4 bits" in err[0], err
+    assert not (tmp_path / "Q").exists() and not (tmp_path / "o").exists()
+
+
+def test_a_save_from_other_hardware_says_so_instead_of_holds(save, tmp_path, monkeypatch, capsys):
+    here = integrity.machine()
+    monkeypatch.setattr(integrity, "machine", lambda provenance=None: {**here, "hardware": "metal-apple-m9"})
+    out = tmp_path / "o"
+    assert calib_main(["drift", "--model", MODEL, "--against", str(save), "--out", str(out)]) == 0
+    (found,) = json.loads((out / "verdict.json").read_text())["verdicts"]
+    assert found["status"] == verdict.OTHER_HARDWARE, found["line"]
+    assert f"save comes from other hardware ({here['hardware']}; this machine is metal-apple-m9)" in found["line"]
+    assert verdict.HOLDS not in capsys.readouterr().out
+
+
+def test_saved_numbers_are_verified_too(tmp_path):
+    folder = tmp_path / "S"
+    folder.mkdir()
+    write_json(folder / "numbers.json", {"format_version": 1, "runs": {}, "settings": {}})
+    write_json(folder / "noise_floor.json", {"floor": {}})
+    integrity.write(folder, command.SAVED_NUMBERS)
+    (folder / "numbers.json").write_text('{"format_version": 1, "runs": {}, "settings": {"fullsize": true}}')
+    with pytest.raises(integrity.DamagedSave, match=r"damaged save: .*numbers.json is not the file the save wrote"):
+        command._read_folder(folder, "--against")
+
+
+@pytest.mark.parametrize(
+    "folder",
+    sorted(
+        [*(ROOT / "calib" / "drift" / "data").glob("save-*/effect/*"), *(ROOT / "results").glob("**/save/effect/*")]
+    ),
+    ids=lambda p: p.relative_to(ROOT).as_posix(),
+)
+def test_every_committed_save_is_sealed_and_as_sealed(folder):
+    from calib.drift import model_runs
+
+    runs = model_runs.ModelRuns.from_dict(json.loads((folder / "settings.json").read_text()))
+    record = integrity.verify(folder, model_runs.sealed_names(runs), "committed")
+    assert record["machine"]["hardware"] == integrity.machine(json.loads((folder / "tolerance.json").read_text())[
+        "provenance"])["hardware"]  # fmt: skip
