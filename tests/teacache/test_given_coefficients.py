@@ -52,3 +52,17 @@ def test_apply_teacache_refuses_coefficients_positive_nowhere_and_installs_nothi
     with pytest.warns(UnsafeRescaleWarning):
         apply_teacache(shapes, rel_l1_thresh=0.1, coefficients=(-1, -1), allow_unsafe=True).restore()
     apply_teacache(shapes, rel_l1_thresh=0, coefficients=(-1, -1)).restore()  # skips nothing: never read
+
+
+def test_entering_a_restored_handle_is_refused_instead_of_running_without_teacache(shapes):
+    from teacache import apply_teacache
+    from teacache.errors import StateError
+
+    handle = apply_teacache(shapes, rel_l1_thresh=0.1)
+    with handle:
+        pass
+    refused = pytest.raises(StateError, match=r"^handle: this TeaCache handle was restored.*apply_teacache")
+    with refused as caught, handle:
+        raise AssertionError("the block ran")
+    assert isinstance(caught.value, TeaCacheError) and isinstance(caught.value, RuntimeError)
+    handle.restore()  # still idempotent
