@@ -17,6 +17,7 @@ from pathlib import Path
 from calib import pyliteral
 from calib.emit_calibration import emit_calibration
 from calib.emit_changes import describe_changes, max_curve_difference  # noqa: F401  (re-exported)
+from calib.emit_checks import check_emittable
 from calib.emit_notes import GENERATED, lookup, rescale_notes, when_where
 from calib.fit import safety
 from calib.fit.coefficient_sources import import_module_from_path
@@ -319,6 +320,12 @@ def setup_arg_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="write here instead of teacache/coefficients/<module>.py (mlx-teacache: FIT's folder/_calibration_*.json)",
     )
+    parser.add_argument(
+        "--allow-unsafe",
+        action="store_true",
+        help="write a fit whose function is <= 0 everywhere on its range (refused otherwise); one unsafe somewhere "
+        "only warns",
+    )
     parser.add_argument("--force", action="store_true", help="replace --out even if this command did not write it")
     return parser
 
@@ -341,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is not None:
         check_out_file(args.out, what="coefficient module", writes=WRITES, force=args.force)
     result = FitResult.read(args.fit)
+    check_emittable(result, "teacache-calib emit", args.allow_unsafe)
     fit = result.to_json()
     text = emit_module(result, args.variant)
     if args.out is None:

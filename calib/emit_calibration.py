@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from calib.emit_checks import check_emittable
 from calib.fit.result import FitResult
 from calib.run.arguments import check_out_file, check_variant_name
 from calib.run.outputs import Writes
@@ -36,7 +37,9 @@ def emit_calibration(args: argparse.Namespace) -> int:
     fit_dir = Path(args.fit) if Path(args.fit).is_dir() else Path(args.fit).parent
     if args.out is not None:
         check_out_file(args.out, what=".json file", writes=CALIBRATION_WRITES, force=args.force)
-    fit = FitResult.read(args.fit).to_json()
+    result = FitResult.read(args.fit)
+    check_emittable(result, "teacache-calib emit", args.allow_unsafe)
+    fit = result.to_json()
     data, note = fmt.calibration_object(fit, args.traces, args.variant, args.polynomial)
     path = args.out if args.out is not None else fit_dir / fmt.default_name(data["variant"])
     if note:

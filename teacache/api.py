@@ -11,6 +11,7 @@ from teacache.adapters import adapter_for
 from teacache.core import RecipeMismatchWarning, StepController, TeaCacheHandle, is_applied
 from teacache.gate import GateConfig, warn_if_never_skips
 from teacache.rescale import RescaleFunction, as_rescale
+from teacache.safety import check_given
 
 
 def apply_teacache(
@@ -23,6 +24,7 @@ def apply_teacache(
     skip_last_n_steps: int | None = None,
     max_consecutive_skips: int | None = None,
     calibrate: bool = False,
+    allow_unsafe: bool = False,
 ) -> TeaCacheHandle:
     """Apply TeaCache to an mflux pipeline; use the handle as a context manager or call ``restore()``.
 
@@ -33,7 +35,8 @@ def apply_teacache(
     published tuple (highest power first) or ``None`` for the variant's packaged calibration.
     ``skip_first_n_steps``: ``None`` takes the variant's; ``skip_last_n_steps`` and ``max_consecutive_skips``:
     ``None`` takes :class:`GateConfig`'s. ``calibrate=True`` never skips and records the traces ``teacache-calib
-    record`` writes.
+    record`` writes. Given ``coefficients`` get the fit's safety check (:func:`teacache.safety.check_given`):
+    positive nowhere on their range raises ``UnsafeRescaleError`` unless ``allow_unsafe``; unsafe somewhere warns.
     """
     check_mflux_version()
     adapter = adapter_for(model)
@@ -63,6 +66,8 @@ def apply_teacache(
         given["rescale"] = as_rescale(given.pop("coefficients", None), packaged)
         given.setdefault("skip_first_n_steps", spec.skip_first_n_steps)
         gate_config = GateConfig(**given)  # its own defaults for what is not given
+        if coefficients is not None and gate_config.enabled and not calibrate:
+            check_given(gate_config.rescale, "coefficients", allow_unsafe)
         from_packaged = coefficients is None and not uncalibrated
     recipe = spec.recipe() if from_packaged else None
     if from_packaged:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields, replace
 import mlx.core as mx
 
 from teacache._warnings import warn
+from teacache.errors import StateError
 from teacache.gate import Gate, GateConfig, NeverSkipsWarning, StepDecision, warn_if_never_skips
 from teacache.signal import mean_abs, rel_l1
 
@@ -370,6 +371,12 @@ class TeaCacheHandle:
         self._controller.state.reset()
 
     def __enter__(self) -> TeaCacheHandle:
+        """The handle itself; a restored one is refused, since generating inside it would run without TeaCache."""
+        if not self.active:
+            raise StateError(
+                "handle: this TeaCache handle was restored, so the pipeline runs without TeaCache; call "
+                "apply_teacache(...) again for a new handle"
+            )
         return self
 
     def __exit__(self, *exc) -> None:

@@ -24,3 +24,8 @@ class InputError(TeaCacheError, ValueError):
 def one_line(message: object) -> str:
     """A message as a command prints it: its whitespace (newlines too) collapsed to single spaces."""
     return " ".join(str(message).split())
+
+
+class StateError(TeaCacheError, RuntimeError):
+    """An object is used in a state that cannot serve the call (a restored handle entered again): the message says
+    what to do instead. A RuntimeError too, as such misuse was before."""

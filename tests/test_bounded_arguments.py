@@ -36,6 +36,10 @@ CASES = [
     ("teacache-bench sweep", [*SWEEP, "--seeds", "4294967296", "--out", "{out}"], "--seeds: "),
     ("teacache-bench sweep", [*SWEEP, "--seeds", "0-99999999999999999999", "--out", "{out}"], "--seeds: "),
     ("teacache-calib record", ["--model", "tiny-shapes", "--seeds", "1,4294967296", "--out", "{out}"], "--seeds: "),
+    # a step count whose warm-up alone would run for hours before the estimate
+    ("teacache-calib record", ["--model", "tiny-shapes", "--steps", "100000", "--out", "{out}"],
+     "--steps: expected at most 1000"),
+    ("teacache-bench sweep", [*SWEEP, "--steps", "1001", "--out", "{out}"], "--steps: expected at most 1000"),
     # adherence: a model folder that is not one, a number of prompts there are not
     ("teacache-bench adherence", ["--model-dir", "/nope"], "--model-dir: /nope is not a folder"),
     ("teacache-bench adherence", ["--model-dir", "{file}"], "--model-dir: "),

@@ -18,6 +18,7 @@ their own, and a runs table of an earlier version keeps the ones it stored.
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 import typing
 from collections.abc import Callable
@@ -278,6 +279,47 @@ def check_rows(runs: pd.DataFrame) -> None:
                 f"runs.parquet: column {column!r} has {int(bad.sum())} NaN or infinite value(s) (first: run_id "
                 f"{_name(runs, int(np.flatnonzero(bad)[0]))}); expected {allowed}: re-run the sweep for those pairs"
             )
+    _check_ranges(runs)
+
+
+# What a measurement can be at all (SSIM and cosine within [-1, 1] up to float rounding, errors >= 0): a value
+# outside is no measurement, and a report would rank thresholds by it.
+_RANGES = {
+    "ssim": (-1.0 - 1e-6, 1.0 + 1e-6, "-1..1"),
+    "cosine": (-1.0 - 1e-6, 1.0 + 1e-6, "-1..1"),
+    "max_abs": (0.0, math.inf, ">= 0"),
+    "mean_abs": (0.0, math.inf, ">= 0"),
+    "max_rel": (0.0, math.inf, ">= 0"),
+}
+
+
+def _check_ranges(runs: pd.DataFrame) -> None:
+    """Measurements inside what they can be, steps counted within the schedule, every timed repeat > 0 s."""
+    for column, (lo, hi, expected) in _RANGES.items():
+        if column in runs.columns:
+            values = pd.to_numeric(runs[column], errors="coerce").to_numpy(dtype=float)
+            _refuse_rows(runs, column, (values < lo) | (values > hi), expected, values)
+    if {"computed", "num_steps"} <= set(runs.columns):
+        computed, steps = (
+            pd.to_numeric(runs[c], errors="coerce").to_numpy(dtype=float) for c in ("computed", "num_steps")
+        )
+        _refuse_rows(runs, "computed", ~((computed >= 1) & (computed <= steps)), "1..num_steps", computed)
+    for column in ("wall_s", "wall_s_in_process"):
+        if column in runs.columns:
+            bad = runs[column].map(lambda w: w is not None and any(not (float(t) > 0) for t in w)).to_numpy(dtype=bool)
+            _refuse_rows(runs, column, bad, "loop times > 0 s", None)
+
+
+def _refuse_rows(runs: pd.DataFrame, column: str, bad: np.ndarray, expected: str, values: np.ndarray | None) -> None:
+    """RecordError naming the column, how many rows and the first one, when ``bad`` flags any."""
+    if not bad.any():
+        return
+    first = int(np.flatnonzero(bad)[0])
+    value = "" if values is None else f" = {values[first]:g}"
+    raise RecordError(
+        f"runs.parquet: column {column!r} has {int(bad.sum())} value(s) outside {expected} (first: run_id "
+        f"{_name(runs, first)}{value}); no sweep measures that: re-run the sweep for those pairs"
+    )
 
 
 def _check_layout(runs: pd.DataFrame) -> None:

@@ -4,7 +4,9 @@ Runs the correct wrapper and each deliberately broken one (``bench.tolerances.mu
 and seeds, at the settings a generated tolerance module was measured with, and reports for every
 tolerance the correct wrapper's values (the noise), each mutant's value and whether the tolerance
 separates them. A tolerance that catches none of the mutants it exists for is flagged, and so is a
-mutant no tolerance catches.
+mutant no tolerance catches. Either, or a tolerance the correct wrapper fails, is a finding: the tolerances do
+not do their job there, and the command ends with exit status 1 (after writing its report) so that a script
+or CI run cannot take it for a pass.
 """
 
 from __future__ import annotations
@@ -43,8 +45,17 @@ TOLERANCES = ("proxy_noop", "ssim_floor", "psnr_floor", "skip_band", "restore")
 CORRECT = "correct"
 
 
+EXIT_FINDING = 1  # a tolerance flagged, failed by the correct wrapper, or a mutant no tolerance catches
+
+
 def setup_arg_parser() -> argparse.ArgumentParser:
-    parser = CommandParser(prog="teacache-bench gapcheck", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(
+        prog="teacache-bench gapcheck",
+        description=__doc__.split("\n\n")[0],
+        epilog="exit status: 0 when every tolerance passes the correct wrapper and catches a mutant it exists for "
+        f"and every mutant is caught; {EXIT_FINDING} when one is not (a finding, listed on stdout and in gapcheck.md); "
+        "2 for bad input",
+    )
     arguments.add_model_arguments(parser)
     parser.add_argument("--tolerances", type=Path, default=None, help="default: tests/tolerances/<hardware>.py")
     parser.add_argument("--seeds", default="0")
@@ -281,7 +292,21 @@ def main(argv: list[str] | None = None) -> int:
     if summary["uncaught_mutants"]:
         print(f"mutants no tolerance catches: {', '.join(summary['uncaught_mutants'])}")
     print(f"wrote {args.out / 'gapcheck.md'}")
+    found = findings(summary)
+    if found:
+        print(f"finding: {'; '.join(found)} (exit {EXIT_FINDING})")
+        return EXIT_FINDING
     return 0
+
+
+def findings(summary: dict) -> list[str]:
+    """What the gap check found wrong with the tolerances: each flagged tolerance, each one the correct wrapper
+    fails, each mutant no tolerance catches (empty: they separate noise from every bug tried)."""
+    table = summary["table"]
+    found = [f"{name} fails the correct wrapper" for name, entry in table.items() if not entry["noise_passes"]]
+    found += [f"{name} catches none of the mutants it exists for" for name, entry in table.items() if entry["flag"]]
+    found += [f"no tolerance catches {name}" for name in summary["uncaught_mutants"]]
+    return found
 
 
 if __name__ == "__main__":

@@ -81,8 +81,14 @@ def resolve_coefficients(
         if not isinstance(rescale, RescaleFunction):
             raise FitError(f"{arg}: {path} defines no RESCALE = RescaleFunction(...)")
         return rescale, f"module {path}"
+    fields = source.split(",")
+    if len(fields) > 1 and any(not v.strip() for v in fields):
+        raise FitError(
+            f"{arg}: an empty field in {shown(source)}; expected comma-separated numbers highest power first, "
+            "one in each field (c4,...,c0)"
+        )
     try:
-        numbers = tuple(float(v) for v in source.split(",") if v.strip())
+        numbers = tuple(float(v) for v in fields if v.strip())
     except ValueError:
         raise FitError(
             f"{arg}: expected 'packaged', a fit.json path, an mlx-teacache calibration .json, a coefficient "

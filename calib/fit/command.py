@@ -269,6 +269,13 @@ def _checked_options(args: argparse.Namespace) -> tuple[float, float] | None:
         raise FitError(f"--out: {out} exists and is not a folder")
     if args.min_step < 1:
         raise FitError(f"--min-step: expected an integer >= 1 (step 0 has no previous step), got {args.min_step}")
+    if args.folds is not None and args.folds < 2:
+        raise FitError(f"--folds: expected at least 2 (cross-validation holds prompts out), got {args.folds}")
+    if args.compare is not None and not args.compare.strip():
+        raise FitError(
+            "--compare: expected 'packaged', a fit.json, an mlx-teacache calibration .json, a .py module or numbers "
+            "highest power first; got an empty value"
+        )
     x_range = parse_x_range(args.x_range)
     if x_range is not None and not args.compare:
         raise FitError("--x-range: only with --compare (the range of the coefficients to score)")

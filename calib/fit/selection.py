@@ -45,7 +45,7 @@ def group_folds(groups: Sequence, n_folds: int | None = None) -> np.ndarray:
     groups = np.asarray(groups)
     names, inverse, counts = np.unique(groups, return_inverse=True, return_counts=True)
     n_groups = len(names)
-    k = n_folds or (n_groups if n_groups <= LOO_MAX_PROMPTS else DEFAULT_FOLDS)
+    k = n_folds if n_folds is not None else (n_groups if n_groups <= LOO_MAX_PROMPTS else DEFAULT_FOLDS)
     if not 2 <= k <= n_groups:
         raise FitError(f"--folds: expected 2 to {n_groups} (the number of prompts), got {k}")
     load = np.zeros(k)

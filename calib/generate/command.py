@@ -12,14 +12,20 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import sys
+import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from calib.generate import Refusal, families
 from calib.generate.output import output_path, save_image, teacache_metadata
 from calib.run.command import command
 from calib.run.interrupts import Interrupted
 from teacache import variants
+
+if TYPE_CHECKING:
+    from teacache.rescale import RescaleFunction
 
 PROG = "teacache-generate"
 EXIT_INTERRUPTED = 130
@@ -52,6 +58,12 @@ def add_teacache_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SOURCE",
         help="rescale function: a fit.json, a coefficient module (.py), or numbers highest power first (c4,...,c0); "
         "default: the variant's packaged calibration",
+    )
+    group.add_argument(
+        "--teacache-allow-unsafe",
+        action="store_true",
+        help="run --teacache-coefficients that are <= 0 everywhere on their range (refused otherwise: the gate "
+        "would skip up to its cap whatever the threshold); a function unsafe somewhere only warns",
     )
     group.add_argument("--teacache-traces", metavar="PATH", help="calibration traces for --teacache-speedup")
     group.add_argument("--teacache-report", metavar="PATH", help="a report folder or summary.json for --teacache-ssim")
@@ -117,6 +129,14 @@ def check_generation(spec: variants.VariantSpec, args: argparse.Namespace) -> No
     fixed size, prompt vocabulary and missing features."""
     if args.guidance is None:
         args.guidance = 1.0 if spec.family == "flux2" else None if spec.family == "zimage" else _mflux_guidance()
+    elif not math.isfinite(args.guidance):
+        raise Refusal(f"--guidance: expected a finite number, got {args.guidance!r}")
+    for flag, needs in (("teacache_traces", "teacache_speedup"), ("teacache_report", "teacache_ssim")):
+        if getattr(args, flag) is not None and getattr(args, needs) is None:
+            raise Refusal(
+                f"--{flag.replace('_', '-')}: only --{needs.replace('_', '-')} reads it; drop it or pass "
+                f"--{needs.replace('_', '-')}"
+            )
     if spec.embedded:
         given = [flag for attr, flag in _NO_EMBEDDED.items() if getattr(args, attr, None)]
         if given:
@@ -163,6 +183,7 @@ def resolve_gate(spec: variants.VariantSpec, args: argparse.Namespace):
             )
         except FitError as exc:
             raise Refusal(str(exc)) from None
+        _check_safety(coefficients, args.teacache_allow_unsafe)
         if args.teacache_ssim is not None and args.teacache_report is None:
             raise Refusal(
                 "--teacache-ssim: the committed sweep report measured the packaged coefficients, not "
@@ -191,6 +212,18 @@ def resolve_gate(spec: variants.VariantSpec, args: argparse.Namespace):
         text = str(exc)
         raise Refusal(text if text.startswith("--") else f"--teacache-threshold: {text}") from None
     return config, choice, rescale_source, coefficients
+
+
+def _check_safety(rescale: RescaleFunction, allow_unsafe: bool) -> None:
+    """The fit's safety check on the given coefficients: refused when positive nowhere (unless --teacache-allow-unsafe),
+    one warning line when unsafe somewhere."""
+    from teacache.safety import UnsafeRescaleWarning, check_given
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UnsafeRescaleWarning)
+        check_given(rescale, "--teacache-coefficients", allow_unsafe, insist="--teacache-allow-unsafe")
+    for warning in caught:
+        print(f"{PROG}: warning: {warning.message}", file=sys.stderr)
 
 
 def describe_threshold(spec, config, choice) -> str:
@@ -265,14 +298,18 @@ def _run(spec, args, config, coefficients, record, saved: list[Path]) -> int:
     from mflux.utils.exceptions import PromptFileReadError, StopImageGenerationException
 
     from teacache.api import apply_teacache
+    from teacache.safety import UnsafeRescaleWarning
 
     model, memory_saver = load(spec, args)
-    handle = apply_teacache(
-        model,
-        rel_l1_thresh=config.rel_l1_thresh,
-        coefficients=coefficients,
-        skip_first_n_steps=config.skip_first_n_steps,
-    )
+    with warnings.catch_warnings():  # resolve_gate checked the coefficients and said so once
+        warnings.simplefilter("ignore", UnsafeRescaleWarning)
+        handle = apply_teacache(
+            model,
+            rel_l1_thresh=config.rel_l1_thresh,
+            coefficients=coefficients,
+            skip_first_n_steps=config.skip_first_n_steps,
+            allow_unsafe=args.teacache_allow_unsafe,
+        )
     try:
         generate_all(spec, args, model, handle, record, saved)
     except StopImageGenerationException as exc:  # mflux turns Ctrl-C inside its loop into this

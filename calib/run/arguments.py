@@ -186,6 +186,11 @@ def check_variant_name(name: str, arg: str = "--variant") -> str:
     return name
 
 
+# The most denoising steps a command runs: the flow-matching models here were trained on 1000 timesteps, so a
+# longer schedule only repeats them; refused before the warm-up, which is a whole generation of that length.
+MAX_STEPS = 1000
+
+
 def generation_settings(
     model: str, base_model: str | None, steps: int | None, size: str | None, guidance: float | None,
     min_steps: int, why: str,
@@ -200,5 +205,10 @@ def generation_settings(
         )
     steps = steps if steps is not None else defaults["steps"]
     check_at_least(steps, min_steps, "--steps", why)
+    if steps > MAX_STEPS:
+        raise InputError(
+            f"--steps: expected at most {MAX_STEPS} (the timesteps these models were trained on: more only repeat "
+            f"them), got {steps}; a warm-up of that length would run before any estimate of the work"
+        )
     guidance = check_guidance(guidance if guidance is not None else defaults["guidance"])
     return steps, width, height, guidance

@@ -187,7 +187,8 @@ def load_prompts(spec: str) -> dict[str, str]:
     """A built-in set name, or a file.
 
     Files: .txt (one prompt per line), .json ({id: text} or [{id, text}]), .csv (id,text). Every id must be a
-    safe file name (check_prompt_id) and come once: a file is refused naming the row, never read in part.
+    safe file name (check_prompt_id) and come once, also ignoring case, and every text be a string: a file is refused
+    naming the row, never read in part.
     """
     if spec in SETS:
         return dict(SETS[spec])
@@ -198,6 +199,7 @@ def load_prompts(spec: str) -> dict[str, str]:
     rows_word = {"entry": "entries", "line": "lines"}[row]
     prompts: dict[str, str] = {}
     first_row: dict[str, int] = {}
+    first_folded: dict[str, str] = {}  # an id with case folded -> the id as the file has it
     for number, raw_id, text in rows:
         number_id = isinstance(raw_id, int | float) and not isinstance(raw_id, bool)  # JSON's {"id": 7}
         prompt_id = check_prompt_id(str(raw_id) if number_id else raw_id, f"--prompts: {path} {row} {number}")
@@ -206,9 +208,21 @@ def load_prompts(spec: str) -> dict[str, str]:
                 f"--prompts: {path} {rows_word} {first_row[prompt_id]} and {number}: the id {prompt_id!r} comes "
                 "twice (an id names its prompt's files and rows: each must be unique)"
             )
+        same = first_folded.get(prompt_id.casefold())
+        if same is not None:  # their files would be one file where names ignore case (macOS, Windows)
+            raise InputError(
+                f"--prompts: {path} {rows_word} {first_row[same]} and {number}: the ids {same!r} and {prompt_id!r} "
+                "differ only in case (an id names files, and some file systems ignore case): rename one"
+            )
+        if not isinstance(text, str):  # JSON: null, a number, a list; a prompt is text
+            shown_text = "null" if text is None else json.dumps(text)
+            raise InputError(
+                f"--prompts: {path} {row} {number}: the text of {prompt_id!r} is {shown_text}; expected a string"
+            )
         first_row[prompt_id] = number
-        if str(text).strip():
-            prompts[prompt_id] = str(text)
+        first_folded[prompt_id.casefold()] = prompt_id
+        if text.strip():
+            prompts[prompt_id] = text
     if not prompts:
         raise InputError(f"--prompts: {spec} holds no prompts")
     return prompts

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
+import os
 from collections.abc import Iterator, Sequence
 
 import mlx.core as mx
@@ -30,7 +31,7 @@ from mlx import nn
 from mlx.utils import tree_flatten, tree_unflatten
 
 from teacache import variants
-from teacache.errors import InputError
+from teacache.errors import InputError, TeaCacheError
 from teacache.loading import quantize_like_mflux
 from teacache.models._init import redraw_linears
 from teacache.variants import RANDOM_PREFIX, parse_random_name
@@ -111,12 +112,63 @@ def draw_weights(module: nn.Module, seed: int, dtype: mx.Dtype, evaluate: bool =
         mx.eval(module.parameters())
 
 
-def random_transformer(variant: str, seed: int = 0, quantize: int | None = None, blocks: int | None = None):
-    """The full-size transformer with drawn weights in mflux's precision, quantized on request."""
+class NotEnoughMemoryError(TeaCacheError, RuntimeError):
+    """A full-size model needs more memory than this machine has available: refused before any weight is drawn
+    (drawing them would end with the process killed for memory, with no word first)."""
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to this process now (psutil where installed, else ``os.sysconf``); None when
+    neither can tell. On Apple silicon this memory is the GPU's too."""
+    try:
+        import psutil
+    except ImportError:
+        psutil = None
+    if psutil is not None:
+        return int(psutil.virtual_memory().available)
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def memory_needed(parameters: int, dtype: mx.Dtype) -> int:
+    """Peak bytes of drawing a transformer of ``parameters`` in ``dtype``: every weight at that precision (a
+    quantized model is drawn there first) plus one piece of float temporaries."""
+    return parameters * dtype.size + _EVAL_CHUNK_BYTES
+
+
+def check_memory(variant: str, parameters: int, dtype: mx.Dtype, available: int | None) -> None:
+    """NotEnoughMemoryError when drawing the transformer cannot fit in ``available`` bytes (None: not known)."""
+    needed = memory_needed(parameters, dtype)
+    if available is None or needed <= available:
+        return
+    gib, precision = 1 << 30, str(dtype).removeprefix("mlx.core.")
+    raise NotEnoughMemoryError(
+        f"model: {RANDOM_PREFIX}{variant} ({parameters / 1e9:.1f} B parameters in {precision}) "
+        f"needs about {needed / gib:.1f} GiB of memory to build and this machine has {available / gib:.1f} GiB "
+        "available; use a machine with more memory, or blocks= for a smoke test that is not full size"
+    )
+
+
+def random_transformer(
+    variant: str, seed: int = 0, quantize: int | None = None, blocks: int | None = None, available: int | None = None
+):
+    """The full-size transformer with drawn weights in mflux's precision, quantized on request.
+
+    Refused (NotEnoughMemoryError) before any weight is drawn when it cannot fit in ``available`` bytes, by
+    default :func:`available_memory`.
+    """
     variant = parse_random_name(variant)
     if quantize not in (None, 4, 8):
         raise InputError(f"quantize: expected 4, 8 or None, got {quantize!r}")
     transformer = full_transformer(variant, blocks)
+    check_memory(
+        model_label(variant, blocks).removeprefix(RANDOM_PREFIX),
+        parameter_count(transformer),
+        ModelConfig.precision,
+        available_memory() if available is None else available,
+    )
     draw_weights(transformer, seed, ModelConfig.precision)
     if family_of(variant) == "zimage":
         from teacache.models._releases import stream_in_model_precision

@@ -152,6 +152,39 @@ def test_unreadable_fit_is_exit_2(tmp_path, capsys):
     assert rc == 2 and "does not exist" in err
 
 
+def _edited(fit_path: Path, folder: Path, change, drop_candidates: bool = False) -> Path:
+    """A copy of the fit whose selected coefficients were changed by hand (its scores left as they were)."""
+    fit = json.loads(fit_path.read_text())
+    fit["selected"]["coefficients"] = [change(c) for c in fit["selected"]["coefficients"]]
+    if drop_candidates:  # nothing left to compare with: only the safety check can tell
+        fit.pop("candidates")
+        fit["selected"].pop("safety", None)
+    path = folder / "fit.json"
+    path.write_text(json.dumps(fit))
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["module", "mlx-teacache"])
+@pytest.mark.parametrize("change", [lambda c: -c, lambda c: 0.0], ids=["negated", "zeroed"])
+def test_a_fit_edited_by_hand_is_refused_and_writes_nothing(tmp_path, capsys, fit_path, change, fmt):
+    edited = _edited(fit_path, tmp_path, change)
+    out = tmp_path / "out" / ("m.py" if fmt == "module" else "c.json")
+    rc, _, err = emit([edited, "--variant", "tiny-flux1", "--format", fmt, "--out", out], capsys)
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert "the file was edited; refit" in err and "R^2" in err  # the R^2 named is not of these numbers
+    assert not out.parent.exists()
+
+
+def test_a_fit_positive_nowhere_needs_allow_unsafe_and_then_warns(tmp_path, capsys, fit_path):
+    edited = _edited(fit_path, tmp_path, lambda c: -abs(c), drop_candidates=True)
+    out = tmp_path / "m.py"
+    rc, _, err = emit([edited, "--variant", "tiny-flux1", "--out", out], capsys)
+    assert rc == 2 and "<= 0 everywhere" in err and "--allow-unsafe" in err and not out.exists()
+    rc, _, err = emit([edited, "--variant", "tiny-flux1", "--out", out, "--allow-unsafe"], capsys)
+    assert rc == 0 and "warning:" in err and "<= 0 everywhere" in err
+    assert "UNSAFE_X" in out.read_text()
+
+
 def test_default_target_is_the_packaged_module():
     path = emitmod.target_path("flux1-krea-dev")
     assert path.name == f"{module_name('flux1-krea-dev')}.py" and path.parent.name == "coefficients"

@@ -98,7 +98,7 @@ def make_sweep(folder: Path, seed: int = 0) -> Path:
                         "mean_abs": 0.005 * k + rng.random() * 0.001,
                         "max_rel": 0.5 * k + rng.random(),
                         "cosine": 1.0 - 0.001 * k - rng.random() * 1e-4,
-                        "ssim": ssim_c + rng.normal(0, 0.01),
+                        "ssim": min(1.0, ssim_c + rng.normal(0, 0.01)),  # SSIM is at most 1
                         "psnr": 45.0 - 2.0 * k + rng.normal(0, 0.5),
                         "adherence": 0.8 - 0.01 * k + 0.05 * rng.random(),
                     }

@@ -236,10 +236,25 @@ def _no_metric_values(sweep_dir, runs, dst):
     return copy_sweep(sweep_dir, dst, runs.assign(ssim=math.nan))
 
 
+def _impossible_ssim(sweep_dir, runs, dst):
+    return copy_sweep(sweep_dir, dst, runs.assign(ssim=runs["ssim"].where(runs["kind"] == "vanilla", 7.0)))
+
+
+def _more_computed_than_steps(sweep_dir, runs, dst):
+    return copy_sweep(sweep_dir, dst, runs.assign(computed=runs["num_steps"] + 472))
+
+
+def _negative_times(sweep_dir, runs, dst):
+    return copy_sweep(sweep_dir, dst, runs.assign(wall_s=runs["wall_s"].map(lambda w: [-float(t) for t in w])))
+
+
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
         (_no_runs, "no runs.parquet in"),
+        (_impossible_ssim, "value(s) outside -1..1 (first: run_id"),
+        (_more_computed_than_steps, "column 'computed' has"),
+        (_negative_times, "column 'wall_s' has"),
         (
             _old_version,
             f"runs table from another tool version: format_version {FORMAT_VERSION + 98}, "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import json
 import math
+import re
 
 import mlx.core as mx
 import pytest
@@ -337,3 +338,25 @@ def test_the_runs_a_campaign_keeps_hold_no_device_memory(tiny_flux1):
     # what stays is mflux's own (12 bytes a generation here, with nothing kept): less than one latent array
     assert grown < kept[0]["latents"].values.nbytes, grown
     assert kept[0]["latents"].equals(kept[2]["latents"]) and kept[0]["latents"].max_abs(kept[1]["latents"]) == 0.0
+
+
+def test_a_full_size_model_that_cannot_fit_is_refused_before_any_weight_is_drawn(monkeypatch):
+    """Its memory comes from its config (parameters x the precision it is drawn in); the available memory is
+    injected, so the test is the same on any machine."""
+    from teacache import load_model
+    from teacache.errors import TeaCacheError
+
+    def no_draw(*_, **__):
+        raise AssertionError("weights were drawn")
+
+    monkeypatch.setattr(fullsize, "draw_weights", no_draw)
+    monkeypatch.setattr(fullsize, "available_memory", lambda: 24 << 30)  # a 24 GiB machine
+    with pytest.raises(fullsize.NotEnoughMemoryError, match=r"^model: random-flux1-dev \(11\.9 B parameters") as e:
+        load_model("random-flux1-dev")
+    assert isinstance(e.value, TeaCacheError)
+    assert re.search(r"needs about \d+\.\d GiB of memory .* has 24\.0 GiB available", str(e.value))
+    needed = fullsize.memory_needed(fullsize.parameter_count(fullsize.full_transformer("flux1-dev")), mx.bfloat16)
+    assert needed > 24 << 30  # at bfloat16 too: no precision makes FLUX.1-dev fit in 24 GiB
+    fullsize.check_memory("flux1-dev", 10**9, mx.float32, None)  # memory not known: not refused
+    with pytest.raises(AssertionError, match="weights were drawn"):  # fits: goes on to draw
+        fullsize.random_transformer("flux1-dev", blocks=1, available=1 << 40)

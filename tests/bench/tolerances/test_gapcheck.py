@@ -12,9 +12,13 @@ from tests import ROOT
 pytestmark = pytest.mark.slow
 
 
-def test_gapcheck_on_tiny_flux1_catches_the_mutants_its_tolerances_exist_for(tmp_path):
-    assert gapcheck.main(["--model", "tiny-flux1", "--max-prompts", "1", "--out", str(tmp_path)]) == 0
+def test_gapcheck_on_tiny_flux1_catches_the_mutants_its_tolerances_exist_for(tmp_path, capsys):
+    """Every tolerance catches a mutant it exists for; the one-step-late decision escapes them all on this random-
+    weight model, which is a finding: exit 1, named."""
+    assert gapcheck.main(["--model", "tiny-flux1", "--max-prompts", "1", "--out", str(tmp_path)]) == 1
+    assert "finding: no tolerance catches late-decision (exit 1)" in capsys.readouterr().out
     summary = json.loads((tmp_path / "gapcheck.json").read_text())["summary"]
+    assert gapcheck.findings(summary) == ["no tolerance catches late-decision"]
     table = summary["table"]
     assert all(entry["noise_passes"] for entry in table.values())
     assert table["proxy_noop"]["mutants"]["tail-twice"]["caught"]
@@ -54,11 +58,11 @@ def test_gapcheck_run_again_keeps_its_files_and_says_so(tmp_path, capsys):
     def artifacts() -> dict[str, bytes]:
         return {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != "progress.log"}
 
-    assert gapcheck.main(argv) == 0
+    assert gapcheck.main(argv) == gapcheck.EXIT_FINDING  # late-decision: see the test above
     files = artifacts()
     log = (tmp_path / "progress.log").read_text()
     capsys.readouterr()
-    assert gapcheck.main(argv) == 0
+    assert gapcheck.main(argv) == gapcheck.EXIT_FINDING
     assert "kept" in capsys.readouterr().out
     assert artifacts() == files and set(files) == {"gapcheck.json", "gapcheck.md"}
     assert (tmp_path / "progress.log").read_text().startswith(log)

@@ -41,3 +41,48 @@ def test_a_live_path_is_compared_as_the_file_writes_it():
     live = json.loads(json.dumps(data))
     live["summary"]["tolerances"] = str(ROOT / data["summary"]["tolerances"][2:])
     assert same_measurement(COMMITTED, live)
+
+
+def _replayed(monkeypatch, path, change=None):
+    """gapcheck's main on a committed gap check's runs instead of running a model."""
+    import pandas as pd
+
+    from bench.tolerances import gapcheck
+
+    data = json.loads(path.read_text())
+    frame = pd.DataFrame(data["runs"])
+    if change is not None:
+        frame = change(frame)
+    result = {"variant": data["summary"]["variant"], "tolerances": data["summary"]["tolerances"], "frame": frame,
+              "settings": data["provenance"].get("settings") or {}}  # fmt: skip
+    monkeypatch.setattr(gapcheck, "run_gapcheck", lambda args: result)
+    return gapcheck
+
+
+def test_a_finding_is_exit_1_with_its_report_written_and_a_clean_check_is_exit_0(monkeypatch, tmp_path, capsys):
+    clean = ROOT / "results/cpu-amd-epyc-2c/tiny-shapes/0.24.0/gapcheck/gapcheck.json"
+    gapcheck = _replayed(monkeypatch, clean)
+    assert gapcheck.main(["--model", "tiny-shapes", "--out", str(tmp_path / "clean")]) == 0
+    assert "finding:" not in capsys.readouterr().out
+
+    def skip_band_catches_nothing(frame):
+        return frame.assign(ok_skip_band=True)
+
+    gapcheck = _replayed(monkeypatch, clean, skip_band_catches_nothing)
+    out = tmp_path / "flagged"
+    assert gapcheck.main(["--model", "tiny-shapes", "--out", str(out)]) == gapcheck.EXIT_FINDING == 1
+    said = capsys.readouterr().out
+    assert "finding: skip_band catches none of the mutants it exists for" in said
+    assert (out / "gapcheck.md").is_file() and (out / "gapcheck.json").is_file()  # the report says what was found
+
+    uncaught = ROOT / "results/cpu-amd-epyc-2c/tiny-flux1/0.24.0/gapcheck/gapcheck.json"
+    gapcheck = _replayed(monkeypatch, uncaught)
+    assert gapcheck.main(["--model", "tiny-flux1", "--out", str(tmp_path / "uncaught")]) == 1
+    assert "finding: no tolerance catches late-decision" in capsys.readouterr().out
+
+
+def test_the_exit_status_is_in_the_help(capsys):
+    from bench.tolerances import gapcheck
+
+    text = gapcheck.setup_arg_parser().format_help()
+    assert "exit status" in text and "1 when one is not" in " ".join(text.split())

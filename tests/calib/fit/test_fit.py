@@ -13,6 +13,7 @@ import pytest
 
 from calib.fit import command as fitmod
 from calib.fit.candidates import STEP_PIECES, X_PIECES, CandidateSpec, FittedModel, candidate_specs
+from calib.fit.errors import FitError
 from calib.fit.files import PLOT_FILES
 from calib.fit.monotone import fit_monotone
 from calib.fit.result import rescale_from_fit
@@ -147,6 +148,8 @@ def test_group_folds_keep_prompts_together():
     assert len(np.unique(folds)) == 10
     assert all(len(np.unique(folds[many == g])) == 1 for g in np.unique(many))
     np.testing.assert_array_equal(folds, group_folds(many))  # deterministic
+    with pytest.raises(FitError, match="--folds: expected 2 to 7"):  # 0 is a count, not 'the default'
+        group_folds(groups, 0)
 
 
 def _selected(frame: pd.DataFrame, drop=()) -> dict:
@@ -347,6 +350,8 @@ def _bad_cases(tmp_path):
     cases["branch missing"] = ([write(cond_rows(good).drop(columns="branch"), tmp_path / "nb.parquet")],
                                ["--branch", "cond"], ["--branch", "no 'branch' column"])  # fmt: skip
     cases["bad compare"] = ([write(good, tmp_path / "c.parquet")], ["--compare", "1,x,3"], ["--compare", "'1,x,3'"])
+    cases["empty compare"] = ([write(good, tmp_path / "e.parquet")], ["--compare="], ["--compare", "empty value"])
+    cases["zero folds"] = ([write(good, tmp_path / "f.parquet")], ["--folds", "0"], ["--folds", "at least 2", "got 0"])
     return cases
 
 
@@ -364,6 +369,8 @@ BAD_CASES = [
     "time form without column",
     "branch missing",
     "bad compare",
+    "empty compare",
+    "zero folds",
 ]
 
 

@@ -90,6 +90,16 @@ REFUSED = {
     "negative threshold": (["--teacache-threshold", "-1"], r"--teacache-threshold: "),
     "traces of another length": (["--teacache-speedup", "2", "--steps", "20"], r"--steps 20: .*28 steps"),
     "bad coefficients": (["--teacache-coefficients", "nope.py"], r"--teacache-coefficients: .*does not exist"),
+    "negative coefficients": (["--teacache-coefficients=-1,-2,-3"], r"--teacache-coefficients: .*<= 0 everywhere"),
+    "a zero coefficient": (["--teacache-coefficients", "0"], r"--teacache-coefficients: .*--teacache-allow-unsafe"),
+    "zero coefficients": (["--teacache-coefficients", "0,0,0"], r"--teacache-coefficients: .*<= 0 everywhere"),
+    "an empty coefficient": (["--teacache-coefficients", "1,,2"], r"--teacache-coefficients: an empty field"),
+    "nan guidance": (["--guidance", "nan"], r"--guidance: expected a finite number"),
+    "traces without a speedup": (
+        ["--teacache-traces", "t.parquet", "--teacache-threshold", "0.1"],
+        r"--teacache-traces: only --teacache-speedup reads it",
+    ),
+    "a report without an ssim": (["--teacache-report", "r"], r"--teacache-report: only --teacache-ssim reads it"),
     "another size": (["--width", "64"], r"--width/--height: tiny-shapes makes 32x32"),
     "a prompt it cannot draw": (["--prompt", "a cat"], r"--prompt: "),
     "a LoRA": (["--lora", "x.safetensors"], r"--model tiny-shapes: an embedded model has no LoRA"),
@@ -112,6 +122,33 @@ def test_bad_input_is_one_line_exit_2_before_a_model_loads_and_writes_nothing(
     assert len(err.strip().splitlines()) == 1
     assert re.search(pattern, err), err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_fit_file_positive_nowhere_is_refused_like_numbers(no_model, tmp_path, capsys):
+    from teacache.variants import get
+
+    fit = {"format_version": 1, "selected": {"label": "negated", "form": "poly", "coefficients": [-4.6, 2.2, -0.4, 0.0],
+           "x_range": [0.01, 0.35], "r2": 0.9, "cv_r2": 0.9, "rmse": 0.01, "n_prompts": 4, "n_pairs": 40}}  # fmt: skip
+    path = tmp_path / "fit.json"
+    path.write_text(json.dumps(fit))
+    argv = ["--model", "tiny-shapes", "--prompt", PROMPT, "--teacache-coefficients", str(path), "--output",
+            str(tmp_path / "out" / "x.png")]  # fmt: skip
+    assert command.main(argv) == 2
+    err = capsys.readouterr().err
+    assert (
+        "--teacache-coefficients: the rescale function is <= 0 everywhere" in err and "--teacache-allow-unsafe" in err
+    )
+    assert not (tmp_path / "out").exists()
+    assert get("tiny-shapes").coefficients is not None  # a packaged one exists: only the given one is refused
+
+
+def test_coefficients_unsafe_somewhere_warn_in_one_line_and_run(tmp_path, capsys):
+    out = tmp_path / "x.png"
+    argv = ["--model", "tiny-shapes", "--prompt", PROMPT, "--teacache-coefficients=-1,1,0.1",
+            "--teacache-threshold", "0.5", "--steps", "8", "--output", str(out)]  # fmt: skip
+    assert command.main(argv) == 0 and out.exists()
+    warned = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(warned) == 1 and warned[0].startswith("teacache-generate: warning: --teacache-coefficients:")
 
 
 def test_a_distilled_schedule_of_a_released_model_is_refused_before_its_weights_load(no_model, tmp_path, capsys):

@@ -59,6 +59,22 @@ def test_duplicate_ids_are_refused_naming_both_rows(tmp_path):
         load_prompts(str(text))
 
 
+def test_ids_differing_only_in_case_are_refused_naming_both_rows(tmp_path):
+    """Their files would be one file on a file system that ignores case (macOS's default)."""
+    path = tmp_path / "p.csv"
+    path.write_text("id,text\nCat,a cat\ndog,a dog\ncat,a lighthouse\n")
+    with pytest.raises(ValueError, match=r"lines 2 and 4: the ids 'Cat' and 'cat' differ only in case"):
+        load_prompts(str(path))
+
+
+@pytest.mark.parametrize("text", [None, 7, ["a cat"]], ids=["null", "number", "list"])
+def test_a_json_text_that_is_not_a_string_is_refused(text, tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"dog": "a dog", "cat": text}))
+    with pytest.raises(ValueError, match=r"p\.json entry 2: the text of 'cat' is .*; expected a string"):
+        load_prompts(str(path))
+
+
 @pytest.mark.parametrize(
     ("command", "extra"),
     [("teacache-calib record", []), ("teacache-bench sweep", ["--thresholds", "0.1"]),
