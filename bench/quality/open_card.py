@@ -23,10 +23,10 @@ import numpy as np
 from bench.quality import open_adherence
 from bench.report import dynamics
 from calib.run.command import command
+from teacache import variants
 from teacache.errors import InputError
 from teacache.io import atomic_path, write_json, write_text
 from teacache.models import open_data, open_models
-from teacache import variants
 
 PROG = "teacache-bench open-card"
 NAMES = {layout.name: family for family, layout in open_models.FAMILIES.items()}

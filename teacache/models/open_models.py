@@ -205,6 +205,7 @@ def load_tiny_open_flux2(weights_path: str | Path | None = None, manifest_path: 
 
     class OpenFlux2Pipeline(TinyShapesPipeline):
         teacache_variant = name
+        default_guidance = 2.0  # CFG against the empty caption, as the variant's generation settings say
         _tokenize = staticmethod(_tokenizer(name))
         _text_ids = staticmethod(flux2_text_ids)
 

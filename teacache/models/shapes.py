@@ -184,6 +184,7 @@ class TinyShapesPipeline:
     """
 
     teacache_variant = MODEL_NAME
+    default_guidance = 1.0  # generate_image's guidance when none is given: the variant's own
 
     def __init__(self, model: TinyShapesModel, manifest: dict | None = None) -> None:
         self.model = model
@@ -248,14 +249,16 @@ class TinyShapesPipeline:
         seed: int,
         prompt: str,
         num_inference_steps: int = 28,
-        guidance: float = 1.0,
+        guidance: float | None = None,
         height: int = IMAGE_SIZE,
         width: int = IMAGE_SIZE,
         negative_prompt: str = "",
         scheduler: str = "flow_match_euler_discrete",
     ) -> ShapesImage:
-        """One image, the way ``Flux2Klein.generate_image`` makes one (CFG if guidance > 1)."""
+        """One image, the way ``Flux2Klein.generate_image`` makes one (CFG if guidance > 1; by default the
+        model's own guidance, ``default_guidance``)."""
         self._check_size(height, width)
+        guidance = self.default_guidance if guidance is None else guidance
         # 0. Config (and with it mflux's scheduler) as Klein makes it
         config = Config(
             model_config=self.model_config,
@@ -320,13 +323,14 @@ class TinyShapesPipeline:
         seeds: Sequence[int],
         prompts: Sequence[str],
         num_inference_steps: int = 28,
-        guidance: float = 1.0,
+        guidance: float | None = None,
         negative_prompt: str = "",
     ) -> list[ShapesImage]:
         """Many images in one batched loop, for evaluation; no callbacks. Same noise per seed as
         ``generate_image``; results agree with it up to float rounding of the batched matmuls."""
         if len(seeds) != len(prompts):
             raise ValueError(f"seeds/prompts: {len(seeds)} seeds for {len(prompts)} prompts")
+        guidance = self.default_guidance if guidance is None else guidance
         config = Config(
             model_config=self.model_config,
             num_inference_steps=num_inference_steps,

@@ -99,8 +99,9 @@ SPECS = (
         default_threshold=0.5,
         default_threshold_why=(
             "the recommended threshold of its campaign (the highest whose p5 SSIM against vanilla stays >= 0.95): "
-            "0.5 skipped 22 of 28 steps at 4.34x (ideal 4.67x), p5 SSIM 0.966 (2026-12-03, CPU AMD EPYC 2 cores, "
-            "8 prompts x 1 seed; results/<hardware>/tiny-open-flux2/ holds the committed campaign)"
+            "0.5 skipped 22 of 28 steps at 4.21x [95% CI 3.60, 4.72] (ideal 4.67x), p5 SSIM 0.955 (2026-12-03, CPU AMD "
+            "EPYC 2 cores under other load, guidance 2.0, 8 prompts x 1 seed; results/<hardware>/tiny-open-flux2/ "
+            "holds the committed campaign)"
         ),
         skip_first_n_steps=2,
         skip_first_why=(

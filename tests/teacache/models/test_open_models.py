@@ -158,3 +158,24 @@ def test_a_split_without_unnamed_positions_still_draws_from_itself():
     held = open_data.split_specs("held_out")
     drawn = open_data.sample_specs(np.random.default_rng(0), 200, split="held_out")
     assert set(drawn) <= set(held) and len(drawn) == 200
+
+
+def test_generate_image_without_guidance_uses_the_variants_own():
+    """The README's example passes no guidance: it must get the guidance the calibration was fitted at."""
+    from teacache import variants
+    from teacache.models import shapes
+
+    pipeline = open_models.load_tiny_open_flux2()
+    assert pipeline.default_guidance == variants.get("tiny-open-flux2").generation.guidance == 2.0
+    assert shapes.TinyShapesPipeline.default_guidance == variants.get("tiny-shapes").generation.guidance
+    seen = []
+    original = pipeline._encode_prompt_pair
+
+    def spy(**kwargs):
+        seen.append(kwargs["guidance"])
+        return original(**kwargs)
+
+    pipeline._encode_prompt_pair = spy
+    pipeline.generate_image(seed=0, prompt="a red circle", num_inference_steps=2)
+    pipeline.generate_image(seed=0, prompt="a red circle", num_inference_steps=2, guidance=1.0)
+    assert seen == [2.0, 1.0]
