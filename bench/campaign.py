@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import sys
 import time
 from collections.abc import Mapping
@@ -23,6 +24,7 @@ from bench.campaign_sizes import campaign_sizes
 from bench.report import files as report_files
 from bench.sweep import command as sweep_stage
 from bench.sweep import files as sweep_files
+from bench.sweep import measure as sweep_measure
 from bench.sweep import settings as sweep_settings
 from calib import record as record_stage
 from calib.fit import files as fit_files
@@ -86,6 +88,9 @@ def setup_arg_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser.add_argument(
         "--force-new", action="store_true", help="discard earlier traces and sweep in OUT and start them afresh"
     )
+    parser.add_argument(
+        "--yes", action="store_true", help="run even if the record stage's timed run estimates over an hour of work"
+    )
     return parser
 
 
@@ -118,8 +123,12 @@ def _named(stage_arg: str, campaign_arg: str):
 
 
 def plan_campaign(model: str, out: Path, thresholds=None, record_seeds=None, sweep_seeds=None, repeats=None,
-                  ssim_floor: float = 0.95, sweep_prompts=None, force_new: bool = False) -> Campaign:  # fmt: skip
-    """Check the arguments of every stage at once; raise InputError naming the first bad one."""
+                  ssim_floor: float = 0.95, sweep_prompts=None, force_new: bool = False,
+                  yes: bool = False) -> Campaign:  # fmt: skip
+    """Check the arguments of every stage at once; raise InputError naming the first bad one.
+
+    The record stage's timed run also checks the sweep's size (under ``--yes``, the campaign's own option), so a
+    sweep estimated over an hour is refused before anything is recorded."""
     if model not in campaign_models():
         raise InputError(f"--model: expected one of {', '.join(campaign_models())}, got {model!r}")
     cfg = campaign_sizes(model)
@@ -129,7 +138,12 @@ def plan_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swe
     traces = out / "traces"
     with outputs.granted(out), _named("--seeds", "--record-seeds"):
         record = record_stage.plan(
-            model, traces, prompts=cfg.record_prompts, seeds=record_seeds or cfg.record_seeds, force_new=force_new
+            model,
+            traces,
+            prompts=cfg.record_prompts,
+            seeds=record_seeds or cfg.record_seeds,
+            force_new=force_new,
+            yes=yes,
         )
     with outputs.granted(out), _named("--seeds", "--sweep-seeds"), _named("--prompts", "--sweep-prompts"):
         sweep = sweep_settings.plan(
@@ -143,6 +157,7 @@ def plan_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swe
             traces=traces / "traces.parquet",
             save_images=True,
             force_new=force_new,
+            yes=yes,
         )
     default = variants.get(model).default_threshold
     if default not in sweep.thresholds:  # teacache-bench tolerances derives its constants there
@@ -152,6 +167,12 @@ def plan_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swe
         )
     floor = arguments.check_fraction(ssim_floor, "--ssim-floor")
     check_sweep_against_fit(sweep, out / "fit" / "fit.json")
+    record = dataclasses.replace(
+        record,
+        then=sweep_measure.work_left(sweep, sweep.pairs),
+        then_name="the sweep stage after it",
+        then_fewer="--repeats, --thresholds, --sweep-seeds or --sweep-prompts",
+    )
     return Campaign(model, out, record, sweep, floor)
 
 
@@ -259,14 +280,15 @@ def share_inputs(world: ranks.World, paths: list[Path], error: BaseException | N
 
 
 def run_campaign(model: str, out: Path, thresholds=None, record_seeds=None, sweep_seeds=None, repeats=None,
-                 ssim_floor: float = 0.95, sweep_prompts=None, force_new: bool = False) -> dict | None:  # fmt: skip
+                 ssim_floor: float = 0.95, sweep_prompts=None, force_new: bool = False,
+                 yes: bool = False) -> dict | None:  # fmt: skip
     """Run every stage; return the report summary (with the stage timings); None on ranks other than 0.
 
     Under ``mlx.launch`` the record and sweep stages are shared over the ranks; the fit and the report run
     on rank 0, which sends fit.json and the traces to the others before the sweep.
     """
     campaign = plan_campaign(
-        model, out, thresholds, record_seeds, sweep_seeds, repeats, ssim_floor, sweep_prompts, force_new
+        model, out, thresholds, record_seeds, sweep_seeds, repeats, ssim_floor, sweep_prompts, force_new, yes
     )
     from bench.report import command as report  # after the checks: plotting libraries take seconds to import
 
@@ -326,7 +348,7 @@ def _main(argv: list[str] | None, prog: str) -> int:
     try:
         summary = run_campaign(
             args.model, args.out or default_out(args.model), args.thresholds, args.record_seeds, args.sweep_seeds,
-            args.repeats, args.ssim_floor, args.sweep_prompts, args.force_new,
+            args.repeats, args.ssim_floor, args.sweep_prompts, args.force_new, args.yes,
         )  # fmt: skip
     except TeaCacheError:  # matched first, so a refusal does not import mflux to look up its interruptions
         raise

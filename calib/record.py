@@ -79,6 +79,11 @@ class RecordSettings:
     overhead_pairs: int = 3
     force_new: bool = False
     yes: bool = False  # run work estimated over an hour (calib.run.estimate)
+    # Work a caller runs after the recording on the same model (a campaign's sweep): checked against the same
+    # timed run, so an oversized sweep is refused before the recording, not after it and the fit.
+    then: estimate.Work | None = None
+    then_name: str = "the next stage"  # what that work is, in words
+    then_fewer: str = ""  # what to ask fewer of, in the caller's own option names
 
     @property
     def runs(self) -> list[tuple[str, str, int]]:
@@ -243,6 +248,8 @@ def run_record(settings: RecordSettings, world: ranks.World | None = None) -> Pa
 def _interrupted_message(settings: RecordSettings) -> str:
     """What a plain recording stopped by Ctrl-C has saved."""
     saved = len(settings.runs) - len(_todo(settings))
+    if saved == 0:  # stopped before the first run was saved: there is no runs/ folder to name
+        return f"interrupted: none of {len(settings.runs)} runs was saved yet; run the same command again to start"
     return (
         f"interrupted: {saved} of {len(settings.runs)} runs are saved in {settings.out / 'runs'}; "
         "run the same command again to resume"
@@ -301,6 +308,9 @@ def _confirm_work(model, settings: RecordSettings, todo: list, overhead: bool, l
     line = estimate.describe(work, per_step, source)
     print(line)
     estimate.check_confirmed(work, per_step, settings.yes, fewer="prompts or seeds")
+    if settings.then is not None:
+        what = f"{settings.then_name} is"
+        estimate.check_confirmed(settings.then, per_step, settings.yes, fewer=settings.then_fewer, what=what)
     append_log(log, line)
 
 

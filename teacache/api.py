@@ -79,7 +79,7 @@ def apply_teacache(
             f"{len(model.lora_paths)}: LoRAs shift the signal; measure with teacache-bench sweep or refit",
             RecipeMismatchWarning,
         )
-    controller = StepController(gate_config, calibrate=calibrate, recipe=recipe)
+    controller = StepController(gate_config, calibrate=calibrate, recipe=recipe, variant=spec.name)
     static_floor = gate_config.enabled and not calibrate and not gate_config.rescale.is_time_aware
     where = f" with the packaged {spec.name} rescale function" if from_packaged else " with the given coefficients"
     if static_floor and not warn_if_never_skips(gate_config, where=where):

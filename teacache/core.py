@@ -104,8 +104,16 @@ class StepController:
     ``teacache.schedule.ScheduleGate``); by default the TeaCache rule built from ``gate_config``.
     """
 
-    def __init__(self, gate_config: GateConfig, calibrate: bool = False, recipe: dict | None = None, gate=None) -> None:
+    def __init__(
+        self,
+        gate_config: GateConfig,
+        calibrate: bool = False,
+        recipe: dict | None = None,
+        gate=None,
+        variant: str | None = None,
+    ) -> None:
         self.gate_config = gate_config
+        self.variant = variant  # named in the recipe warning's drift command
         self.calibrate = calibrate
         self.recipe = recipe  # the settings packaged coefficients were fitted on (None: user coefficients)
         self.fast_path = not gate_config.enabled and not calibrate
@@ -174,12 +182,13 @@ class StepController:
     def _check_recipe(self, config) -> None:
         """Coefficients reused outside the recipe they were fitted on are the first suspect of bad quality."""
         differences = recipe_differences(self.recipe or {}, config)
+        model = self.variant or "MODEL"
         if differences:
             self._warn_once(
                 "recipe",
                 "the packaged rescale coefficients were fitted on a different recipe ("
                 + "; ".join(differences)
-                + "): measure whether they serve this one with `teacache-calib drift --model MODEL --save DIR`, "
+                + f"): measure whether they serve this one with `teacache-calib drift --model {model} --save DIR`, "
                 f"then `--against DIR {recipe_options(config)}` (docs/refit-and-drift.md), or refit "
                 "(teacache-calib record / fit / emit)",
                 RecipeMismatchWarning,

@@ -81,6 +81,40 @@ def check_model_folder(path: Path) -> None:
             ) from None
 
 
+def check_released_folder(path: Path, spec: variants.VariantSpec) -> None:
+    """A local folder of a released model holds every component mflux loads (its saved layout: one subfolder of
+    safetensors per component), each readable; refused before mflux builds anything."""
+    check_model_folder(path)
+    weights = variants.attribute(variants.family(spec.family).weights)
+    for component in weights.get_components():
+        sub = path / component.hf_subdir
+        if not any(sub.glob("*.safetensors")):
+            raise ModelFolderError(
+                f"model: {path} has no {component.hf_subdir}/*.safetensors ({spec.name}'s {component.name}); "
+                "expected a folder mflux-save wrote"
+            )
+
+
+def check_cached(name: str, spec: variants.VariantSpec, base_model: str | None = None) -> None:
+    """With the Hugging Face Hub offline (HF_HUB_OFFLINE), a released model's weights must be in the cache
+    already: say where it looked, before anything loads. Online, mflux downloads what is missing."""
+    from huggingface_hub import constants
+
+    if not constants.HF_HUB_OFFLINE:
+        return
+    from mflux.models.common.config.model_config import ModelConfig
+
+    repo = ModelConfig.from_name(model_name=name, base_model=base_model).model_name
+    if "/" not in repo:
+        return
+    snapshots = Path(constants.HF_HUB_CACHE) / f"models--{repo.replace('/', '--')}" / "snapshots"
+    if not (snapshots.is_dir() and any(snapshots.iterdir())):
+        raise ModelFolderError(
+            f"model: {name}: the weights of {repo} are not in the Hugging Face cache ({constants.HF_HUB_CACHE}) "
+            "and HF_HUB_OFFLINE is set; download them online first, or point HF_HOME at a cache that has them"
+        )
+
+
 def load_model(name_or_path: str, *, base_model: str | None = None, quantize: int | None = None, seed: int = 0):
     """Return an mflux pipeline.
 
@@ -106,6 +140,8 @@ def load_model(name_or_path: str, *, base_model: str | None = None, quantize: in
     is_folder = base_model is not None
     if is_folder:
         check_model_folder(path)
+    elif not spec.embedded:
+        check_cached(name_or_path, spec)
     use_float32_on_cpu()
     if spec.embedded:
         builder = variants.zoo(spec.builder)

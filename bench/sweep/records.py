@@ -411,6 +411,7 @@ def read_table(path: str | Path, table: Table, schedules: pd.DataFrame | None = 
     frame = _read_parquet(Path(path))
     if table is RUNS:
         _check_layout(frame)
+        validate(frame, table)  # the measured columns' kinds first: deriving from a float wall_s would crash
         frame = derive_columns(frame, table, Path(path).name, schedules)
         validate_runs(frame)
     else:

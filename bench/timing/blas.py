@@ -12,8 +12,12 @@ import os
 import subprocess
 import sys
 
-from calib.run.arguments import CommandParser
+from calib.run.arguments import CommandParser, check_at_least
 from teacache import variants
+from teacache.errors import InputError
+
+MIN_STEPS = 2  # the median is taken over the steps after the first (which includes the loop's set-up)
+SIZE_MULTIPLE, MAX_SIZE = 16, 4096  # FLUX latents are 1/8 the pixels, packed 2x2
 
 # the embedded FLUX.1 pipeline: its random weights time a real mflux step loop at any size
 PROBE_MODEL = next(s.name for s in variants.all_specs() if s.embedded and s.family == "flux1")
@@ -65,8 +69,18 @@ def measure(preload: bool, steps: int, size: int) -> dict:
     return json.loads(out)
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse, before the probes start, what they would only fail on inside their subprocess."""
+    check_at_least(args.steps, MIN_STEPS, "--steps", " (the median step time leaves out the first step)")
+    if not (SIZE_MULTIPLE <= args.size <= MAX_SIZE and args.size % SIZE_MULTIPLE == 0):
+        raise InputError(
+            f"--size: expected a multiple of {SIZE_MULTIPLE} from {SIZE_MULTIPLE} to {MAX_SIZE} pixels, got {args.size}"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
+    check_args(args)
     with_blas = measure(True, args.steps, args.size)
     without = measure(False, args.steps, args.size)
     if with_blas["blas"] is None:

@@ -277,14 +277,44 @@ def check_run(tol, variant: str, run: dict) -> dict[str, bool]:
     return verdict
 
 
-def load_module(path: Path):
-    """Import a generated tolerance module from a path."""
+def load_module(path: Path, arg: str = "--tolerances"):
+    """Import a generated tolerance module from a path; one that does not import (a syntax error, a failing
+    statement) is one line about ``arg``, not a traceback."""
     spec = importlib.util.spec_from_file_location(f"_tolerances_{Path(path).stem}", path)
     if spec is None or spec.loader is None or not Path(path).exists():
-        raise InputError(f"--tolerances: cannot import {path}")
+        raise InputError(f"{arg}: cannot import {path}")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        raise InputError(f"{arg}: {path} is not a Python module (line {exc.lineno}: {exc.msg})") from None
+    except Exception as exc:  # noqa: BLE001 - any statement of the module may fail
+        raise InputError(f"{arg}: {path} fails on import ({type(exc).__name__}: {exc})") from None
     return module
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_constants(tol, variant: str, path: Path, arg: str = "--tolerances") -> None:
+    """The constants :func:`check_run` reads for ``variant``, checked before any run: each one a number (or the
+    pair of a band, or ``"bit-exact"``), so a hand-edited module is refused in one line, not after the runs."""
+    p = prefix(variant)
+    if not hasattr(tol, f"{p}_SETTINGS"):
+        raise InputError(f"{arg}: {path} has no constants for {variant} (variants: {getattr(tol, 'VARIANTS', ())})")
+    band = getattr(tol, f"{p}_SKIP_BAND", None)
+    if not (isinstance(band, tuple | list) and len(band) == 2 and all(_is_number(v) for v in band)):
+        raise InputError(f"{arg}: {p}_SKIP_BAND in {path} is {band!r}; expected a pair of numbers (lo, hi)")
+    names = [f"{p}_SSIM_FLOOR", f"{p}_PSNR_FLOOR"]
+    if getattr(tol, f"{p}_PROXY_NOOP", None) != "bit-exact":
+        names += [f"{p}_PROXY_NOOP_MIN_COSINE", f"{p}_PROXY_NOOP_MAX_ABS"]
+    for name in names:
+        if name.endswith("_FLOOR") and not hasattr(tol, name):
+            continue  # a floor the module does not hold is not checked (check_run skips it)
+        value = getattr(tol, name, None)
+        if not _is_number(value):
+            raise InputError(f"{arg}: {name} in {path} is {value!r}; expected a finite number")
 
 
 class ModuleText(NamedTuple):

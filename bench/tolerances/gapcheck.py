@@ -24,7 +24,7 @@ from rich.table import Table
 
 from bench.quality.metrics import image_metrics, latent_metrics
 from bench.report import markdown
-from bench.tolerances.derive import PROJECT_ROOT, check_run, load_module, prefix
+from bench.tolerances.derive import PROJECT_ROOT, check_constants, check_run, load_module, prefix
 from bench.tolerances.mutants import MUTANTS, Mutant, apply_mutant, leftovers
 from calib.run import arguments
 from calib.run.arguments import CommandParser, Writes, check_out_dir, path_argument
@@ -37,6 +37,7 @@ from teacache.core import StepController
 from teacache.errors import InputError
 from teacache.gate import GateConfig
 from teacache.io import json_text, write_json, write_text
+from teacache.loading import resolve_spec
 from teacache.provenance import collect, hardware_slug, tolerance_module_name
 from teacache.rescale import RescaleFunction
 from teacache.variants import variant_of
@@ -118,7 +119,8 @@ def measure(model, mutant: Mutant | None, settings: dict, args: tuple, vanilla) 
 
 
 def check_args(args) -> tuple[Path, dict[str, str], list[int]]:
-    """Every argument before the model loads: (tolerance module, prompts, seeds); ValueError names the argument."""
+    """Every argument before the model loads: (tolerance module, prompts, seeds); ValueError names the argument.
+    The module is imported and the model's constants in it checked here too: a broken one costs no model run."""
     arguments.check_model(args.model, args.base_model)
     arguments.check_at_least(args.max_prompts, 1, "--max-prompts")
     seeds = parse_seeds(args.seeds)
@@ -130,6 +132,7 @@ def check_args(args) -> tuple[Path, dict[str, str], list[int]]:
             "(teacache-bench tolerances, docs/tolerances.md: Re-derive tolerances on new hardware) or name one"
         )
     arguments.check_input_file(tol_path, "--tolerances")
+    check_constants(load_module(tol_path), resolve_spec(args.model, args.base_model).name, tol_path)
     return tol_path, prompts, seeds
 
 
@@ -139,8 +142,7 @@ def run_gapcheck(args) -> dict:
     model = arguments.load_model(args.model, args.base_model, None)
     variant = variant_of(model)
     p = prefix(variant)
-    if not hasattr(tol, f"{p}_SETTINGS"):
-        raise InputError(f"--tolerances: {tol_path} has no constants for {variant} (variants: {tol.VARIANTS})")
+    check_constants(tol, variant, tol_path)
     settings = getattr(tol, f"{p}_SETTINGS")
     width, height = (int(v) for v in settings["resolution"].split("x"))
     pairs = [(pid, text, s) for pid, text in list(prompts.items())[: args.max_prompts] for s in seeds]

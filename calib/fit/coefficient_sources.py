@@ -64,6 +64,11 @@ def resolve_coefficients(
 ) -> tuple[RescaleFunction, str]:
     """The rescale function ``source`` names and a short description of it; FitError says what is wrong."""
     source = str(source)
+    if not source.strip():  # Path("") is the current folder, which would be read as a fit folder
+        raise FitError(
+            f"{arg}: expected {PACKAGED}, a fit.json (or its folder), a coefficient module (.py) or numbers "
+            "highest power first (c4,...,c0), got an empty string"
+        )
     if source == PACKAGED:
         _no_range(x_range, arg, "packaged coefficients")
         return _packaged(variant, arg)

@@ -34,6 +34,7 @@ TIE_TOLERANCE = 0.01
 DEFAULT_MARGIN = 0.10
 VERDICT_REFIT = "refit recommended"
 VERDICT_OK = "packaged coefficients still fit"
+VERDICT_OK_GIVEN = "the compared coefficients still fit"  # --compare FILE or numbers: not the packaged ones
 
 
 def group_folds(groups: Sequence, n_folds: int | None = None) -> np.ndarray:
@@ -334,7 +335,7 @@ def compare(rescale: RescaleFunction, source: str, frame: pd.DataFrame, selected
         "new_cv_r2": float(selected["cv_r2"]),
         "excess": finite_or_none(old_rmse / new_rmse - 1.0) if new_rmse > 0 else None,
         "margin": margin,
-        "verdict": VERDICT_REFIT if refit else VERDICT_OK,
+        "verdict": VERDICT_REFIT if refit else VERDICT_OK if source.startswith("packaged") else VERDICT_OK_GIVEN,
         "safety": safety.check(rescale),
         "unsafe_intervals": safety.unsafe_intervals(rescale),
     }

@@ -23,6 +23,7 @@ from calib.generate.output import output_path, save_image, teacache_metadata
 from calib.run.command import command
 from calib.run.interrupts import Interrupted
 from teacache import variants
+from teacache.errors import one_line
 
 if TYPE_CHECKING:
     from teacache.rescale import RescaleFunction
@@ -31,9 +32,9 @@ PROG = "teacache-generate"
 EXIT_INTERRUPTED = 130
 STEP_CACHE_FLAGS = ("--step-cache-ratio", "--teacache-ratio")  # mflux's own step reuse (a fixed schedule)
 _NO_EMBEDDED = {  # mflux flags an embedded model cannot honour: (attribute, what it would need)
-    "lora_paths": "LoRA adapters for a released model",
-    "image_path": "an image-to-image pipeline",
-    "pid_decode": "a VAE decoder",
+    "lora_paths": "LoRA adapters (they are made for a released model)",
+    "image_path": "image-to-image pipeline",
+    "pid_decode": "VAE decoder",
 }
 
 
@@ -71,6 +72,7 @@ def add_teacache_arguments(parser: argparse.ArgumentParser) -> None:
 
 def pick_spec(argv: list[str]) -> variants.VariantSpec:
     """The variant ``--model``/``--base-model`` name, before any parser of mflux's is chosen."""
+    from calib.run.arguments import check_model
     from teacache.loading import resolve_spec
 
     pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
@@ -80,9 +82,33 @@ def pick_spec(argv: list[str]) -> variants.VariantSpec:
     if known.model is None:
         raise Refusal(f"--model: expected a model name or folder ({', '.join(variants.load_names())})")
     try:
-        return resolve_spec(known.model, known.base_model)
+        check_model(known.model, known.base_model)
+        spec = resolve_spec(known.model, known.base_model)
+        check_weights(known.model, known.base_model, spec)
     except ValueError as exc:
-        raise Refusal(str(exc)) from None
+        text = str(exc)
+        raise Refusal(f"--{text}" if text.startswith(("model:", "base_model:")) else text) from None
+    return spec
+
+
+def check_weights(name: str, base_model: str | None, spec: variants.VariantSpec) -> None:
+    """The weights ``--model`` names are there to load: a folder's files (every component mflux reads), a
+    released model's cache entry when offline; a random-weight model is refused (its images mean nothing)."""
+    from teacache.loading import RANDOM_PREFIX, check_cached, check_model_folder, check_released_folder
+
+    if base_model is None and name.startswith(RANDOM_PREFIX):
+        raise Refusal(
+            f"--model {name}: random weights draw noise, not images; {PROG} needs trained weights (an embedded "
+            "model, an mflux name or a local folder); time a random full-size model with teacache-bench fullsize"
+        )
+    if base_model is not None:
+        path = Path(name).expanduser()
+        if spec.embedded:
+            check_model_folder(path)
+        else:
+            check_released_folder(path, spec)
+    elif not spec.embedded:
+        check_cached(name, spec)
 
 
 @contextlib.contextmanager
@@ -121,7 +147,28 @@ def parse(argv: list[str]) -> tuple[variants.VariantSpec, argparse.Namespace]:
         args = build_parser(spec).parse_args()
     if getattr(args, "step_cache_ratio", None) is not None:
         raise Refusal("--config-from-conf: the sidecar asks for mflux's step cache; TeaCache cannot run with it")
+    check_seeds(args.seed)
+    args.output = _seed_once(args.output)
     return spec, args
+
+
+def check_seeds(seeds: list[int]) -> None:
+    """Each seed one the generators take (0..2^32-1); mflux's parser takes any integer."""
+    from calib.run.prompts import MAX_SEED
+
+    bad = next((seed for seed in seeds if not 0 <= seed <= MAX_SEED), None)
+    if bad is not None:
+        raise Refusal(f"--seed: expected integers from 0 to 2^32-1 = {MAX_SEED} (what the generators take), got {bad}")
+
+
+def _seed_once(output: str) -> str:
+    """mflux appends ``_seed_{seed}`` to ``--output`` for several seeds even when the name has ``{seed}`` already
+    (``multi_{seed}.png`` -> ``multi_1_seed_1.png``): keep the user's own placement then."""
+    path = Path(output)
+    tail = "_seed_{seed}"
+    if path.stem.endswith(tail) and "{seed}" in path.stem[: -len(tail)]:
+        return str(path.with_stem(path.stem[: -len(tail)]))
+    return output
 
 
 def check_generation(spec: variants.VariantSpec, args: argparse.Namespace) -> None:
@@ -148,7 +195,7 @@ def check_generation(spec: variants.VariantSpec, args: argparse.Namespace) -> No
             try:
                 variants.zoo(spec.prompt_check)(args.prompt)
             except ValueError as exc:
-                raise Refusal(f"--prompt: {exc}") from None
+                raise Refusal(f"--prompt: {str(exc).removeprefix('prompt: ')}") from None
 
 
 def _mflux_guidance() -> float:
@@ -238,7 +285,15 @@ def load(spec: variants.VariantSpec, args: argparse.Namespace):
 
     if spec.embedded:
         return load_model(spec.name, quantize=args.quantize, seed=0), None
-    model = families.load_released(spec.family, args)
+    try:
+        model = families.load_released(spec.family, args)
+    except (OSError, ValueError, RuntimeError) as exc:  # the Hub (network, cache, disk) and mflux's weight loader
+        from huggingface_hub import constants
+
+        where = args.model if args.base_model else constants.HF_HUB_CACHE
+        raise Refusal(
+            f"--model {args.model}: cannot load its weights (looked in {where}): {type(exc).__name__}: {one_line(exc)}"
+        ) from None
     model.teacache_variant = spec.name
     return model, families.register_mflux_callbacks(spec.family, args, model)
 
@@ -265,6 +320,21 @@ def generate_all(spec, args, model, handle, record: dict, out: list[Path]) -> No
         print(f"{PROG}: skipped {len(skipped)} of {steps} (steps {shown}); saved {path}")
 
 
+@contextlib.contextmanager
+def _one_line_warnings():
+    """A warning the command shows is one line naming the command, not a source line of this project."""
+    saved = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        print(f"{PROG}: {category.__name__}: {message}", file=file or sys.stderr)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = saved
+
+
 @command(PROG)
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -287,7 +357,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.teacache_threshold is not None
             else f"the default of {spec.name}: {spec.default_threshold_why}",
         }
-        return _run(spec, args, config, coefficients, record, saved)
+        with _one_line_warnings():
+            return _run(spec, args, config, coefficients, record, saved)
     except KeyboardInterrupt:
         where = ", ".join(map(str, saved)) if saved else "nothing"
         print(f"{PROG}: interrupted; saved {where}", file=sys.stderr)

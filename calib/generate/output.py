@@ -14,13 +14,69 @@ import tempfile
 from pathlib import Path
 
 from calib.generate import Refusal
-from calib.run.outputs import Writes, check_out_file
+from calib.run.arguments import shown
+from calib.run.outputs import Writes, check_in_checkout, check_out_file
 
 WRITES = Writes("teacache-generate")
 PREFIX = "teacache_"
 
 
 SIDECAR = ".metadata.json"  # mflux's --metadata file: the image's name with this suffix
+
+
+def image_extensions() -> list[str]:
+    """The file name endings PIL can save an image as (what mflux's save writes with)."""
+    import PIL.Image
+
+    PIL.Image.init()
+    return sorted(ext for ext, fmt in PIL.Image.registered_extensions().items() if fmt in PIL.Image.SAVE)
+
+
+def _name_max(path: Path) -> int:
+    """The longest file name the folder that would hold ``path`` takes (255 where the system does not say)."""
+    folder = path.parent
+    try:
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
+
+
+def given_path(args: argparse.Namespace, seed: int) -> Path:
+    """``--output`` with ``{seed}`` filled in; a name that cannot become one image file is refused in one line."""
+    try:
+        text = args.output.format(seed=seed)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise Refusal(
+            f"--output: {args.output!r}: only {{seed}} may stand in braces ({type(exc).__name__}: {exc})"
+        ) from None
+    path = Path(text)
+    _check_name_length(path)  # first: looking at a name the system cannot hold is an OSError
+    if not text.strip() or path.is_dir():
+        raise Refusal(
+            f"--output: {text!r} is a folder; expected the name of the image to write, e.g. {path / 'image.png'}"
+        )
+    if path.suffix.lower() not in image_extensions():
+        raise Refusal(
+            f"--output: {path.name!r} does not end in an image format's extension; expected a name like "
+            f"{path.stem or 'image'}.png (or .jpg, .webp, .tiff, ...)"
+        )
+    return path
+
+
+def _check_name_length(path: Path, arg: str = "--output") -> None:
+    """The image and its sidecar names fit the folder's file system (a name over 255 bytes fails only on save)."""
+    limit = _name_max(path)
+    folder = next((part for part in path.parent.parts if len(os.fsencode(part)) > limit), None)
+    if folder is not None:
+        raise Refusal(f"--output: the folder name {shown(folder)} is longer than this file system takes ({limit})")
+    longest = max(len(os.fsencode(path.name)), len(os.fsencode(path.stem + SIDECAR)))
+    if longest > limit:
+        raise Refusal(
+            f"--output: {shown(path.name)} is too long a file name ({longest} bytes with its {SIDECAR} sidecar; "
+            f"this file system takes at most {limit}); choose a shorter name"
+        )
 
 
 def sidecar_of(path: Path) -> Path:
@@ -30,14 +86,23 @@ def sidecar_of(path: Path) -> Path:
 def output_path(args: argparse.Namespace, seed: int, check: bool = False) -> Path:
     """The path mflux would write this seed's image to, checked by the rule: a new name (mflux's ``_1``, ``_2``)
     when the image exists or, with ``--metadata``, when its sidecar does (mflux checks the image only and would
-    replace a sidecar it did not write)."""
-    path = Path(args.output.format(seed=seed))
+    replace a sidecar it did not write).
+
+    ``check``: the name is an image file's and fits the file system, and the rule refuses the path the user
+    named (not the ``_1`` name made beside a tracked file)."""
+    given = given_path(args, seed)
+    if check:
+        try:
+            check_in_checkout(given, "--output", writes=WRITES)
+        except ValueError as exc:
+            raise Refusal(str(exc)) from None
     metadata = bool(getattr(args, "metadata", False))
-    candidate, counter = path, 1
+    candidate, counter = given, 1
     while candidate.exists() or (metadata and sidecar_of(candidate).exists()):
-        candidate = path.with_name(f"{path.stem}_{counter}{path.suffix}")
+        candidate = given.with_name(f"{given.stem}_{counter}{given.suffix}")
         counter += 1
     if check:
+        _check_name_length(candidate)
         try:
             check_out_file(candidate, "--output", what="image", writes=WRITES)
             if metadata:
@@ -92,19 +157,35 @@ def as_generated_image(image, model, args: argparse.Namespace):
     )
 
 
+def written_facts(model, image) -> dict:
+    """The metadata keys that describe the file as written, the same way for every model: ``model`` is the name
+    ``--model`` takes (an embedded model's variant, not the Hugging Face repo of the pipeline it is built on), and
+    ``width``/``height`` the image's own size (tiny-scenes samples at FLUX.1's nominal 256x256 and decodes 64x64)."""
+    from teacache import variants
+
+    facts = {"width": image.width, "height": image.height}
+    name = getattr(model, "teacache_variant", None)
+    spec = variants.find(name) if name else None
+    if spec is not None and spec.embedded:
+        facts["model"] = spec.name
+    return facts
+
+
 def save_image(image, model, args: argparse.Namespace, seed: int, teacache: dict) -> Path:
     """Save with mflux's metadata and the TeaCache keys beside it; returns the path written."""
     from mflux.utils.image_util import ImageUtil
 
     generated = as_generated_image(image, model, args)
     generated.generation_parameters = {**generated.generation_parameters, **teacache}
+    metadata = {**generated._get_metadata(), **written_facts(model, generated.image)}
     path = output_path(args, seed, check=True)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.") as tmp:
+    # a fixed prefix: the staging folder's name must not be longer than the image's own
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=".teacache-generate-") as tmp:
         staged = Path(tmp) / path.name
-        ImageUtil.save_image(generated.image, staged, generated._get_metadata(), args.metadata, overwrite=True)
-        sidecar = sidecar_of(staged)
+        ImageUtil.save_image(generated.image, staged, metadata, args.metadata, overwrite=True)
+        sidecar = staged.with_suffix(SIDECAR)
         if sidecar.exists():
-            os.replace(sidecar, sidecar_of(path))
+            os.replace(sidecar, path.with_suffix(SIDECAR))
         os.replace(staged, path)
     return path

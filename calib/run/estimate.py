@@ -42,13 +42,18 @@ def describe(work: Work, per_step_s: float, source: str) -> str:
 
 
 def check_confirmed(
-    work: Work, per_step_s: float, yes: bool, fewer: str = "prompts, seeds, thresholds or repeats"
+    work: Work,
+    per_step_s: float,
+    yes: bool,
+    fewer: str = "prompts, seeds, thresholds or repeats",
+    what: str = "this is",
 ) -> None:
-    """Raise InputError naming --yes when the work is estimated above an hour and was not confirmed."""
+    """Raise InputError naming --yes when the work is estimated above an hour and was not confirmed; ``what``
+    names the work when it is not the command's own (a campaign's later stage)."""
     seconds = work.seconds(per_step_s)
     if seconds > CONFIRM_ABOVE_S and not yes:
         raise InputError(
-            f"--yes: this is about {clock(seconds)} of work ({work.generations} generations x {work.steps} steps at "
+            f"--yes: {what} about {clock(seconds)} of work ({work.generations} generations x {work.steps} steps at "
             f"{per_step_s:.3g} s/step); pass --yes to run it, or ask for fewer {fewer}"
         )
 

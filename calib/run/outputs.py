@@ -159,6 +159,14 @@ def _check_checkout(path: Path, writes: Writes, arg: str, folder: bool) -> str |
     )
 
 
+def check_in_checkout(path: str | os.PathLike, arg: str, writes: Writes) -> None:
+    """Only the rule's checkout part: refuse ``path`` among the checkout's tracked files, by the name the user
+    gave (a command that writes beside an existing file under a new name checks the given one first)."""
+    path = _check_path(path, arg)
+    if not _is_granted(path):
+        _check_checkout(path, writes, arg, folder=False)
+
+
 # --------------------------------------------------------------------------------------- the rule
 
 

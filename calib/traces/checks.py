@@ -12,6 +12,9 @@ from calib.traces.runs import NUM_STEPS_TABLE
 
 DEFAULT_BRANCH = "cond"
 NUM_STEPS_INFERRED = "inferred"
+# The longest schedule a trace table may claim: far beyond any sampler's, and a bound on what a replay or a
+# decision score allocates (one table of num_steps x runs x num_steps values).
+MAX_NUM_STEPS = 1000
 # The largest rel-L1 change a row may hold. A step's change is mean|a - b| / mean|b|: every committed table
 # stays under 0.5. 1e6, an output a million times its own size in one step, is a broken recording; and a fit of
 # degree 4 raises x to the 4th and 8th powers (its normal equations), so values far above it overflow float64
@@ -189,8 +192,8 @@ def resolve_num_steps(
     if (per_run > 1).any():
         run = ", ".join(map(str, np.atleast_1d(per_run[per_run > 1].index[0])))
         raise TraceError(f"column 'num_steps' in {source}: run {run} has several values; expected one per run")
-    if (data["num_steps"] < 2).any():
-        raise TraceError(f"column 'num_steps' in {source}: expected an integer >= 2 on every row")
+    if ((data["num_steps"] < 2) | (data["num_steps"] > MAX_NUM_STEPS)).any():
+        raise TraceError(f"column 'num_steps' in {source}: expected an integer from 2 to {MAX_NUM_STEPS} on every row")
     beyond = data["step"] >= data["num_steps"]
     if beyond.any():
         raise TraceError(

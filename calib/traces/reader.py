@@ -19,7 +19,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from calib.traces.checks import check_every_step, checked_signal, keep_branch, keep_variant, resolve_num_steps, typed
+from calib.traces.checks import (
+    MAX_NUM_STEPS,
+    check_every_step,
+    checked_signal,
+    keep_branch,
+    keep_variant,
+    resolve_num_steps,
+    typed,
+)
 from calib.traces.errors import TraceError
 from calib.traces.runs import Traces, run_key_columns
 from calib.traces.table_files import read_provenance_beside, read_table, split_signal
@@ -52,8 +60,13 @@ def load_traces(
     """
     if not paths:
         raise TraceError("TRACES: expected at least one trace table")
-    if num_steps is not None and (isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 2):
-        raise TraceError(f"{num_steps_arg}: expected an integer >= 2, got {num_steps!r}")
+    if num_steps is not None and (
+        isinstance(num_steps, bool) or not isinstance(num_steps, int) or not 2 <= num_steps <= MAX_NUM_STEPS
+    ):
+        raise TraceError(
+            f"{num_steps_arg}: expected an integer from 2 to {MAX_NUM_STEPS} (a schedule's length in steps), "
+            f"got {num_steps!r}"
+        )
     frames, files = _read_files(paths, require)
     data = pd.concat(frames, ignore_index=True, sort=False)
     source = ", ".join(f["name"] for f in files)

@@ -99,7 +99,7 @@ def tokenize(text: str, model: str = NAME) -> np.ndarray:
 
 def parse_prompt(text: str, model: str = NAME) -> OpenSpec:
     """Read a caption back into what it names: one colour, one shape, at most one position."""
-    words = caption_words(text, TOKEN_IDS, model)
+    words = caption_words(text, TOKEN_IDS, model, TEXT_LEN)
     colors = [w for w in words if w in COLORS]
     shapes = [w for w in words if w in SHAPES]
     positions = [w for w in words if w in POSITIONS]

@@ -131,7 +131,7 @@ _PROMPT = re.compile(rf"^{_OBJECT} ({_RELATION}) {_OBJECT} on a ({'|'.join(PALET
 
 def parse_prompt(text: str) -> SceneSpec:
     """Read a caption back into a spec; one clear error names what the caption needs."""
-    words = caption_words(text, TOKEN_IDS, MODEL_NAME)
+    words = caption_words(text, TOKEN_IDS, MODEL_NAME, TEXT_LEN)
     match = _PROMPT.match(" ".join(words))
     if match is None:
         raise ValueError(f"prompt: expected the form {_EXAMPLE!r} ('striped' is optional): {text!r}")

@@ -92,7 +92,7 @@ def tokenize(text: str) -> np.ndarray:
 
 def parse_prompt(text: str) -> ShapeSpec:
     """Read a prompt back into a spec: the colour before the shape, the colour before "background"."""
-    words = caption_words(text, TOKEN_IDS, MODEL_NAME)
+    words = caption_words(text, TOKEN_IDS, MODEL_NAME, TEXT_LEN)
     shapes = [w for w in words if w in SHAPES]
     positions = [w for w in words if w in POSITIONS]
     if len(shapes) != 1 or len(positions) != 1:

@@ -21,6 +21,7 @@ from calib.fit.selection import (
     DEFAULT_MARGIN,
     TIE_TOLERANCE,
     VERDICT_OK,
+    VERDICT_OK_GIVEN,
     VERDICT_REFIT,
     fit_frame,
     group_folds,
@@ -436,17 +437,18 @@ def test_compare_other_sources_and_margin(tmp_path, capsys, full_fit):
     truth = "3.0,0.5,0.03"  # the generating polynomial: scores like the new fit
     assert run_fit([traces, *base, "--compare", truth], capsys)[0] == 0
     comp = json.loads((tmp_path / "o" / "fit.json").read_text())["comparison"]
-    assert comp["verdict"] == VERDICT_OK and comp["r2"] > 0.99
+    assert comp["verdict"] == VERDICT_OK_GIVEN and comp["r2"] > 0.99  # numbers, not the packaged coefficients
+    assert "packaged" not in comp["verdict"]
     off = "3.0,0.5,0.06"
     assert run_fit([traces, *base, "--compare", off, "--margin", "0.2"], capsys)[0] == 0
     comp = json.loads((tmp_path / "o" / "fit.json").read_text())["comparison"]
     assert comp["verdict"] == VERDICT_REFIT and comp["margin"] == 0.2
     # a generous margin accepts the same coefficients
     assert run_fit([traces, *base, "--compare", off, "--margin", "1000"], capsys)[0] == 0
-    assert json.loads((tmp_path / "o" / "fit.json").read_text())["comparison"]["verdict"] == VERDICT_OK
+    assert json.loads((tmp_path / "o" / "fit.json").read_text())["comparison"]["verdict"] == VERDICT_OK_GIVEN
     # an earlier fit.json and a coefficient module are accepted too
     assert run_fit([traces, *base, "--compare", full_fit["out"] / "fit.json"], capsys)[0] == 0
-    assert json.loads((tmp_path / "o" / "fit.json").read_text())["comparison"]["verdict"] == VERDICT_OK
+    assert json.loads((tmp_path / "o" / "fit.json").read_text())["comparison"]["verdict"] == VERDICT_OK_GIVEN
     module = tmp_path / "coeffs.py"
     shutil.copy(fitmod.__file__.replace("calib/fit/command.py", "teacache/coefficients/flux1.py"), module)
     assert run_fit([traces, *base, "--compare", module], capsys)[0] == 0
