@@ -58,6 +58,12 @@ def _generate(pipeline, family: str, prompt: str, seed: int) -> np.ndarray:
     return np.asarray(image)
 
 
+def _generation_text(name: str) -> str:
+    """The settings every card image is generated with, as the card states them."""
+    g = variants.get(name).generation
+    return f"{g.steps} steps, guidance {g.guidance}"
+
+
 def _scores(images: list, specs: list) -> dict[str, float]:
     return open_adherence.summarize([open_adherence.check(im, s) for im, s in zip(images, specs, strict=True)])
 
@@ -123,7 +129,7 @@ alone). These weights come from one uninterrupted run.
 
 ## Prompt adherence
 
-Two sets of {n_prompts} captions, seed = index, 28 steps, vanilla, float32 on {eval_device}, scored by
+Two sets of {n_prompts} captions, seed = index, {generation}, vanilla, float32 on {eval_device}, scored by
 `bench.quality.open_adherence` from pixels alone: the {n_held} held-out combinations (never drawn for training)
 in turn, and captions drawn from the training split (new seeds). The checker's accuracy on rendered images of
 the same captions is its ceiling:
@@ -239,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         versions=", ".join(f"{k} {v}" for k, v in tr["provenance"]["versions"].items() if v),
         date=tr["provenance"].get("date_utc", "?"), n_prompts=len(specs),
         eval_device=evaluation["device"].get("device_name", "this machine"),
+        generation=_generation_text(layout.name),
         adherence_rows="\n".join(f"| {k} | {scores[k]:.1%} | {train_scores[k]:.1%} | {ceiling[k]:.1%} |"
                                   for k in ("color", "shape", "position", "all")),
         n_held=len(open_data.split_specs("held_out")),
