@@ -27,3 +27,15 @@ def test_a_bad_demo_argument_names_the_demo(capsys):
         demo.main(["--ssim-floor", "x"])
     assert exited.value.code == 2
     assert capsys.readouterr().err.startswith("teacache-demo: ")
+
+
+def test_the_demo_times_one_repeat_unless_told_otherwise(monkeypatch):
+    from bench import demo
+
+    seen = []
+    monkeypatch.setattr(demo, "campaign_main", lambda argv, prog: seen.append(list(argv)) or 0)
+    monkeypatch.setattr(demo, "check_supported_mflux", lambda: None)
+    demo._main([])
+    demo._main(["--repeats", "3"])
+    assert seen[0][seen[0].index("--repeats") + 1] == demo.DEMO_REPEATS == "1"
+    assert seen[1].count("--repeats") == 1 and seen[1][seen[1].index("--repeats") + 1] == "3"
