@@ -28,11 +28,16 @@ def main(argv: list[str] | None = None) -> int:
     return run_command(PROG, _main, list(sys.argv[1:] if argv is None else argv))
 
 
+def _given(argv: list[str], flag: str) -> bool:
+    """Whether the user passed ``flag`` (``--flag VALUE`` or ``--flag=VALUE``): the demo's default then stays out."""
+    return any(a == flag or a.startswith(f"{flag}=") for a in argv)
+
+
 def _main(argv: list[str]) -> int:
     check_supported_mflux()
-    if "--out" not in argv:
+    if not _given(argv, "--out"):
         argv += ["--out", str(PROJECT_ROOT / "results" / "demo" / variants.default_model())]
-    if not any(a == "--repeats" or a.startswith("--repeats=") for a in argv):
+    if not _given(argv, "--repeats"):
         argv += ["--repeats", DEMO_REPEATS]
     return campaign_main(argv, prog=PROG)
 

@@ -37,5 +37,7 @@ def test_the_demo_times_one_repeat_unless_told_otherwise(monkeypatch):
     monkeypatch.setattr(demo, "check_supported_mflux", lambda: None)
     demo._main([])
     demo._main(["--repeats", "3"])
+    demo._main(["--out=elsewhere"])
     assert seen[0][seen[0].index("--repeats") + 1] == demo.DEMO_REPEATS == "1"
     assert seen[1].count("--repeats") == 1 and seen[1][seen[1].index("--repeats") + 1] == "3"
+    assert "--out" not in seen[2] and "--out=elsewhere" in seen[2]  # a user's --out=DIR is not overridden
