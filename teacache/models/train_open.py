@@ -31,6 +31,7 @@ import multiprocessing
 import signal
 import sys
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -50,7 +51,7 @@ LOG_NAME = "train.log"
 SIGMA_MIN = 0.001
 GUIDANCE_RANGE = (1.0, 5.0)  # FLUX.1's guidance input, drawn independently of the image
 SETTINGS = ("family", "steps", "batch", "seed", "lr", "warmup", "weight_decay", "sigma_loc", "sigma_scale",
-            "prompt_dropout", "no_compile", "init_sha256")  # fmt: skip
+            "prompt_dropout", "no_compile", "init_sha256", "distill_guidance", "guidance_max")  # fmt: skip
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -70,6 +71,14 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-every", type=int, default=1000)
     p.add_argument("--no-compile", action="store_true", help="run the training step uncompiled")
     p.add_argument("--init", type=Path, help="start from these weights (a model of this family) instead of fresh ones")
+    p.add_argument(
+        "--distill-guidance",
+        action="store_true",
+        help="FLUX.1-dev's guidance distillation (--family flux1, needs --init): the target is the --init model's "
+        "classifier-free guided velocity at the scale the guidance input names, so one pass follows the caption "
+        "as CFG would",
+    )
+    p.add_argument("--guidance-max", type=float, default=GUIDANCE_RANGE[1], help="largest guidance drawn (1..this)")
     p.add_argument("--out", type=Path, required=True, help="output folder")
     p.set_defaults(samples=0)
     return p
@@ -86,15 +95,31 @@ def draw_batch(index: int, seed: int, batch: int, family: str, dropout: float) -
     return tokens.astype(np.float32), captions
 
 
-def make_train_step(model: nn.Module, optimizer: optim.Optimizer, args: argparse.Namespace):
+def guided_target(teacher: nn.Module, family: str, batch: int) -> Callable:
+    """``f(xt, token_ids, sigma, guidance) -> v_empty + guidance (v_caption - v_empty)`` of the frozen
+    teacher, both branches in one call: the velocity CFG at that scale would follow."""
+    velocity = open_models.batched_velocity(teacher, family, 2 * batch)
+
+    def target(xt, token_ids, sigma, guidance):
+        both = velocity(teacher, mx.concatenate([xt, xt]), mx.concatenate([token_ids, mx.zeros_like(token_ids)]),
+                        mx.concatenate([sigma, sigma]), mx.ones((2 * batch,)))  # fmt: skip
+        caption, empty = both[:batch], both[batch:]
+        return mx.stop_gradient(empty + guidance[:, None, None] * (caption - empty))
+
+    return target
+
+
+def make_train_step(model: nn.Module, optimizer: optim.Optimizer, args: argparse.Namespace, teacher=None):
     """One optimizer step; sigma, guidance and noise are drawn from the step's own key (so a resumed run
-    draws what an uninterrupted one would)."""
+    draws what an uninterrupted one would). With a teacher the target is its guided velocity, not eps - x0."""
     velocity = open_models.batched_velocity(model, args.family, args.batch)
+    guided = guided_target(teacher, args.family, args.batch) if teacher is not None else None
 
     def loss_fn(model, x0, token_ids, sigma, guidance, eps):
         s = sigma[:, None, None]
         xt = (1.0 - s) * x0 + s * eps
-        return mx.mean((velocity(model, xt, token_ids, sigma, guidance) - (eps - x0)) ** 2)
+        target = guided(xt, token_ids, sigma, guidance) if guided is not None else eps - x0
+        return mx.mean((velocity(model, xt, token_ids, sigma, guidance) - target) ** 2)
 
     loss_and_grad = nn.value_and_grad(model, loss_fn)
 
@@ -103,13 +128,13 @@ def make_train_step(model: nn.Module, optimizer: optim.Optimizer, args: argparse
         k_sigma, k_guidance, k_eps = mx.random.split(key, 3)
         z = mx.random.normal((n,), key=k_sigma)
         sigma = mx.clip(mx.sigmoid(z * args.sigma_scale + args.sigma_loc), SIGMA_MIN, 1.0)
-        guidance = mx.random.uniform(*GUIDANCE_RANGE, (n,), key=k_guidance)
+        guidance = mx.random.uniform(GUIDANCE_RANGE[0], args.guidance_max, (n,), key=k_guidance)
         eps = mx.random.normal(x0.shape, key=k_eps)
         loss, grads = loss_and_grad(model, x0, token_ids, sigma, guidance, eps)
         optimizer.update(model, grads)
         return loss
 
-    state = [model.state, optimizer.state]
+    state = [model.state, optimizer.state] + ([teacher.state] if teacher is not None else [])
     if args.no_compile:
         return step, state
     return partial(mx.compile, inputs=state, outputs=state)(step), state
@@ -179,7 +204,13 @@ def train(args: argparse.Namespace, checkpoint: Checkpoint) -> tuple[nn.Module, 
     resumed = checkpoint.load(model, optimizer)
     done, losses = resumed or (0, [])
     mx.eval(model.parameters(), optimizer.state)
-    step, state = make_train_step(model, optimizer, args)
+    teacher = None
+    if args.distill_guidance:
+        teacher = open_models.build(args.family, seed=args.seed)
+        teacher.load_weights(str(args.init), strict=True)
+        teacher.freeze()
+        mx.eval(teacher.parameters())
+    step, state = make_train_step(model, optimizer, args, teacher)
     name = open_models.FAMILIES[args.family].name
     say = partial(_say, args.out / LOG_NAME)
     say(f"{name}: {open_models.parameter_count(model) / 1e6:.2f} M parameters on {mx.default_device()}, "
@@ -231,6 +262,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: {error}", file=sys.stderr)
         return 2
     args.init_sha256 = None
+    if args.distill_guidance and (args.family != "flux1" or args.init is None):
+        print(f"{PROG}: --distill-guidance: needs --family flux1 (guidance as an input) and --init (the teacher)",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    if not 1.0 < args.guidance_max <= 20.0:
+        print(f"{PROG}: --guidance-max: expected a number in (1, 20], got {args.guidance_max}", file=sys.stderr)
+        return 2
     if args.init is not None:
         if not args.init.is_file():
             print(f"{PROG}: --init: {args.init} does not exist or is not a file", file=sys.stderr)
@@ -250,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130 if stopped == "interrupted" else 0
     weights = save_weights(model, args.out / layout.weights_name, layout.name, open_data.RECIPE_VERSION)
     training = training_record(args, losses, timing, "teacache.models.train_open", argv, family=args.family,
-                               prompt_dropout=args.prompt_dropout, guidance_range=list(GUIDANCE_RANGE),
+                               prompt_dropout=args.prompt_dropout, distill_guidance=args.distill_guidance,
+                               guidance_range=[GUIDANCE_RANGE[0], args.guidance_max],
                                init_sha256=args.init_sha256)  # fmt: skip
     print(f"{layout.name}: final loss {training['final_loss']:.4f} (last {training['final_loss_window']} steps)")
     manifest = {
