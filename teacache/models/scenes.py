@@ -95,6 +95,7 @@ class TinyScenesModel(nn.Module):
             single_blocks=tr["single_blocks"],
             model_config=ModelConfig.dev(),
             text_width=enc["dim"],
+            head_dim=tr.get("head_dim", 128),
         )
 
     def set_batch_size(self, batch: int) -> None:

@@ -28,6 +28,8 @@ from teacache.models._init import redraw_linears
 FULL_WIDTH = 3072
 T5_DIM = 4096
 CLIP_DIM = 768
+# RoPE's (text index, row, column) axes per head width: FLUX.1's own at 128, the same proportions at 32
+ROPE_AXES = {128: (16, 56, 56), 32: (8, 12, 12)}
 
 
 class AdaLayerNormZeroAnyWidth(AdaLayerNormZero):
@@ -53,15 +55,19 @@ def build_tiny_transformer(
     single_blocks: int = 2,
     model_config: ModelConfig | None = None,
     text_width: int | None = None,
+    head_dim: int = 128,
 ) -> Transformer:
-    """mflux's FLUX.1 Transformer at width ``heads * 128``, every Linear drawn from ``seed``.
+    """mflux's FLUX.1 Transformer at width ``heads * head_dim``, every Linear drawn from ``seed``.
 
-    ``text_width``: the width of the prompt embeddings (T5's 4096 and CLIP's pooled 768 when None)."""
+    ``text_width``: the width of the prompt embeddings (T5's 4096 and CLIP's pooled 768 when None).
+    ``head_dim`` other than FLUX.1's 128 resizes the q/k norms and RoPE's axes (``ROPE_AXES``) with it."""
+    if head_dim not in ROPE_AXES:
+        raise ValueError(f"head_dim: expected one of {sorted(ROPE_AXES)}, got {head_dim}")
     config = model_config or ModelConfig.dev()
     transformer = Transformer(
         model_config=config, num_transformer_blocks=joint_blocks, num_single_transformer_blocks=single_blocks
     )
-    width = heads * 128
+    width = heads * head_dim
 
     def shrink(dim: int) -> int:  # 3072*k -> width*k; T5 (4096), CLIP (768) -> text_width; 256 and 64 stay
         if dim % FULL_WIDTH == 0:
@@ -74,12 +80,18 @@ def build_tiny_transformer(
     for _name, module in transformer.named_modules():
         if isinstance(module, JointAttention | SingleBlockAttention):
             module.num_heads = heads
+            if head_dim != module.head_dimension:
+                module.head_dimension = head_dim
+                for norm in ("norm_q", "norm_k", "norm_added_q", "norm_added_k"):
+                    if hasattr(module, norm):
+                        setattr(module, norm, nn.RMSNorm(head_dim))
         if isinstance(module, AdaLayerNormZeroSingle):
             module.dim = width
         if isinstance(module, AdaLayerNormContinuous):
             module.embedding_dim = width
         if type(module) is AdaLayerNormZero:
             module.__class__ = AdaLayerNormZeroAnyWidth
+    transformer.pos_embed.axes_dim = list(ROPE_AXES[head_dim])
     transformer.set_dtype(ModelConfig.precision)
     mx.eval(transformer.parameters())
     return transformer

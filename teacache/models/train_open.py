@@ -101,6 +101,7 @@ def guided_target(teacher: nn.Module, family: str, batch: int) -> Callable:
     velocity = open_models.batched_velocity(teacher, family, 2 * batch)
 
     def target(xt, token_ids, sigma, guidance):
+        teacher.set_batch_size(2 * batch)  # FLUX.1's attention keeps a batch size: the teacher's is twice ours
         both = velocity(teacher, mx.concatenate([xt, xt]), mx.concatenate([token_ids, mx.zeros_like(token_ids)]),
                         mx.concatenate([sigma, sigma]), mx.ones((2 * batch,)))  # fmt: skip
         caption, empty = both[:batch], both[batch:]

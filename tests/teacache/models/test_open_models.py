@@ -179,3 +179,37 @@ def test_generate_image_without_guidance_uses_the_variants_own():
     pipeline.generate_image(seed=0, prompt="a red circle", num_inference_steps=2)
     pipeline.generate_image(seed=0, prompt="a red circle", num_inference_steps=2, guidance=1.0)
     assert seen == [2.0, 1.0]
+
+
+def test_the_distillation_target_is_the_teachers_guided_velocity():
+    """At guidance 1 the target is the teacher's caption branch, at 0 its empty-caption branch, and in
+    between the CFG line through both: what one pass of a guidance-distilled FLUX.1 is trained to follow."""
+    import mlx.core as mx
+
+    from teacache.models import train_open
+
+    teacher = open_models.build("flux1", seed=1)
+    target = train_open.guided_target(teacher, "flux1", batch=2)
+    xt = mx.random.normal((2, 256, 64), key=mx.random.key(0))
+    tokens = mx.array(np.stack([open_data.tokenize("a red circle")] * 2))
+    sigma = mx.array([0.9, 0.3])
+    velocity = open_models.batched_velocity(teacher, "flux1", 2)
+    caption = velocity(teacher, xt, tokens, sigma, mx.ones((2,)))
+    empty = velocity(teacher, xt, mx.zeros_like(tokens), sigma, mx.ones((2,)))
+    for g in (0.0, 1.0, 3.5):
+        expected = empty + g * (caption - empty)
+        got = target(xt, tokens, sigma, mx.full((2,), g))
+        np.testing.assert_allclose(np.array(got), np.array(expected), rtol=0, atol=1e-5)
+    assert not np.allclose(np.array(caption), np.array(empty))  # the caption matters to the teacher
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [(["--distill-guidance"], "--distill-guidance"), (["--guidance-max", "0.5"], "--guidance-max")],
+)
+def test_distillation_without_a_teacher_or_a_bad_guidance_range_is_refused(tmp_path, monkeypatch, capsys, extra, named):
+    monkeypatch.setattr(open_models, "build", lambda *a, **k: pytest.fail("a model was built"))
+    assert _train(tmp_path, *extra) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and named in err
+    assert not any(tmp_path.iterdir())

@@ -48,9 +48,14 @@ def test_loads_as_mflux_flux1_in_float32(pipe):
     assert pipe.teacache_variant == "tiny-scenes"
 
 
-def test_training_forward_is_the_pipelines_transformer_call():
-    """What train_scenes optimises is what Flux1.generate_image calls, step for step and in a batch."""
-    model = scenes.TinyScenesModel(seed=3)
+FOUR_HEADS = {**scenes.ARCHITECTURE, "transformer": {**scenes.ARCHITECTURE["transformer"], "heads": 4, "head_dim": 32}}
+
+
+@pytest.mark.parametrize("architecture", [scenes.ARCHITECTURE, FOUR_HEADS], ids=["1x128", "4x32"])
+def test_training_forward_is_the_pipelines_transformer_call(architecture):
+    """What train_scenes optimises is what Flux1.generate_image calls, step for step and in a batch, at
+    FLUX.1's head width and at 4 heads of 32 (the q/k norms and RoPE's axes resized with it)."""
+    model = scenes.TinyScenesModel(architecture, seed=3)
     pipeline = scenes.as_pipeline(model)
     config = Config(width=256, height=256, guidance=2.5, scheduler="linear", model_config=pipeline.model_config,
                     num_inference_steps=10)  # fmt: skip
@@ -69,6 +74,15 @@ def test_training_forward_is_the_pipelines_transformer_call():
         mx.array([2.5] * 3), rotary,
     )  # fmt: skip
     np.testing.assert_allclose(np.array(batched[2:3]), np.array(expected), rtol=0, atol=1e-5)
+
+
+def test_four_heads_of_32_keep_the_width_and_size():
+    """4 heads of 32 is the same 128-wide transformer (same Linears) with 4 attention patterns per token."""
+    one, four = scenes.TinyScenesModel(seed=0), scenes.TinyScenesModel(FOUR_HEADS, seed=0)
+    attention = four.transformer.transformer_blocks[0].attn
+    assert (attention.num_heads, attention.head_dimension, attention.norm_q.weight.shape) == (4, 32, (32,))
+    assert sum(four.transformer.pos_embed.axes_dim) == 32
+    assert 0 < scenes.parameter_count(one) - scenes.parameter_count(four) < 0.01 * scenes.parameter_count(one)
 
 
 def test_corrupted_copy_is_refused(tmp_path):
