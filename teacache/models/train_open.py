@@ -51,7 +51,7 @@ LOG_NAME = "train.log"
 SIGMA_MIN = 0.001
 GUIDANCE_RANGE = (1.0, 5.0)  # FLUX.1's guidance input, drawn independently of the image
 SETTINGS = ("family", "steps", "batch", "seed", "lr", "warmup", "weight_decay", "sigma_loc", "sigma_scale",
-            "prompt_dropout", "no_compile", "init_sha256", "distill_guidance", "guidance_max")  # fmt: skip
+            "prompt_dropout", "no_compile", "init_sha256", "distill_guidance", "guidance_max", "heads")  # fmt: skip
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -78,6 +78,12 @@ def setup_arg_parser() -> argparse.ArgumentParser:
         "classifier-free guided velocity at the scale the guidance input names, so one pass follows the caption "
         "as CFG would",
     )
+    p.add_argument(
+        "--heads",
+        type=int,
+        choices=(1, 4),
+        help="--family flux1: attention heads at the same width 128 (1 of 128, FLUX.1's head width; 4 of 32)",
+    )
     p.add_argument("--guidance-max", type=float, default=GUIDANCE_RANGE[1], help="largest guidance drawn (1..this)")
     p.add_argument("--out", type=Path, required=True, help="output folder")
     p.set_defaults(samples=0)
@@ -93,6 +99,15 @@ def draw_batch(index: int, seed: int, batch: int, family: str, dropout: float) -
     captions = np.stack([open_data.tokenize(s.prompt) for s in specs])
     captions[rng.random(batch) < dropout] = 0  # all padding = the empty prompt
     return tokens.astype(np.float32), captions
+
+
+def architecture(args: argparse.Namespace) -> dict:
+    """The layout's architecture, with ``--heads`` (flux1: at width 128, each head 128 / heads wide)."""
+    arch = open_models.FAMILIES[args.family].architecture
+    if args.heads is None:
+        return arch
+    width = arch["transformer"]["width"]
+    return {**arch, "transformer": {**arch["transformer"], "heads": args.heads, "head_dim": width // args.heads}}
 
 
 def guided_target(teacher: nn.Module, family: str, batch: int) -> Callable:
@@ -196,7 +211,7 @@ class Checkpoint:
 def train(args: argparse.Namespace, checkpoint: Checkpoint) -> tuple[nn.Module, list[float], dict, str | None]:
     """The model, every step's loss, timings, and why it stopped early ("interrupted", "time limit"; None: done)."""
     mx.random.seed(args.seed)
-    model = open_models.build(args.family, seed=args.seed)
+    model = open_models.build(args.family, seed=args.seed, architecture=architecture(args))
     if args.init is not None:
         model.load_weights(str(args.init), strict=True)
     mx.eval(model.parameters())
@@ -207,7 +222,7 @@ def train(args: argparse.Namespace, checkpoint: Checkpoint) -> tuple[nn.Module, 
     mx.eval(model.parameters(), optimizer.state)
     teacher = None
     if args.distill_guidance:
-        teacher = open_models.build(args.family, seed=args.seed)
+        teacher = open_models.build(args.family, seed=args.seed)  # the --init model's: the layout's heads
         teacher.load_weights(str(args.init), strict=True)
         teacher.freeze()
         mx.eval(teacher.parameters())
@@ -267,6 +282,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: --distill-guidance: needs --family flux1 (guidance as an input) and --init (the teacher)",
               file=sys.stderr)  # fmt: skip
         return 2
+    if args.heads is not None and (args.family != "flux1" or args.distill_guidance):
+        print(f"{PROG}: --heads: only for --family flux1 trained on data (the teacher of --distill-guidance "
+              "keeps its own)", file=sys.stderr)  # fmt: skip
+        return 2
     if not 1.0 < args.guidance_max <= 20.0:
         print(f"{PROG}: --guidance-max: expected a number in (1, 20], got {args.guidance_max}", file=sys.stderr)
         return 2
@@ -297,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         "format_version": FORMAT_VERSION,
         "name": layout.name,
         "weights": weights,
-        "architecture": layout.architecture,
+        "architecture": architecture(args),
         "data_recipe": open_data.recipe(layout.image_size),
         "sampling": open_models.sampling_record(args.family),
         "training": training,

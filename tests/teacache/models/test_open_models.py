@@ -213,3 +213,21 @@ def test_distillation_without_a_teacher_or_a_bad_guidance_range_is_refused(tmp_p
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and named in err
     assert not any(tmp_path.iterdir())
+
+
+def test_a_four_head_flux1_trains_and_loads_from_its_manifest(tmp_path, monkeypatch):
+    from teacache.models import train_open
+
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    argv = ["--family", "flux1", "--heads", "4", "--steps", "2", "--batch", "2", "--warmup", "1", "--no-compile",
+            "--out", str(tmp_path)]  # fmt: skip
+    assert train_open.main(argv) == 0
+    manifest = json.loads((tmp_path / "tiny-open-flux1.json").read_text())
+    assert (manifest["architecture"]["transformer"]["heads"], manifest["architecture"]["transformer"]["head_dim"]) == (
+        4,
+        32,
+    )
+    pipeline = open_models.load_tiny_open_flux1(tmp_path / "tiny-open-flux1.safetensors")
+    attention = pipeline.transformer.transformer_blocks[0].attn
+    assert (attention.num_heads, attention.head_dimension) == (4, 32)
+    assert train_open.main([*argv[:2], "--family", "flux2", "--heads", "4", "--out", str(tmp_path / "x")]) == 2
