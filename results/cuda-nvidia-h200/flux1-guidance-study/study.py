@@ -2,6 +2,7 @@
 
     python study.py run WEIGHTS OUT.npz cfg|embed VALUES [STEPS]   # on the GPU: per-step y and images
     python study.py score OUT.npz ...                              # on the CPU: adherence per value
+    python study.py probe WEIGHTS HEADS                            # either: one pass, seed 0, guidance 3.5
 
 ``cfg``: classifier-free guidance at each scale (two branches, empty caption); ``embed``: one pass with
 FLUX.1's guidance input at each value (a guidance-distilled student). Euler along mflux's FLUX.1-dev
@@ -33,6 +34,44 @@ def score(paths):
             print(path, key, " ".join(f"{k} {v:.3f}" for k, v in res.items()), f"seed-diff {spread:.3f}")
 
 
+def probe(weights: str, heads: int) -> None:
+    """A model of ``heads`` heads at width 128 (weights only, no manifest): adherence and dynamics at once."""
+    from bench.quality.open_adherence import check, summarize
+
+    ModelConfig.precision = mx.float32
+    arch = open_models.FAMILIES["flux1"].architecture
+    arch = {**arch, "transformer": {**arch["transformer"], "heads": heads, "head_dim": 128 // heads}}
+    model = open_models.build("flux1", architecture=arch)
+    model.load_weights(weights, strict=True)
+    cfg = Config(width=256, height=256, guidance=3.5, scheduler="linear", model_config=ModelConfig.dev(),
+                 num_inference_steps=28)  # fmt: skip
+    sig = np.array(cfg.scheduler.sigmas)
+    specs = open_data.evaluation_specs(48)
+    n = len(specs)
+    model.set_batch_size(n)
+    rot = open_models.flux1_rotary(model.transformer)
+    tok = mx.array(np.stack([open_data.tokenize(s.prompt) for s in specs]))
+    x = mx.random.normal((n, 256, 64), key=mx.random.key(0))
+    prev, ys = None, []
+    for t in range(28):
+        v = model.velocity(x, tok, mx.full((n,), float(sig[t])), mx.full((n,), 3.5), rot)
+        if prev is not None:
+            ys.append(np.array(mx.mean(mx.abs(v - prev), axis=(1, 2)) / mx.mean(mx.abs(prev), axis=(1, 2))))
+        prev = v
+        x = x + float(sig[t + 1] - sig[t]) * v
+        mx.eval(x, prev)
+    ys, frac = np.array(ys), np.arange(1, 28) / 28
+    side = scenes_data.TOKEN_SIDE
+    lat = (x / open_data.LATENT_SCALE).reshape(n, side, side, 16, 2, 2).transpose(0, 3, 1, 4, 2, 5)
+    imgs = np.array(scenes_data.from_latents(lat.reshape(n, 16, 2 * side, 2 * side))).transpose(0, 2, 3, 1)
+    res = summarize([check(im, sp) for im, sp in zip(imgs, specs, strict=True)])
+    parts = [np.median(ys[m]) for m in (frac < 1 / 7, (frac >= 3 / 7) & (frac < 4 / 7), frac >= 6 / 7)]
+    print(" ".join(f"{k} {v:.3f}" for k, v in res.items()), "| y by seventh", " / ".join(f"{p:.3f}" for p in parts))
+
+
+if sys.argv[1] == "probe":
+    probe(sys.argv[2], int(sys.argv[3]))
+    raise SystemExit(0)
 if sys.argv[1] == "score":
     score(sys.argv[2:])
     raise SystemExit(0)
