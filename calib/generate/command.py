@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import sys
 import warnings
@@ -147,6 +148,10 @@ def parse(argv: list[str]) -> tuple[variants.VariantSpec, argparse.Namespace]:
         args = build_parser(spec).parse_args()
     if getattr(args, "step_cache_ratio", None) is not None:
         raise Refusal("--config-from-conf: the sidecar asks for mflux's step cache; TeaCache cannot run with it")
+    if spec.embedded and getattr(args, "config_from_metadata", None) and "--steps" not in argv:
+        # mflux restores a sidecar's steps only over no value, and an embedded model's default is one
+        saved = json.loads(Path(args.config_from_metadata).read_text(encoding="utf-8")).get("steps")
+        args.steps = saved if isinstance(saved, int) and saved > 0 else args.steps
     check_seeds(args.seed)
     args.output = _seed_once(args.output)
     return spec, args
@@ -188,9 +193,12 @@ def check_generation(spec: variants.VariantSpec, args: argparse.Namespace) -> No
         given = [flag for attr, flag in _NO_EMBEDDED.items() if getattr(args, attr, None)]
         if given:
             raise Refusal(f"--model {spec.name}: an embedded model has no {given[0]}; drop that flag")
-        if spec.only_its_size and (args.width, args.height) != (spec.generation.width, spec.generation.height):
-            gen = spec.generation
-            raise Refusal(f"--width/--height: {spec.name} makes {gen.width}x{gen.height} images only")
+        gen = spec.generation
+        if spec.only_its_size and spec.image_side and (args.width, args.height) == (spec.image_side,) * 2:
+            args.width, args.height = gen.width, gen.height  # its images are written at that size: a sidecar says so
+        if spec.only_its_size and (args.width, args.height) != (gen.width, gen.height):
+            side = f", written as {spec.image_side}x{spec.image_side}" if spec.image_side else ""
+            raise Refusal(f"--width/--height: {spec.name} makes {gen.width}x{gen.height} images only{side}")
         if spec.prompt_check and args.prompt is not None:
             try:
                 variants.zoo(spec.prompt_check)(args.prompt)

@@ -88,6 +88,7 @@ SPECS = (
         builder="teacache.models.scenes:load_tiny_scenes",
         trained=True,
         only_its_size=True,
+        image_side=64,
         prompt_check="teacache.models.scenes_data:parse_prompt",
     ),
     VariantSpec(
@@ -110,6 +111,7 @@ SPECS = (
         builder="teacache.models.open_models:load_tiny_open_flux1",
         trained=True,
         only_its_size=True,
+        image_side=64,
         prompt_check="teacache.models.open_data:parse_prompt",
     ),
 )

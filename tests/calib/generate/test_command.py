@@ -176,3 +176,22 @@ def test_a_sidecar_that_exists_is_never_replaced_the_next_free_name_is_taken(tmp
     assert (tmp_path / "img.metadata.json").read_text() == "mine" and not out.exists()
     assert json.loads((tmp_path / "img_1.metadata.json").read_text())["seed"] == 1
     assert (tmp_path / "img_1.png").is_file()
+
+
+def test_a_sidecar_replays_its_image_at_its_steps_on_a_model_that_writes_another_size(tmp_path, capsys):
+    """tiny-scenes samples at 256x256 and writes 64x64, and the sidecar says 64x64: --config-from-metadata
+    takes that as its own size, and the sidecar's steps over the model's default, so the image comes back."""
+    prompt = "a big red circle left of a small blue square on a white background"
+    first, again = tmp_path / "a.png", tmp_path / "b.png"
+    rc = command.main(["--model", "tiny-scenes", "--prompt", prompt, "--seed", "3", "--steps", "5", "--metadata",
+                       "--output", str(first)])  # fmt: skip
+    assert rc == 0
+    sidecar = tmp_path / "a.metadata.json"
+    assert (json.loads(sidecar.read_text())["width"], json.loads(sidecar.read_text())["steps"]) == (64, 5)
+    capsys.readouterr()
+    assert command.main(["--model", "tiny-scenes", "--config-from-metadata", str(sidecar), "--output", str(again)]) == 0
+    assert "of 5 (" in capsys.readouterr().out
+    assert PIL.Image.open(first).tobytes() == PIL.Image.open(again).tobytes()
+    rc = command.main(["--model", "tiny-scenes", "--prompt", prompt, "--width", "128", "--height", "128",
+                       "--output", str(tmp_path / "c.png")])  # fmt: skip
+    assert rc == 2 and "256x256 images only, written as 64x64" in capsys.readouterr().err
