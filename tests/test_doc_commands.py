@@ -68,3 +68,18 @@ def test_commands_are_found_after_and_and_launch_and_assignments():
 def test_a_wrong_option_fails_to_parse():
     with contextlib.redirect_stderr(io.StringIO()), pytest.raises(SystemExit):
         parse("teacache-bench", ["report", "runs/sweep", "--no-such-option"])
+
+
+def test_the_reference_names_every_command_and_every_subcommand():
+    """docs/reference.md's command table is where a reader looks a command up: none may be missing from it."""
+    import tomllib
+
+    from tests import ROOT
+
+    table = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8").split("\n\n| folder |")[0]
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    missing = [script for script in scripts if f"`{script}" not in table]
+    for script, subcommands in SUBCOMMANDS.items():
+        rows = [line for line in table.splitlines() if f"`{script} " in line]
+        missing += [f"{script} {name}" for name in subcommands if not any(f" {name}" in row for row in rows)]
+    assert not missing, f"docs/reference.md's command table lacks {missing}"
