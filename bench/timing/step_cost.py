@@ -49,7 +49,7 @@ from teacache.loading import RANDOM_PREFIX
 LOG = "progress.log"
 RESULTS = (GENERATIONS.file, STEPS.file)  # what shows that a folder holds measurements
 OUTPUTS = (*RESULTS, summary.SUMMARY_MD, summary.SUMMARY_CSV, "provenance.json", LOG)  # what --force-new removes
-WRITES = arguments.Writes(PROG, names=(*OUTPUTS, fingerprint.FILE), marker=fingerprint.FILE)
+WRITES = arguments.Writes(PROG, names=(*OUTPUTS, fingerprint.FILE), marker=fingerprint.FILE, regenerates=("results",))
 
 
 def _is_own_summary(path: Path) -> bool:
