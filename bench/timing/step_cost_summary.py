@@ -14,6 +14,7 @@ loop, above vanilla's of the same repeat and less the arm's cache.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -163,6 +164,10 @@ def _pct(value: float) -> str:
     return f"{value:+.2f} %"
 
 
+def _sem(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.2f} %"  # one pair has no spread
+
+
 def _exact(bit_exact: int, compared: int) -> str:
     return f"{bit_exact}/{compared}" if compared else "-"
 
@@ -177,7 +182,7 @@ def _pairs_table(pairs: pd.DataFrame) -> list[str]:
         lines.append(
             f"| {r['record']} | {r['arm']} | {r['generations']} | {r['pairs']} | {_pct(r['median_pct'])} | "
             f"[{r['median_lo_pct']:+.2f}, {r['median_hi_pct']:+.2f}] | {_pct(r['mean_pct'])} | "
-            f"[{r['mean_lo_pct']:+.2f}, {r['mean_hi_pct']:+.2f}] | {r['sem_pct']:.2f} % | "
+            f"[{r['mean_lo_pct']:+.2f}, {r['mean_hi_pct']:+.2f}] | {_sem(r['sem_pct'])} | "
             f"{r['p5_pct']:+.2f} .. {r['p95_pct']:+.2f} % | {_exact(r['bit_exact'], r['compared'])} |"
         )
     return lines
