@@ -187,7 +187,10 @@ def summarize(root: Path) -> int:
     if not sources:
         raise InputError(f"--summarize: {root} holds no {PROG} run folder and no raw step times")
     for name in (summary.SUMMARY_MD, summary.SUMMARY_CSV):
-        arguments.check_out_file(root / name, "--summarize", f"summary ({name})", writes=SUMMARY_WRITES)
+        path = root / name
+        if path.is_file() and not _is_own_summary(path):
+            raise InputError(f"--summarize: {path} is not a summary {PROG} wrote; move it, or summarize another folder")
+        arguments.check_out_file(path, "--summarize", f"summary ({name})", writes=SUMMARY_WRITES)
     text, _pairs = summary.write_summary(root)
     print(text, end="")
     return 0

@@ -226,6 +226,12 @@ def test_summarize_refusals(tmp_path, capsys):
     assert _run(["--summarize", str(COMMITTED), "--arms", "gated"]) == 2
     assert "--arms: not used with --summarize" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+    records = tmp_path / "records"
+    shutil.copytree(COMMITTED / "session5", records)
+    (records / "summary.md").write_text("# my notes\n")
+    assert _run(["--summarize", str(records)]) == 2
+    assert "is not a summary" in capsys.readouterr().err
+    assert (records / "summary.md").read_text() == "# my notes\n" and not (records / "summary.csv").exists()
 
 
 def test_a_folder_that_is_not_its_own_is_refused_and_left_as_it_was(tmp_path, capsys):
