@@ -22,6 +22,7 @@ SUBCOMMANDS = {
     "adherence": "bench.quality.adherence",
     "scene-adherence": "bench.quality.scene_adherence",
     "fullsize": "bench.timing.fullsize",
+    "step-cost": "bench.timing.step_cost",
     "peer-table": "bench.peer.table",
     "dynamics": "bench.report.dynamics",
     "open-card": "bench.quality.open_card",
