@@ -9,6 +9,7 @@ from teacache._compat import check_mflux_version
 from teacache._warnings import warn
 from teacache.adapters import adapter_for
 from teacache.core import RecipeMismatchWarning, StepController, TeaCacheHandle, is_applied
+from teacache.errors import InputError, StateError
 from teacache.gate import GateConfig, warn_if_never_skips
 from teacache.rescale import RescaleFunction, as_rescale
 from teacache.safety import check_given
@@ -41,7 +42,7 @@ def apply_teacache(
     check_mflux_version()
     adapter = adapter_for(model)
     if is_applied(model) or adapter.is_applied(model):
-        raise RuntimeError("model: TeaCache is already applied to this pipeline; restore() the first handle")
+        raise StateError("model: TeaCache is already applied to this pipeline; restore() the first handle")
     spec = variants.get(adapter.variant(model))
     given = {
         "rel_l1_thresh": rel_l1_thresh, "coefficients": coefficients, "skip_first_n_steps": skip_first_n_steps,
@@ -50,12 +51,12 @@ def apply_teacache(
     given = {k: v for k, v in given.items() if v is not None}
     if config is not None:
         if given:
-            raise ValueError(f"config: pass either config= or the gate keywords, not both (got {', '.join(given)})")
+            raise InputError(f"config: pass either config= or the gate keywords, not both (got {', '.join(given)})")
         gate_config, from_packaged = config, False
     else:
         uncalibrated = coefficients is None and spec.coefficients is None
         if uncalibrated and not calibrate:
-            raise ValueError(
+            raise InputError(
                 f"coefficients: variant {spec.name!r} has no packaged calibration; pass coefficients= "
                 "(teacache-calib record / fit gives them)"
             )

@@ -226,7 +226,7 @@ class StepController:
 
     def _require_generation(self) -> None:
         if self.config is None:
-            raise RuntimeError(
+            raise StateError(
                 "TeaCache saw a transformer call outside a generation: call the pipeline's generate_image "
                 "(its callbacks start every generation), not the transformer directly."
             )

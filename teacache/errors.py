@@ -21,6 +21,11 @@ class InputError(TeaCacheError, ValueError):
     """
 
 
+class InputTypeError(TeaCacheError, TypeError):
+    """An argument of a type this package cannot use (a threshold that is no number, a pipeline of no known
+    family); the message names it and what was expected. A TypeError too, as it was before."""
+
+
 def one_line(message: object) -> str:
     """A message as a command prints it: its whitespace (newlines too) collapsed to single spaces."""
     return " ".join(str(message).split())

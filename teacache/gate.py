@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from teacache._warnings import warn
+from teacache.errors import InputError, InputTypeError
 from teacache.rescale import RescaleFunction
 
 # Why a step was computed or skipped; the decision log and reports use these names.
@@ -30,20 +31,20 @@ REASON_SKIP = "skip"
 
 def check_threshold(value, name: str = "rel_l1_thresh") -> float:
     """A threshold is a finite number >= 0 (0 disables skipping); the one rule every entry point uses.
-    Any real number is one (numpy's scalars too); anything else is a TypeError."""
+    Any real number is one (numpy's scalars too); anything else is an :class:`InputTypeError`."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name}: expected a number, got {type(value).__name__}")
+        raise InputTypeError(f"{name}: expected a number, got {type(value).__name__}")
     if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name}: expected a finite number >= 0 (0 disables skipping), got {float(value)!r}")
+        raise InputError(f"{name}: expected a finite number >= 0 (0 disables skipping), got {float(value)!r}")
     return float(value)
 
 
 def check_count(value, name: str, minimum: int) -> int:
-    """A whole number of steps (numpy's integers too) >= ``minimum``; anything else is a TypeError."""
+    """A whole number of steps (numpy's integers too) >= ``minimum``; anything else is an :class:`InputTypeError`."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name}: expected an integer, got {type(value).__name__}")
+        raise InputTypeError(f"{name}: expected an integer, got {type(value).__name__}")
     if value < minimum:
-        raise ValueError(f"{name}: expected an integer >= {minimum}, got {int(value)}")
+        raise InputError(f"{name}: expected an integer >= {minimum}, got {int(value)}")
     return int(value)
 
 
@@ -65,7 +66,7 @@ class GateConfig:
             self, "max_consecutive_skips", check_count(self.max_consecutive_skips, "max_consecutive_skips", 1)
         )
         if not isinstance(self.rescale, RescaleFunction):
-            raise TypeError(f"rescale: expected a RescaleFunction, got {type(self.rescale).__name__}")
+            raise InputTypeError(f"rescale: expected a RescaleFunction, got {type(self.rescale).__name__}")
 
     @property
     def enabled(self) -> bool:

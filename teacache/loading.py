@@ -19,7 +19,7 @@ from safetensors import safe_open
 from teacache import variants
 from teacache._compat import check_mflux_version
 from teacache._platform import use_float32_on_cpu
-from teacache.errors import InputError, TeaCacheError
+from teacache.errors import InputError, InputTypeError, TeaCacheError
 
 
 class ModelFolderError(TeaCacheError, ValueError):
@@ -126,7 +126,7 @@ def load_model(name_or_path: str, *, base_model: str | None = None, quantize: in
     pipeline carries ``teacache_variant``.
     """
     if not isinstance(name_or_path, str | os.PathLike):
-        raise TypeError(
+        raise InputTypeError(
             f"model: expected a name or a folder path (str or os.PathLike), got {type(name_or_path).__name__}"
         )
     name_or_path = os.fspath(name_or_path)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from teacache import splines
+from teacache.errors import InputError, InputTypeError
 
 FORM_POLY = "poly"
 FORM_POLY_STEP = "poly+step"
@@ -45,15 +46,15 @@ class Region:
         edges = tuple(float(e) for e in self.time_edges)
         increasing = all(b > a for a, b in zip(edges, edges[1:], strict=False))
         if len(edges) < 2 or not all(math.isfinite(e) for e in edges) or not increasing:
-            raise ValueError(
+            raise InputError(
                 f"region time_edges: expected at least 2 increasing finite numbers, got {self.time_edges!r}"
             )
         ranges = tuple((float(lo), float(hi)) for lo, hi in self.x_ranges)
         if len(ranges) != len(edges) - 1:
-            raise ValueError(f"region x_ranges: expected one per bin ({len(edges) - 1}), got {len(ranges)}")
+            raise InputError(f"region x_ranges: expected one per bin ({len(edges) - 1}), got {len(ranges)}")
         for lo, hi in ranges:
             if not (0 <= lo <= hi and math.isfinite(hi)):
-                raise ValueError(f"region x_ranges: expected 0 <= low <= high (finite), got {(lo, hi)!r}")
+                raise InputError(f"region x_ranges: expected 0 <= low <= high (finite), got {(lo, hi)!r}")
         object.__setattr__(self, "time_edges", edges)
         object.__setattr__(self, "x_ranges", ranges)
 
@@ -93,7 +94,7 @@ class Region:
         try:
             return cls(tuple(data["time_edges"]), tuple(tuple(r) for r in data["x_ranges"]))
         except (KeyError, TypeError) as exc:
-            raise ValueError(f"region: expected time_edges and x_ranges, got {data!r} ({exc})") from None
+            raise InputError(f"region: expected time_edges and x_ranges, got {data!r} ({exc})") from None
 
 
 def _bin_index(u: np.ndarray, edges: np.ndarray) -> np.ndarray:
@@ -138,37 +139,37 @@ class RescaleFunction:
             _check_numbers(getattr(self, name), name)
         coeffs = tuple(float(c) for c in self.coefficients)
         if not coeffs or not all(math.isfinite(c) for c in coeffs):
-            raise ValueError(
+            raise InputError(
                 f"coefficients: expected a non-empty sequence of finite numbers, got {self.coefficients!r}"
             )
         lo, hi = (float(v) for v in self.x_range)
         if not (lo >= 0 and hi > lo) or math.isnan(hi):
-            raise ValueError(f"x_range: expected 0 <= low < high, got {self.x_range!r}")
+            raise InputError(f"x_range: expected 0 <= low < high, got {self.x_range!r}")
         if self.form not in FORMS:
-            raise ValueError(f"form: expected one of {', '.join(FORMS)}, got {self.form!r}")
+            raise InputError(f"form: expected one of {', '.join(FORMS)}, got {self.form!r}")
         tcoeffs = tuple(float(c) for c in self.time_coefficients)
         if self.form == FORM_POLY and tcoeffs:
-            raise ValueError("time_coefficients: only the time-aware forms take them")
+            raise InputError("time_coefficients: only the time-aware forms take them")
         self._check_knots()
         if self.form in (FORM_POLY_STEP, FORM_POLY_SIGMA) and not tcoeffs:
-            raise ValueError(f"time_coefficients: form {self.form!r} needs at least one")
+            raise InputError(f"time_coefficients: form {self.form!r} needs at least one")
         if not all(math.isfinite(c) for c in tcoeffs):
-            raise ValueError(f"time_coefficients: expected finite numbers, got {self.time_coefficients!r}")
+            raise InputError(f"time_coefficients: expected finite numbers, got {self.time_coefficients!r}")
         icoeffs = tuple(float(c) for c in self.interaction_coefficients)
         if icoeffs and self.form not in (FORM_POLY_STEP, FORM_POLY_SIGMA):
-            raise ValueError("interaction_coefficients: only the time-aware forms take them")
+            raise InputError("interaction_coefficients: only the time-aware forms take them")
         if not all(math.isfinite(c) for c in icoeffs):
-            raise ValueError(f"interaction_coefficients: expected finite numbers, got {icoeffs!r}")
+            raise InputError(f"interaction_coefficients: expected finite numbers, got {icoeffs!r}")
         object.__setattr__(self, "interaction_coefficients", icoeffs)
         if self.region is not None:
             if self.form == FORM_POLY:
-                raise ValueError("region: only the time-aware forms take one (the x range is the plain form's region)")
+                raise InputError("region: only the time-aware forms take one (the x range is the plain form's region)")
             if not isinstance(self.region, Region):
                 object.__setattr__(self, "region", Region.from_dict(self.region))
             low = min(r[0] for r in self.region.x_ranges)
             high = max(r[1] for r in self.region.x_ranges)
             if low < lo or high > hi:
-                raise ValueError(f"region: its x ranges ({low!r}..{high!r}) leave x_range {(lo, hi)!r}")
+                raise InputError(f"region: its x ranges ({low!r}..{high!r}) leave x_range {(lo, hi)!r}")
         object.__setattr__(self, "coefficients", coeffs)
         object.__setattr__(self, "time_coefficients", tcoeffs)
         object.__setattr__(self, "x_range", (lo, hi))
@@ -180,19 +181,19 @@ class RescaleFunction:
         tknots = tuple(float(k) for k in self.time_knots)
         if self.form != FORM_MONO_STEP:
             if knots or tknots:
-                raise ValueError(f"knots/time_knots: only form {FORM_MONO_STEP!r} takes them")
+                raise InputError(f"knots/time_knots: only form {FORM_MONO_STEP!r} takes them")
             return
         for name, values, least in (("knots", knots, 2), ("time_knots", tknots, 1)):
             increasing = all(b > a for a, b in zip(values, values[1:], strict=False))
             if len(values) < least or not all(math.isfinite(v) for v in values) or not increasing:
-                raise ValueError(f"{name}: expected at least {least} increasing finite numbers, got {values!r}")
+                raise InputError(f"{name}: expected at least {least} increasing finite numbers, got {values!r}")
         if len(self.coefficients) != len(knots) * len(tknots):
-            raise ValueError(
+            raise InputError(
                 f"coefficients: form {FORM_MONO_STEP!r} takes one weight per knot and time knot "
                 f"({len(knots)} x {len(tknots)}), got {len(self.coefficients)}"
             )
         if self.time_coefficients:
-            raise ValueError(f"time_coefficients: form {FORM_MONO_STEP!r} takes none (its weights are coefficients)")
+            raise InputError(f"time_coefficients: form {FORM_MONO_STEP!r} takes none (its weights are coefficients)")
         object.__setattr__(self, "knots", knots)
         object.__setattr__(self, "time_knots", tknots)
 
@@ -203,7 +204,7 @@ class RescaleFunction:
         with np.errstate(over="ignore", invalid="ignore"):
             values = self(xs, np.tile([0.0, 1.0], 5))
         if not np.all(np.isfinite(values)):
-            raise ValueError(
+            raise InputError(
                 f"coefficients: the rescale function overflows float64 on x {self.x_range[0]:g}..{hi:g}; expected "
                 f"coefficients of a rescale function, got {self.coefficients!r}"
             )
@@ -303,15 +304,15 @@ class RescaleFunction:
                 time_knots=tuple(data.get("time_knots", ())),
             )
         except KeyError as exc:
-            raise ValueError(f"rescale function: missing field {exc.args[0]!r}") from None
+            raise InputError(f"rescale function: missing field {exc.args[0]!r}") from None
 
 
 def _check_numbers(values, name: str) -> None:
     if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
-        raise TypeError(f"{name}: expected a sequence of numbers, got {type(values).__name__}")
+        raise InputTypeError(f"{name}: expected a sequence of numbers, got {type(values).__name__}")
     for value in values:
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise TypeError(f"{name}: expected numbers, got {value!r} ({type(value).__name__})")
+            raise InputTypeError(f"{name}: expected numbers, got {value!r} ({type(value).__name__})")
 
 
 def as_rescale(coefficients: RescaleFunction | Sequence[float] | None, default: RescaleFunction) -> RescaleFunction:
@@ -321,7 +322,7 @@ def as_rescale(coefficients: RescaleFunction | Sequence[float] | None, default: 
     if isinstance(coefficients, RescaleFunction):
         return coefficients
     if isinstance(coefficients, str | bytes) or not isinstance(coefficients, Sequence | np.ndarray):
-        raise TypeError(
+        raise InputTypeError(
             f"coefficients: expected a RescaleFunction or a sequence of numbers (highest power first), "
             f"got {type(coefficients).__name__}"
         )

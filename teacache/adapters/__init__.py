@@ -11,6 +11,7 @@ import importlib
 from types import ModuleType
 
 from teacache import variants
+from teacache.errors import InputTypeError
 
 
 def adapters() -> list[ModuleType]:
@@ -33,7 +34,7 @@ def adapter_for(model) -> ModuleType:
     for module in adapters():
         if module.matches(model):
             return module
-    raise TypeError(
+    raise InputTypeError(
         f"model: TeaCache does not support {type(model).__name__}; supported variants: "
         f"{', '.join(supported_variants())}"
     )
