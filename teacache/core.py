@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 
 import mlx.core as mx
@@ -231,8 +232,13 @@ class StepController:
                 "(its callbacks start every generation), not the transformer directly."
             )
 
-    def should_compute(self, modulated: mx.array, branch: int = 0) -> bool:
-        """One decision per step: branch 0 decides, later branches of the same step reuse it."""
+    def should_compute(
+        self, modulated: mx.array, branch: int = 0, while_reading: Callable[[], None] | None = None
+    ) -> bool:
+        """One decision per step: branch 0 decides, later branches of the same step reuse it.
+
+        ``while_reading`` runs while the device computes a signal the decision must read back (it builds
+        the body's graph then, so the host's work overlaps the device's); it runs at most once."""
         self._require_generation()
         step, state = self.step, self.state
         if state.step_decision is not None and state.step_decision[0] == step and branch != 0:
@@ -241,7 +247,7 @@ class StepController:
             compute = self._observe_signal(modulated, step)
         else:
             self._read_unread()  # the previous step's, evaluated with it
-            compute = self._decide(modulated, step)
+            compute = self._decide(modulated, step, while_reading)
         if not compute and branch not in state.residuals:
             compute = True  # nothing cached for this branch yet
         state.step_decision = (step, compute)
@@ -252,7 +258,7 @@ class StepController:
             stats.log = self.gate.log
         return compute
 
-    def _decide(self, modulated: mx.array, step: int) -> bool:
+    def _decide(self, modulated: mx.array, step: int, while_reading: Callable[[], None] | None = None) -> bool:
         anchor, self.state.anchor = self.state.anchor, modulated
         change = None if anchor is None else rel_l1(modulated, anchor)
         if change is not None and not self.gate.reads_signal(step, self.num_steps):
@@ -260,6 +266,11 @@ class StepController:
             # own evaluation computes it (carry) and the log receives it once the step is done
             self.state.unread.append((len(self.gate.log), change))
             change = None
+        elif change is not None:
+            # the value is needed now: start the device on it and let the host build the body meanwhile
+            mx.async_eval(change)
+            if while_reading is not None:
+                while_reading()
         return self.gate.decide(step, self.num_steps, None if change is None else change.item(), self.sigma).compute
 
     def carry(self, output: mx.array) -> mx.array:

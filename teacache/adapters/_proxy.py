@@ -24,7 +24,8 @@ class CachingProxy(nn.Module):
     Where the pipeline compiles its predict (FLUX.2, Z-Image), the predict that stands in for it calls
     :meth:`compile_segments` once per generation, as mflux compiles its own predict once per generation:
     the head (up to the signal), the body and the tail then run ``mx.compile``d and only the skip decision,
-    which reads the signal back on the host, runs in Python between them.
+    which reads the signal back on the host, runs in Python between them. While the device computes a
+    signal the decision reads, the host builds the body's graph: a computed step loses no time to the read.
     """
 
     def __init__(self, transformer: nn.Module, controller: StepController) -> None:
@@ -50,8 +51,9 @@ class CachingProxy(nn.Module):
     def cached_step(self, modulated, embedded, temb, branch: int, body: Callable[[], mx.array]) -> mx.array:
         """Compute the body or replay its residual, then the tail; the one place a skip happens."""
         ctl = self._controller
-        if ctl.should_compute(modulated, branch=branch):
-            body_out = body()
+        built: list[mx.array] = []  # the body's graph, built while a decision reads its signal (dropped on a skip)
+        if ctl.should_compute(modulated, branch=branch, while_reading=lambda: built.append(body())):
+            body_out = built[0] if built else body()
             residual = self._residual(body_out, embedded)
             ctl.store_residual(branch, residual)
         else:

@@ -183,3 +183,38 @@ def test_the_cache_holds_its_own_arrays_and_nothing_behind_them(family, gate):
     gc.collect()
     released = held - mx.get_active_memory()
     assert cache > 0 and cache <= released <= cache + arrays * ALLOCATOR_PAGE, (released, cache)
+
+
+@EVERY_FAMILY
+def test_a_gated_decision_builds_the_body_while_its_signal_is_computed(family):
+    """Where the decision reads its signal back, the body's graph is built in the meantime (and dropped on a
+    skip): the same decisions and the same bits as building it after the read, skips included."""
+    model, generate = family
+    runs = {}
+    for speculate in (True, False):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with apply_teacache(model, rel_l1_thresh=0.3, coefficients=IDENTITY) as handle:
+                ctl, seen = handle._controller, []
+                decide = ctl.should_compute
+
+                def spy(modulated, branch=0, while_reading=None, decide=decide, ctl=ctl, seen=seen, on=speculate):
+                    ran = []
+
+                    def build():
+                        ran.append(branch)
+                        while_reading()
+
+                    compute = decide(modulated, branch=branch, while_reading=build if on else None)
+                    seen.append((ctl.step, branch, bool(ran), compute))
+                    return compute
+
+                ctl.should_compute = spy
+                image = generate(seed=5)
+        runs[speculate] = image, [(d.reason, d.compute) for d in handle.stats.log], seen
+    (image, log, seen), (plain_image, plain_log, _) = runs[True], runs[False]
+    assert log == plain_log and any(not compute for _, compute in log)  # it skipped, and decided alike
+    assert mx.array_equal(image, plain_image).item()
+    gated = {step for step, (reason, _) in enumerate(log) if reason not in ("first", "last")} - {0}
+    assert {step for step, branch, ran, _ in seen if ran and branch == 0} == gated
+    assert not any(ran for _, branch, ran, _ in seen if branch != 0)  # later branches reuse the decision

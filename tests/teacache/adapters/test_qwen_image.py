@@ -24,9 +24,9 @@ def _record_branches(handle) -> list[tuple[int, int]]:
     calls: list[tuple[int, int]] = []
     decide = ctl.should_compute
 
-    def recording(modulated, branch=0):
+    def recording(modulated, branch=0, while_reading=None):
         calls.append((ctl.step, branch))
-        return decide(modulated, branch=branch)
+        return decide(modulated, branch=branch, while_reading=while_reading)
 
     ctl.should_compute = recording
     return calls
@@ -73,7 +73,8 @@ def test_cfg_pairs_the_two_calls_of_a_step_into_one_decision(qwen_image, monkeyp
     stats = handle.stats
     assert calls == [(step, branch) for step in range(STEPS) for branch in (0, 1)]
     assert len(stats.log) == STEPS and stats.computed + stats.skipped == STEPS and stats.skipped > 0
-    assert len(bodies) == 2 * stats.computed  # a computed step runs both bodies, a skipped one neither
+    # a computed step runs both bodies; a skipped one builds branch 0's graph while its signal is read, then drops it
+    assert len(bodies) == 2 * stats.computed + stats.skipped
 
 
 def test_pairing_restarts_after_a_generation_that_failed_between_the_two_calls(qwen_image):
@@ -85,11 +86,11 @@ def test_pairing_restarts_after_a_generation_that_failed_between_the_two_calls(q
         decide = ctl.should_compute
         failed = []
 
-        def fail_once(modulated, branch=0):
+        def fail_once(modulated, branch=0, while_reading=None):
             if not failed:  # the first call of step 0 is counted, then the generation dies
                 failed.append(branch)
                 raise RuntimeError("boom in the first call")
-            return decide(modulated, branch=branch)
+            return decide(modulated, branch=branch, while_reading=while_reading)
 
         ctl.should_compute = fail_once
         with pytest.raises(RuntimeError, match="boom"):
