@@ -76,12 +76,13 @@ def test_the_committed_h200_figures_rebuild_from_their_raw_step_times():
     assert (phases[("p", 1)]["loop"], phases[("p", 1)]["decode"], phases[("p", 1)]["held"]) == (520, 0, 0)
 
 
-def test_the_committed_summary_rebuilds_byte_for_byte(tmp_path):
-    copy = tmp_path / "proxy-cost-flux1"
-    shutil.copytree(COMMITTED, copy)
+@pytest.mark.parametrize("committed", [COMMITTED, COMMITTED.parent / "step-cost-overlap"], ids=lambda p: p.name)
+def test_the_committed_summary_rebuilds_byte_for_byte(tmp_path, committed):
+    copy = tmp_path / committed.name
+    shutil.copytree(committed, copy)
     step_cost_summary.write_summary(copy)
     for name in (step_cost_summary.SUMMARY_MD, step_cost_summary.SUMMARY_CSV):
-        assert (copy / name).read_bytes() == (COMMITTED / name).read_bytes(), name
+        assert (copy / name).read_bytes() == (committed / name).read_bytes(), name
 
 
 # ------------------------------------------------------------------------------- one generation, each family
