@@ -69,7 +69,12 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=0, help="processes drawing batches (0: in this process)")
     p.add_argument("--time-limit", type=float, default=0.0, help="checkpoint and stop after this many s (0: none)")
     p.add_argument("--checkpoint-every", type=int, default=1000)
-    p.add_argument("--no-compile", action="store_true", help="run the training step uncompiled")
+    p.add_argument(
+        "--no-compile",
+        action="store_true",
+        help="run the training step uncompiled (FLUX.1 on CUDA: its first compiled step takes 250-300 s, so a run "
+        "of under ~10 minutes trains more steps uncompiled; results/cuda-nvidia-h200/flux1-layout-study)",
+    )
     p.add_argument("--init", type=Path, help="start from these weights (a model of this family) instead of fresh ones")
     p.add_argument(
         "--distill-guidance",
