@@ -34,12 +34,12 @@ from calib.run.interrupts import Interrupted, interruptions
 from calib.run.prompts import SETS
 from teacache import variants
 from teacache.errors import InputError, TeaCacheError
-from teacache.io import atomic_path
+from teacache.io import atomic_path, project_root
 from teacache.provenance import hardware_slug
 
 PROG = "teacache-bench campaign"
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = project_root()
 # A campaign folder: its four stages, each checked as that stage's own folder, and the studies filed beside them
 # in results/<hardware>/<variant>/<mflux>/ (baselines, criteria, decision, gap check, packaged fit).
 STAGES = {"traces": record_stage.WRITES, "fit": fit_files.WRITES, "sweep": sweep_files.WRITES,
