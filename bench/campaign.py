@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from bench.campaign_sizes import campaign_sizes
 from bench.report import files as report_files
 from bench.sweep import command as sweep_stage
 from bench.sweep import files as sweep_files
@@ -35,12 +34,12 @@ from calib.run.interrupts import Interrupted, interruptions
 from calib.run.prompts import SETS
 from teacache import variants
 from teacache.errors import InputError, TeaCacheError
-from teacache.io import atomic_path
+from teacache.io import atomic_path, project_root
 from teacache.provenance import hardware_slug
 
 PROG = "teacache-bench campaign"
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = project_root()
 # A campaign folder: its four stages, each checked as that stage's own folder, and the studies filed beside them
 # in results/<hardware>/<variant>/<mflux>/ (baselines, criteria, decision, gap check, packaged fit).
 STAGES = {"traces": record_stage.WRITES, "fit": fit_files.WRITES, "sweep": sweep_files.WRITES,
@@ -53,8 +52,8 @@ WRITES = arguments.Writes(PROG, names=(*STAGES, *COMPANIONS), regenerates=("resu
 
 
 def campaign_models() -> list[str]:
-    """The models with campaign sizes (bench.campaign_sizes: the embedded ones)."""
-    return sorted(spec.name for spec in variants.all_specs() if campaign_sizes(spec.name) is not None)
+    """The models with campaign sizes in their variant spec (the embedded ones)."""
+    return sorted(spec.name for spec in variants.all_specs() if spec.campaign_sizes is not None)
 
 
 def default_out(variant: str) -> Path:
@@ -66,7 +65,7 @@ def setup_arg_parser(prog: str = PROG) -> argparse.ArgumentParser:
         f"  {name}: record {c.record_prompts} x seeds {c.record_seeds}; sweep {c.sweep_prompts} x seeds "
         f"{c.sweep_seeds}, thresholds {c.thresholds}, {c.repeats} repeats"
         for name in campaign_models()
-        for c in [campaign_sizes(name)]
+        for c in [variants.get(name).campaign_sizes]
     )
     parser = arguments.CommandParser(
         prog=prog, description=__doc__.split("\n\n")[0], epilog=f"campaign settings per model:\n{per_model}"
@@ -131,7 +130,7 @@ def plan_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swe
     sweep estimated over an hour is refused before anything is recorded."""
     if model not in campaign_models():
         raise InputError(f"--model: expected one of {', '.join(campaign_models())}, got {model!r}")
-    cfg = campaign_sizes(model)
+    cfg = variants.get(model).campaign_sizes
     out = arguments.check_out_dir(out, writes=WRITES)
     for stage, writes in STAGES.items():  # each stage's folder is that stage's own; the stages run unchecked in it
         outputs.check_folder_is_own(out / stage, writes)

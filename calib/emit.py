@@ -29,11 +29,11 @@ from calib.run.outputs import Writes
 from teacache import variants
 from teacache.coefficients import PACKAGED_MODULES, module_name
 from teacache.errors import InputError
-from teacache.io import write_text
+from teacache.io import project_root, write_text
 from teacache.rescale import FORM_MONO_STEP, FORM_POLY_STEP, RescaleFunction
 from teacache.variants import dtype_name
 
-COEFFICIENTS_DIR = Path(__file__).resolve().parent.parent / "teacache" / "coefficients"
+COEFFICIENTS_DIR = project_root() / "teacache" / "coefficients"
 _WIDTH = 108
 
 

@@ -43,14 +43,17 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             tmp_path.unlink()
 
 
-_PROJECT_ROOT = Path(__file__).resolve().parent.parent
+def project_root() -> Path:
+    """The repository holding teacache/, calib/ and bench/: committed results, docs and weights are found
+    relative to it, so every module asks here instead of counting parents of its own file."""
+    return Path(__file__).resolve().parent.parent
 
 
 def portable(text: str) -> str:
     """Machine-specific absolute paths out of an artifact: the project root becomes ".", the home
     folder "~", the temp folder "$TMPDIR". Artifacts are committed and compared across machines."""
     for prefix, name in (
-        (str(_PROJECT_ROOT), "."),
+        (str(project_root()), "."),
         (tempfile.gettempdir(), "$TMPDIR"),
         (str(Path.home()), "~"),
     ):

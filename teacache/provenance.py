@@ -13,11 +13,11 @@ from pathlib import Path
 
 import mlx.core as mx
 
-from teacache.io import FORMAT_VERSION
+from teacache.io import FORMAT_VERSION, project_root
 
 DISTRIBUTION = "teacache-lab"  # the name on the package index (mflux-teacache belongs to another project)
 
-_PROJECT_ROOT = Path(__file__).resolve().parent.parent
+_PROJECT_ROOT = project_root()
 
 
 def installed_version(dist: str) -> str | None:

@@ -12,10 +12,10 @@ from pathlib import Path
 import pandas as pd
 
 from teacache.errors import TeaCacheError
-from teacache.io import read_json_object
+from teacache.io import project_root, read_json_object
 from teacache.provenance import tolerance_module_name
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = project_root()
 STAGES = ("traces", "fit", "sweep", "report", "tolerances.py", "gapcheck")
 
 

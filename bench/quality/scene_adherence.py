@@ -39,7 +39,7 @@ from scipy import ndimage
 from calib.run import arguments
 from calib.run.command import command
 from teacache.errors import InputError
-from teacache.io import read_json_object, write_json
+from teacache.io import project_root, read_json_object, write_json
 from teacache.models import scenes_data
 from teacache.models.scenes_data import PALETTE, STRIPE_SHADE, SceneObject, SceneSpec, parse_prompt
 
@@ -50,7 +50,7 @@ STRIPED_SHARE = 0.25  # rendered: about half of a striped object is shade, none 
 MAX_MISSES_RECORDED = 16
 WEIGHTS_NAME = "tiny-scenes.safetensors"
 MANIFEST_NAME = "tiny-scenes.json"
-PACKAGED_WEIGHTS = Path(__file__).resolve().parents[2] / "teacache" / "models" / "weights"
+PACKAGED_WEIGHTS = project_root() / "teacache" / "models" / "weights"
 DEFAULT_MODEL_DIR = PACKAGED_WEIGHTS / Path(WEIGHTS_NAME).stem  # the folder bears the model's name, as its files
 _COLOR_NAMES = tuple(PALETTE)
 _BASE_RGB = np.array([PALETTE[name] for name in _COLOR_NAMES], dtype=np.float32)

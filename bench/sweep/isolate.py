@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
@@ -23,8 +22,9 @@ from bench.sweep.baselines import Arm, run_arm
 from calib.run.command import command
 from teacache import load_model
 from teacache.errors import InputError
+from teacache.io import project_root
 
-_ROOT = Path(__file__).resolve().parents[2]  # the folder holding bench/, calib/, teacache/
+_ROOT = project_root()  # the folder holding bench/, calib/, teacache/
 RESULT_PREFIX = "isolate-result: "
 
 

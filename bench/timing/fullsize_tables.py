@@ -18,10 +18,10 @@ import pandas as pd
 import calib
 import teacache
 from bench.timing.fullsize_records import CONFIG_KEY, RUNS, SUMMARY, read_table, write_table
-from teacache.io import FORMAT_VERSION, write_json
+from teacache.io import FORMAT_VERSION, project_root, write_json
 from teacache.models.fullsize import MEANINGLESS
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = project_root()
 SUMMARY_COLUMNS = SUMMARY.names
 RUN_COLUMNS = RUNS.names  # runs.csv: one row per generation (or per arm that could not run: note)
 

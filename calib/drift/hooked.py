@@ -15,11 +15,11 @@ A function is written ``module:Class.method`` (or ``module:function``).
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 from teacache import variants
+from teacache.io import project_root
 
-ADAPTERS = Path(__file__).resolve().parents[2] / "teacache" / "adapters"
+ADAPTERS = project_root() / "teacache" / "adapters"
 SHARED = "_proxy"  # what every adapter shares: its mflux functions belong to every family
 ALL_FAMILIES = "*"
 SPECIAL = ("__init__", "__call__")

@@ -21,7 +21,7 @@ from pathlib import Path
 from calib.drift import effect, integrity
 from calib.run.progress import append_log
 from teacache.errors import InputError, TeaCacheError
-from teacache.io import read_json_object, write_json, write_parquet
+from teacache.io import project_root, read_json_object, write_json, write_parquet
 
 SETTINGS_FORMAT = 1
 DEFAULT_PROMPTS = 4  # a small default set: the first prompts of the model's own set
@@ -82,7 +82,7 @@ def weights_fingerprint(model: str, base_model: str | None) -> str:
         return f"folder sha256:{digest.hexdigest()}"
     spec = variants.find(model)
     if spec is not None and spec.embedded:
-        weights = Path(__file__).resolve().parents[2] / "teacache" / "models" / "weights"
+        weights = project_root() / "teacache" / "models" / "weights"
         files = sorted(weights.glob(f"{spec.name}.safetensors")) + sorted((weights / spec.name).glob("*.safetensors"))
         if files:
             from teacache.io import file_sha256

@@ -21,10 +21,10 @@ from calib.traces.errors import TraceError
 from calib.traces.reader import load_traces
 from calib.traces.runs import run_key_columns
 from teacache.errors import TeaCacheError
-from teacache.io import file_sha256
+from teacache.io import file_sha256, project_root
 
 DEGREES = 4  # mlx-teacache's poly_eval unpacks exactly five coefficients (c4..c0)
-PROJECT_ROOT = Path(__file__).resolve().parent.parent  # where "./" in an artifact's paths points
+PROJECT_ROOT = project_root()  # where "./" in an artifact's paths points (teacache.io.portable)
 GENERATED_BY = "teacache-calib emit --format mlx-teacache"
 
 

@@ -39,6 +39,19 @@ class Generation:
         return {"steps": self.steps, "width": self.width, "height": self.height, "guidance": self.guidance}
 
 
+@dataclass(frozen=True)
+class CampaignSizes:
+    """What ``teacache-bench campaign`` runs for an embedded model: the prompt sets, seeds, thresholds and repeats
+    of its stages, sized to fit minutes on 2 CPU cores (a random-weight model: a few prompts, seconds per run)."""
+
+    record_prompts: str
+    record_seeds: str
+    sweep_prompts: str
+    sweep_seeds: str
+    thresholds: str
+    repeats: int
+
+
 ALL_DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -94,6 +107,7 @@ class VariantSpec:
     skip_first_why: str = ""
     coefficients: str | None = None  # module under teacache.coefficients; None: no packaged calibration
     prompt_set: str = "default"
+    campaign_sizes: CampaignSizes | None = None  # what ``teacache-bench campaign`` runs (the embedded models)
     builder: str | None = None  # "module:function(seed)" in the zoo, for an embedded model (read by zoo())
     refuse_why: str = ""  # set on a name mflux knows but TeaCache refuses (e.g. a distilled model)
     trained: bool = False  # an embedded model with trained weights (it draws its prompts), not weights from a seed

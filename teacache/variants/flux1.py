@@ -1,6 +1,6 @@
 """FLUX.1 variants (mflux's ``Flux1``; adapter ``teacache.adapters.flux1``)."""
 
-from teacache.variants import Family, Generation, NumericChange, VariantSpec
+from teacache.variants import CampaignSizes, Family, Generation, NumericChange, VariantSpec
 
 FAMILY = Family(
     name="flux1",
@@ -65,6 +65,7 @@ SPECS = (
         generation=Generation(steps=20, width=128, height=128, guidance=3.5),
         coefficients="tiny_flux1",
         prompt_set="fast",
+        campaign_sizes=CampaignSizes("fast", "0,1", "fast", "0,1,2", "0,0.2,0.25,0.3,0.5", 2),
         builder="teacache.models.tiny_flux1:build_tiny_flux1",
     ),
     VariantSpec(
@@ -85,6 +86,9 @@ SPECS = (
         generation=Generation(steps=28, width=256, height=256, guidance=3.5),
         coefficients="tiny_scenes",
         prompt_set="tiny-scenes",
+        campaign_sizes=CampaignSizes(
+            "tiny-scenes", "0,1", "tiny-scenes-sweep", "0", "0,0.005,0.01,0.02,0.03,0.05,0.1", 2
+        ),
         builder="teacache.models.scenes:load_tiny_scenes",
         trained=True,
         only_its_size=True,
@@ -108,6 +112,8 @@ SPECS = (
         generation=Generation(steps=28, width=256, height=256, guidance=3.5),
         coefficients="tiny_open_flux1",
         prompt_set="tiny-open",
+        # open captions: outputs change per step as a real model's do, so thresholds on a real model's scale
+        campaign_sizes=CampaignSizes("tiny-open", "0,1", "tiny-open-sweep", "0", "0,0.05,0.1,0.2,0.3,0.5,0.8", 2),
         builder="teacache.models.open_models:load_tiny_open_flux1",
         trained=True,
         only_its_size=True,

@@ -1,6 +1,6 @@
 """FLUX.2 Klein variants and the embedded FLUX.2 models (mflux's ``Flux2Klein``; adapter ``adapters.flux2``)."""
 
-from teacache.variants import Family, Generation, VariantSpec
+from teacache.variants import CampaignSizes, Family, Generation, VariantSpec
 
 FAMILY = Family(
     name="flux2",
@@ -78,6 +78,9 @@ SPECS = (
         generation=Generation(steps=28, width=32, height=32, guidance=1.0),
         coefficients="tiny_shapes",
         prompt_set="tiny-shapes",
+        campaign_sizes=CampaignSizes(
+            "tiny-shapes", "0,1", "tiny-shapes-sweep", "0", "0,0.005,0.01,0.02,0.03,0.05,0.1", 2
+        ),
         builder="teacache.models.shapes:load_tiny_shapes",
         trained=True,
         only_its_size=True,
@@ -91,6 +94,7 @@ SPECS = (
         generation=Generation(steps=20, width=128, height=128, guidance=1.0),
         coefficients="tiny_flux2",
         prompt_set="fast",
+        campaign_sizes=CampaignSizes("fast", "0,1", "fast", "0,1,2", "0,0.1,0.2,0.3", 2),
         builder="teacache.models.tiny_flux2:build_tiny_flux2",
     ),
     VariantSpec(
@@ -111,6 +115,8 @@ SPECS = (
         generation=Generation(steps=28, width=32, height=32, guidance=2.0),
         coefficients="tiny_open_flux2",
         prompt_set="tiny-open",
+        # open captions: outputs change per step as a real model's do, so thresholds on a real model's scale
+        campaign_sizes=CampaignSizes("tiny-open", "0,1", "tiny-open-sweep", "0", "0,0.05,0.1,0.2,0.3,0.5,0.8", 2),
         builder="teacache.models.open_models:load_tiny_open_flux2",
         trained=True,
         is_default_model=True,

@@ -4,7 +4,7 @@ mflux 0.24.0 resolves its aliases "qwen-image" and "qwen" to Qwen/Qwen-Image-251
 original Qwen/Qwen-Image checkpoint and ``qwen-image-2512`` the newer one, each with its own calibration.
 """
 
-from teacache.variants import Family, Generation, NumericChange, VariantSpec
+from teacache.variants import CampaignSizes, Family, Generation, NumericChange, VariantSpec
 
 FAMILY = Family(
     name="qwen",
@@ -59,6 +59,7 @@ SPECS = (
         generation=Generation(steps=10, width=128, height=128, guidance=4.0),
         coefficients="tiny_qwen_image",
         prompt_set="fast",
+        campaign_sizes=CampaignSizes("fast", "0,1", "fast", "0,1,2", "0,0.1,0.2,0.3", 2),
         builder="teacache.models.tiny_qwen:build_tiny_qwen_image",
     ),
 )

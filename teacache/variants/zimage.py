@@ -1,6 +1,6 @@
 """Z-Image variants (mflux's ``ZImage``; adapter ``teacache.adapters.zimage``)."""
 
-from teacache.variants import Family, Generation, NumericChange, VariantSpec
+from teacache.variants import CampaignSizes, Family, Generation, NumericChange, VariantSpec
 
 FAMILY = Family(
     name="zimage",
@@ -55,6 +55,7 @@ SPECS = (
         generation=Generation(steps=10, width=128, height=128, guidance=4.0),
         coefficients="tiny_z_image",
         prompt_set="fast",
+        campaign_sizes=CampaignSizes("fast", "0,1", "fast", "0,1,2", "0,0.1,0.2,0.3", 2),
         builder="teacache.models.tiny_zimage:build_tiny_z_image",
     ),
 )

@@ -1,22 +1,23 @@
-"""bench's campaign sizes: one entry per embedded model, each naming prompt sets the commands know."""
+"""The campaign sizes in the variant specs: one per embedded model, each naming prompt sets the commands know."""
 
 from __future__ import annotations
 
 from bench.campaign import campaign_models
-from bench.campaign_sizes import CAMPAIGN_SIZES, campaign_sizes
 from calib.run.prompts import SETS
 from teacache import variants
 
 
 def test_every_embedded_model_and_only_they_have_campaign_sizes():
-    assert set(CAMPAIGN_SIZES) == set(variants.embedded_names())
+    sized = {spec.name for spec in variants.all_specs(include_refused=True) if spec.campaign_sizes is not None}
+    assert sized == set(variants.embedded_names())
     assert campaign_models() == sorted(variants.embedded_names())
-    assert campaign_sizes("flux1-dev") is None
+    assert variants.get("flux1-dev").campaign_sizes is None
 
 
-def test_the_sizes_name_known_prompt_sets_and_the_registry_reads_none_of_them():
-    for sizes in CAMPAIGN_SIZES.values():
+def test_the_sizes_name_known_prompt_sets_and_the_registry_reads_no_scorer_choice():
+    for name in variants.embedded_names():
+        sizes = variants.get(name).campaign_sizes
         assert {sizes.record_prompts, sizes.sweep_prompts} <= set(SETS)
         assert sizes.repeats >= 1
     spec = variants.get(variants.default_model())
-    assert not hasattr(spec, "campaign") and not hasattr(spec, "scores_adherence")
+    assert not hasattr(spec, "scores_adherence")

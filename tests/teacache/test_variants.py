@@ -53,15 +53,12 @@ def test_specs_point_at_things_that_exist():
 
 def test_a_variant_name_is_spelled_in_at_most_two_code_files():
     """Its spec and, for an embedded model, its builder. Generated coefficient modules carry the name in their
-    provenance (data, not code), prompt sets have names of their own (``--prompts tiny-shapes``), and bench's
-    campaign sizes are keyed by it (checked against the registry in tests/bench/test_campaign_sizes.py)."""
-    from bench.campaign_sizes import CAMPAIGN_SIZES
+    provenance (data, not code), and prompt sets have names of their own (``--prompts tiny-shapes``)."""
     from calib.run.prompts import SETS
 
     files = [p for d in CODE_DIRS for p in (ROOT / d).rglob("*.py") if "coefficients" not in p.parts]
     literals = {p: _string_literals(p) for p in files}
     literals[ROOT / "calib" / "run" / "prompts.py"] -= set(SETS)
-    literals[ROOT / "bench" / "campaign_sizes.py"] -= set(CAMPAIGN_SIZES)
     for spec in variants.all_specs(include_refused=True):
         where = [p.relative_to(ROOT).as_posix() for p, lits in literals.items() if spec.name in lits]
         assert len(where) <= 2, f"{spec.name!r} is spelled in {where}"

@@ -14,6 +14,7 @@ from calib import emit as emitmod
 from calib.traces import mlx_teacache as reader
 from calib.traces import mlx_teacache_format as fmt
 from calib.traces.reader import load_traces
+from teacache.io import portable, project_root
 from tests.calib.conftest import make_fit, traces
 
 
@@ -119,3 +120,10 @@ def test_its_wrapper_accepts_the_written_tuple(tmp_path, capsys, poly_fit):
             assert h.coefficients == tuple(data["coefficients_c4_to_c0"])
             assert h.provenance.source == "user"
             assert len(h.stats.last_generation.decisions) == 6
+
+
+def test_a_path_under_the_project_root_resolves_where_portable_wrote_it():
+    """A fit names its traces as teacache.io.portable writes them: "./results/..." is under the repository root."""
+    written = project_root() / "results" / "some" / "traces.parquet"
+    assert portable(str(written)) == "./results/some/traces.parquet"
+    assert fmt._local("./results/some/traces.parquet") == written
