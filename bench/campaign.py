@@ -27,12 +27,12 @@ from bench.sweep import measure as sweep_measure
 from bench.sweep import settings as sweep_settings
 from calib import record as record_stage
 from calib.fit import files as fit_files
-from calib.run import arguments, fingerprint, outputs, ranks, shard
+from calib.run import arguments, fingerprint, ranks, shard
 from calib.run.command import run_command
 from calib.run.folder_lock import folder_lock
 from calib.run.interrupts import Interrupted, interruptions
 from calib.run.prompts import SETS
-from teacache import variants
+from teacache import outputs, variants
 from teacache.errors import InputError, TeaCacheError
 from teacache.io import atomic_path, project_root
 from teacache.provenance import hardware_slug

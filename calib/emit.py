@@ -25,11 +25,11 @@ from calib.fit.errors import FitError
 from calib.fit.result import FitResult
 from calib.run.arguments import CommandParser, check_out_file, path_argument
 from calib.run.command import command
-from calib.run.outputs import Writes
 from teacache import variants
 from teacache.coefficients import PACKAGED_MODULES, module_name
 from teacache.errors import InputError
 from teacache.io import project_root, write_text
+from teacache.outputs import Writes
 from teacache.rescale import FORM_MONO_STEP, FORM_POLY_STEP, RescaleFunction
 from teacache.variants import dtype_name
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from calib.emit_checks import check_emittable
 from calib.fit.result import FitResult
 from calib.run.arguments import check_out_file, check_variant_name
-from calib.run.outputs import Writes
+from teacache.outputs import Writes
 
 
 def _is_calibration_file(path: Path) -> bool:

@@ -40,7 +40,7 @@ OUTPUTS = (*RESULTS, units.SHARDS, LOG)  # what --force-new removes
 # A run is the unit of a sharded recording: OUT/shards/rank-<r>/runs/<run_id>.parquet
 LAYOUT = units.UnitLayout("runs", ".parquet", noun="runs")
 EXTENDABLE = ("seeds",)
-# What the output rule (calib.run.outputs) lets it write: a recording, in a folder its fingerprint names it in.
+# What the output rule (teacache.outputs) lets it write: a recording, in a folder its fingerprint names it in.
 WRITES = arguments.Writes(PROG, names=(*OUTPUTS, fingerprint.FILE), marker=fingerprint.FILE)
 
 

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from calib.run.outputs import CHECKOUT
 from teacache import variants
 from teacache.errors import TeaCacheError
 from teacache.gate import GateConfig
 from teacache.gate_batch import replay_skip_masks
+from teacache.outputs import CHECKOUT
 from teacache.rescale import RescaleFunction
 
 # The replay grid: 0 and a geometric sweep far past any threshold the committed calibrations use (0.005-0.5).

@@ -1,4 +1,4 @@
-"""Every command that writes follows one output rule (calib.run.outputs): a folder only if it is new, empty or
+"""Every command that writes follows one output rule (teacache.outputs): a folder only if it is new, empty or
 the command's own, a file only if it is new or --force is given, never among the tracked files of this
 project's checkout unless regenerating them is the command's purpose. A refusal is one line before any work,
 and leaves every folder as it was; a rerun into the command's own folder goes on working."""

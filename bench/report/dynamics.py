@@ -21,10 +21,10 @@ import pandas as pd
 
 from calib.run.arguments import check_out_dir
 from calib.run.command import command
-from calib.run.outputs import Writes
 from calib.traces.reader import load_traces
 from teacache.errors import InputError
 from teacache.io import atomic_path, write_json, write_text
+from teacache.outputs import Writes
 
 PROG = "teacache-bench dynamics"
 # Medians of y_rel_l1 by part of the schedule and y/x mid-schedule, from mlx-teacache's published real

@@ -1,11 +1,11 @@
-"""What ``teacache-bench report`` writes into its folder, and how the output rule (:mod:`calib.run.outputs`)
+"""What ``teacache-bench report`` writes into its folder, and how the output rule (:mod:`teacache.outputs`)
 tells a folder it wrote. Light to import: a campaign checks its report folder with it before plotting loads."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from calib.run.outputs import Writes
+from teacache.outputs import Writes
 
 PROG = "teacache-bench report"
 TITLE = "# TeaCache sweep: "  # the first line of every report.md this command writes

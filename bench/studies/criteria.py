@@ -36,10 +36,10 @@ from calib.fit.file import same_selection
 from calib.fit.result import FitResult
 from calib.run.arguments import CommandParser, Writes, check_out_dir, path_argument
 from calib.run.command import command
-from calib.run.outputs import granted
 from teacache import gate_batch, variants
 from teacache.errors import InputError
 from teacache.io import file_sha256, write_json
+from teacache.outputs import granted
 
 PROG = "teacache-bench criteria"
 SETTINGS_NAME = "settings.json"

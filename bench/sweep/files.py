@@ -1,4 +1,4 @@
-"""What ``teacache-bench sweep`` writes into its folder, how the output rule (:mod:`calib.run.outputs`) tells a
+"""What ``teacache-bench sweep`` writes into its folder, how the output rule (:mod:`teacache.outputs`) tells a
 folder it wrote, and where a sharded sweep keeps each pair: the names a campaign checks a sweep folder by."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ TABLES = ("runs.parquet", "decisions.parquet", "noop.parquet", "schedules.parque
 OUTPUTS = ("pairs", "images", *TABLES, "provenance.json", units.SHARDS, LOG)
 # What shows that a folder holds a sweep's results (images and shard folders alone are no sweep to check)
 RESULTS = ("pairs", *TABLES, "provenance.json")
-# What the output rule (calib.run.outputs) lets it write: a sweep, in a folder its fingerprint names it in.
+# What the output rule (teacache.outputs) lets it write: a sweep, in a folder its fingerprint names it in.
 WRITES = arguments.Writes(PROG, names=(*OUTPUTS, fingerprint.FILE), marker=fingerprint.FILE)
 # A pair is the unit of a sharded sweep: its parts under <folder>/pairs, its images under OUT/images
 LAYOUT = units.UnitLayout("pairs", ".runs.parquet", shared=("images/{key}-*.png",))

@@ -39,7 +39,7 @@ SCHEDULE_COLUMNS = [
     "predicted_skipped_steps",
 ]  # fmt: skip
 PROG = "teacache-bench replay"
-WRITES = Writes(PROG)  # one CSV and the files beside it: each new, or replaced with --force (calib.run.outputs)
+WRITES = Writes(PROG)  # one CSV and the files beside it: each new, or replaced with --force (teacache.outputs)
 PEER_SUFFIXES = (".mlx-teacache.csv", ".mlx-teacache-steps.csv")
 _GATE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(GateConfig) if f.default is not dataclasses.MISSING}
 

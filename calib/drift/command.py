@@ -88,7 +88,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# what drift writes in --out and in --save (calib.run.outputs: a folder new, empty or drift's own)
+# what drift writes in --out and in --save (teacache.outputs: a folder new, empty or drift's own)
 WRITES = arguments.Writes(
     PROG, names=("verdict.json", "numbers.json", "noise_floor.json", "effect", "progress.log", integrity.NAME)
 )

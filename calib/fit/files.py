@@ -1,11 +1,11 @@
-"""What ``teacache-calib fit`` writes into its folder, and how the output rule (:mod:`calib.run.outputs`) tells a
+"""What ``teacache-calib fit`` writes into its folder, and how the output rule (:mod:`teacache.outputs`) tells a
 folder it wrote. Light to import: a campaign checks its fit folder with it before it loads anything heavy."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from calib.run.outputs import Writes
+from teacache.outputs import Writes
 
 PROG = "teacache-calib fit"
 FIT_FILE = "fit.json"

@@ -1,7 +1,7 @@
 """Where ``teacache-generate`` writes an image and what it writes into it: mflux's metadata, then TeaCache's.
 
 The file name follows mflux (``--output``, ``{seed}`` filled in, ``_1`` appended rather than replacing a file) and
-the project's output rule (:mod:`calib.run.outputs`: never into tracked files of this checkout). The image and
+the project's output rule (:mod:`teacache.outputs`: never into tracked files of this checkout). The image and
 its ``--metadata`` sidecar are written under temporary names beside their place and renamed into it, so an
 interrupted save leaves no partial file.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from calib.generate import Refusal
 from calib.run.arguments import shown
-from calib.run.outputs import Writes, check_in_checkout, check_out_file
+from teacache.outputs import Writes, check_in_checkout, check_out_file
 
 WRITES = Writes("teacache-generate")
 PREFIX = "teacache_"

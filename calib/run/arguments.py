@@ -13,12 +13,12 @@ import os
 import textwrap
 from pathlib import Path
 
-from calib.run.outputs import Writes, check_out_dir, check_out_file  # noqa: F401  (the output rule, re-exported)
 from calib.run.prompts import SETS, default_set, load_prompts, parse_size
 from teacache import load_model as _load
 from teacache import variants
 from teacache.errors import InputError, TeaCacheError
 from teacache.loading import model_defaults, resolve_spec
+from teacache.outputs import Writes, check_out_dir, check_out_file  # noqa: F401  (the output rule, re-exported)
 
 EXIT_BAD_INPUT = TeaCacheError.exit_status  # argparse's own errors exit 2 too
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C

@@ -278,7 +278,7 @@ def train(args: argparse.Namespace, checkpoint: Checkpoint) -> tuple[nn.Module, 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = setup_arg_parser().parse_args(argv)
-    error = argument_error(args)
+    error = argument_error(args, PROG)
     if error:
         print(f"{PROG}: {error}", file=sys.stderr)
         return 2

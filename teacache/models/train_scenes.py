@@ -41,6 +41,7 @@ from teacache.models import scenes, scenes_data
 from teacache.models.training import argument_error, learning_rate, plot_loss, run_steps, save_weights, training_record
 from teacache.templating import template_environment
 
+PROG = "python -m teacache.models.train_scenes"
 WEIGHTS_NAME = "tiny-scenes.safetensors"
 MANIFEST_NAME = "tiny-scenes.json"
 CARD_NAME = "MODEL_CARD.md"
@@ -51,7 +52,7 @@ SAMPLE_GUIDANCE = 3.5
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m teacache.models.train_scenes", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=6000)
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--seed", type=int, default=0)
@@ -200,9 +201,9 @@ def write_model_card(out_dir: str | Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = setup_arg_parser().parse_args(argv)
-    error = argument_error(args)
+    error = argument_error(args, PROG)
     if error:
-        print(f"python -m teacache.models.train_scenes: {error}", file=sys.stderr)
+        print(f"{PROG}: {error}", file=sys.stderr)
         return 2
     ModelConfig.precision = mx.float32  # trained in float32 on every backend
     out: Path = args.out

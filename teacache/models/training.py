@@ -18,15 +18,29 @@ from mlx.utils import tree_flatten
 from safetensors.numpy import save
 from tqdm import tqdm
 
+from teacache.errors import InputError
 from teacache.io import atomic_path
 from teacache.models._weights import parameter_count
+from teacache.outputs import Writes, check_out_dir
 from teacache.provenance import collect
 
 FINAL_LOSS_WINDOW = 200
+# what a training folder holds: the run's log, checkpoint, weights, manifest and loss plot; the card commands'
+# samples and model card (teacache-bench adherence / scene-adherence / open-card write into the same folder)
+TRAINING_OUTPUTS = ("train.log", "checkpoint", "*.safetensors", "*.json", "loss.png", "samples.png", "MODEL_CARD.md")
 
 
-def argument_error(args: argparse.Namespace) -> str | None:
-    """One line naming the first bad training argument, or None; the output folder is created when all are good."""
+def training_writes(command: str) -> Writes:
+    """What a training run (and the card commands after it) writes into its --out: the output rule's view of it.
+    Retraining into the committed weights folder is allowed and said (the trainers exist to regenerate it)."""
+    return Writes(command=command, names=TRAINING_OUTPUTS, regenerates=("teacache/models/weights",))
+
+
+def argument_error(args: argparse.Namespace, command: str) -> str | None:
+    """One line naming the first bad training argument, or None; the output folder is created when all are good.
+
+    ``--out`` follows the output rule (teacache.outputs): new, empty or a training folder, outside the
+    checkout's tracked folders but the weights', writable."""
     positive = [("--steps", args.steps), ("--batch", args.batch), ("--lr", args.lr)]
     at_least_zero = [("--warmup", args.warmup), ("--samples", args.samples), ("--weight-decay", args.weight_decay),
                      ("--workers", getattr(args, "workers", 0))]  # fmt: skip
@@ -36,8 +50,10 @@ def argument_error(args: argparse.Namespace) -> str | None:
     for name, value in at_least_zero:
         if not value >= 0:
             return f"{name}: expected a number >= 0, got {value}"
-    if args.out.exists() and not args.out.is_dir():
-        return f"--out: {args.out} is a file, expected a folder"
+    try:
+        check_out_dir(args.out, "--out", training_writes(command))
+    except InputError as exc:
+        return str(exc)
     try:
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

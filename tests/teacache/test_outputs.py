@@ -1,4 +1,4 @@
-"""The output rule (calib.run.outputs) on its own: a folder new, empty or the command's own; a file new or
+"""The output rule (teacache.outputs) on its own: a folder new, empty or the command's own; a file new or
 --force; never among the tracked files of this project's checkout unless the command regenerates them."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from calib.run import outputs
-from calib.run.outputs import Writes, check_out_dir, check_out_file
+from teacache import outputs
+from teacache.outputs import Writes, check_out_dir, check_out_file
 
 SWEEP = Writes("teacache-bench sweep", names=("runs.parquet", "pairs", "fingerprint.json"), marker="fingerprint.json")
 REPORT = Writes("teacache-bench report", names=("report.md", "*.png"))
