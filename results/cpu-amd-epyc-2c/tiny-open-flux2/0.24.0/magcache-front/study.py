@@ -1,0 +1,98 @@
+"""MagCache beside TeaCache and fixed schedules on tiny-open-flux2, at equal computed steps.
+
+    .venv/bin/python results/cpu-amd-epyc-2c/tiny-open-flux2/0.24.0/magcache-front/study.py
+
+The sweep's 8 captions (tiny-open-sweep), seed 0, 28 steps, the model's own settings (64x64... its own size,
+guidance 2.0). MagCache's curve is calibrated from the campaign's traces (16 captions x 2 seeds, none of them
+re-used here as outputs: the sweep captions are a subset of the calibration captions, as in the campaign).
+Per method and budget: computed steps, and SSIM / PSNR of the decoded image against vanilla's. Writes
+points.csv, summary.md and front.png beside this script.
+"""
+
+import teacache  # noqa: F401  (first: MLX's CPU BLAS preload)
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bench.quality.metrics import image_metrics
+from calib.run.prompts import load_prompts
+from teacache import apply_teacache
+from teacache.magcache import MagCacheConfig, apply_magcache, ratio_curve, schedule
+from teacache.schedule import StaticSchedule, apply_schedule
+
+HERE = Path(__file__).resolve().parent
+TRACES = HERE.parent / "traces" / "traces.parquet"
+STEPS = 28
+SEED = 0
+TEACACHE_THRESHOLDS = (0.1, 0.2, 0.3, 0.5, 0.8)
+# MagCache settings: thresholds at K = 3 (sglang's default) and K = 8 (the toolkit's own cap for TeaCache)
+MAGCACHE = [(t, k) for k in (3, 8) for t in (0.02, 0.05, 0.1, 0.2, 0.5)]
+
+
+def image(model, prompt: str) -> np.ndarray:
+    return np.asarray(model.generate_image(seed=SEED, prompt=prompt, num_inference_steps=STEPS).image)
+
+
+def main() -> int:
+    model = teacache.load_model("tiny-open-flux2")
+    prompts = load_prompts("tiny-open-sweep")
+    curve = ratio_curve(pd.read_parquet(TRACES))
+    vanilla = {pid: image(model, text) for pid, text in prompts.items()}
+    rows = []
+
+    def measure(method: str, setting: str, apply, computed_of):
+        for pid, text in prompts.items():
+            with apply() as handle:
+                out = image(model, text)
+            computed = computed_of(handle)
+            rows.append({"method": method, "setting": setting, "prompt_id": pid, "computed": computed,
+                         **image_metrics(out, vanilla[pid])})  # fmt: skip
+        print(method, setting, "computed", np.mean([r["computed"] for r in rows[-len(prompts):]]), flush=True)
+
+    for t in TEACACHE_THRESHOLDS:
+        measure("teacache", f"{t:g}", lambda t=t: apply_teacache(model, rel_l1_thresh=t), lambda h: h.stats.computed)
+    for t, k in MAGCACHE:
+        cfg = MagCacheConfig(threshold=t, ratios=curve, max_consecutive_skips=k)
+        measure("magcache", f"{t:g}/K{k}", lambda cfg=cfg: apply_magcache(model, cfg, STEPS), lambda h: h.stats.computed)
+    budgets = sorted({r["computed"] for r in rows})
+    for c in budgets:
+        fixed = StaticSchedule.evenly(STEPS, c)
+        measure("even", f"{c}", lambda fixed=fixed: apply_schedule(model, fixed), lambda h: h.stats.computed)
+    points = pd.DataFrame(rows)
+    points.to_csv(HERE / "points.csv", index=False, float_format="%.6g")
+    summary = (points.groupby(["method", "setting"], sort=False)
+               .agg(computed=("computed", "mean"), ssim_mean=("ssim", "mean"), ssim_p5=("ssim", lambda s: s.quantile(0.05)),
+                    psnr_mean=("psnr", "mean")).reset_index())  # fmt: skip
+    summary["ideal_speedup"] = STEPS / summary["computed"]
+    lines = ["| method | setting | computed of 28 | ideal speedup | SSIM mean | SSIM p5 | PSNR mean |", "|---|---|---:|---:|---:|---:|---:|"]
+    for r in summary.itertuples():
+        lines.append(f"| {r.method} | {r.setting} | {r.computed:.2f} | {r.ideal_speedup:.2f}x | {r.ssim_mean:.4f} | "
+                     f"{r.ssim_p5:.4f} | {r.psnr_mean:.2f} |")  # fmt: skip
+    curve_line = ", ".join(f"{c:.3f}" for c in curve)
+    (HERE / "summary.md").write_text(f"MagCache curve (median residual-magnitude ratio per step): {curve_line}\n\n"
+                                     + "\n".join(lines) + "\n", encoding="utf-8")  # fmt: skip
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for method, marker in (("teacache", "o"), ("magcache", "s"), ("even", "^")):
+        part = summary[summary["method"] == method].sort_values("computed")
+        ax.plot(part["computed"], part["ssim_mean"], marker=marker, label=method)
+    ax.set_xlabel("computed steps of 28 (mean over captions)")
+    ax.set_ylabel("SSIM against vanilla (mean of 8 captions)")
+    ax.set_title("tiny-open-flux2: MagCache, TeaCache and even schedules")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(HERE / "front.png", dpi=120)
+    print((HERE / "summary.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
