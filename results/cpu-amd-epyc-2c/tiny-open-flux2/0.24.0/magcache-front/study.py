@@ -2,10 +2,9 @@
 
     .venv/bin/python results/cpu-amd-epyc-2c/tiny-open-flux2/0.24.0/magcache-front/study.py
 
-The sweep's 8 captions (tiny-open-sweep), seed 0, 28 steps, the model's own settings (64x64... its own size,
-guidance 2.0). MagCache's curve is calibrated from the campaign's traces (16 captions x 2 seeds, none of them
-re-used here as outputs: the sweep captions are a subset of the calibration captions, as in the campaign).
-Per method and budget: computed steps, and SSIM / PSNR of the decoded image against vanilla's. Writes
+The sweep's 8 captions (tiny-open-sweep), seed 0, 28 steps at the model's own size and guidance. MagCache's
+curve is calibrated from the campaign's traces (16 captions x 2 seeds; the sweep's captions are among them, as
+they are for TeaCache's packaged fit). Per method and budget: computed steps, and SSIM / PSNR of the decoded image against vanilla's. Writes
 points.csv, summary.md and front.png beside this script.
 """
 
