@@ -4,12 +4,13 @@
 
 The sweep's 8 captions (tiny-open-sweep), seed 0, 28 steps at the model's own size and guidance. MagCache's
 curve is calibrated from the campaign's traces (16 captions x 2 seeds; the sweep's captions are among them, as
-they are for TeaCache's packaged fit). Per method and budget: computed steps, and SSIM / PSNR of the decoded image against vanilla's. Writes
-points.csv, summary.md and front.png beside this script.
+they are for TeaCache's packaged fit). Per method and budget: computed steps, and SSIM / PSNR of the decoded
+image against vanilla's. Writes points.csv, summary.md and front.png beside this script.
 """
 
-import teacache  # noqa: F401  (first: MLX's CPU BLAS preload)
+import teacache  # noqa: F401, I001  (first: MLX's CPU BLAS preload)
 
+# isort: split
 import sys
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import pandas as pd
 from bench.quality.metrics import image_metrics
 from calib.run.prompts import load_prompts
 from teacache import apply_teacache
-from teacache.magcache import MagCacheConfig, apply_magcache, ratio_curve, schedule
+from teacache.magcache import MagCacheConfig, apply_magcache, ratio_curve
 from teacache.schedule import StaticSchedule, apply_schedule
 
 HERE = Path(__file__).resolve().parent
@@ -49,24 +50,29 @@ def main() -> int:
             computed = computed_of(handle)
             rows.append({"method": method, "setting": setting, "prompt_id": pid, "computed": computed,
                          **image_metrics(out, vanilla[pid])})  # fmt: skip
-        print(method, setting, "computed", np.mean([r["computed"] for r in rows[-len(prompts):]]), flush=True)
+        print(method, setting, "computed", np.mean([r["computed"] for r in rows[-len(prompts) :]]), flush=True)
 
     for t in TEACACHE_THRESHOLDS:
         measure("teacache", f"{t:g}", lambda t=t: apply_teacache(model, rel_l1_thresh=t), lambda h: h.stats.computed)
     for t, k in MAGCACHE:
         cfg = MagCacheConfig(threshold=t, ratios=curve, max_consecutive_skips=k)
-        measure("magcache", f"{t:g}/K{k}", lambda cfg=cfg: apply_magcache(model, cfg, STEPS), lambda h: h.stats.computed)
+        run = lambda cfg=cfg: apply_magcache(model, cfg, STEPS)  # noqa: E731
+        measure("magcache", f"{t:g}/K{k}", run, lambda h: h.stats.computed)
     budgets = sorted({r["computed"] for r in rows})
     for c in budgets:
         fixed = StaticSchedule.evenly(STEPS, c)
         measure("even", f"{c}", lambda fixed=fixed: apply_schedule(model, fixed), lambda h: h.stats.computed)
     points = pd.DataFrame(rows)
     points.to_csv(HERE / "points.csv", index=False, float_format="%.6g")
-    summary = (points.groupby(["method", "setting"], sort=False)
-               .agg(computed=("computed", "mean"), ssim_mean=("ssim", "mean"), ssim_p5=("ssim", lambda s: s.quantile(0.05)),
-                    psnr_mean=("psnr", "mean")).reset_index())  # fmt: skip
+    summary = (
+        points.groupby(["method", "setting"], sort=False)
+        .agg(computed=("computed", "mean"), ssim_mean=("ssim", "mean"),
+             ssim_p5=("ssim", lambda s: s.quantile(0.05)), psnr_mean=("psnr", "mean"))
+        .reset_index()
+    )  # fmt: skip
     summary["ideal_speedup"] = STEPS / summary["computed"]
-    lines = ["| method | setting | computed of 28 | ideal speedup | SSIM mean | SSIM p5 | PSNR mean |", "|---|---|---:|---:|---:|---:|---:|"]
+    lines = ["| method | setting | computed of 28 | ideal speedup | SSIM mean | SSIM p5 | PSNR mean |",
+             "|---|---|---:|---:|---:|---:|---:|"]  # fmt: skip
     for r in summary.itertuples():
         lines.append(f"| {r.method} | {r.setting} | {r.computed:.2f} | {r.ideal_speedup:.2f}x | {r.ssim_mean:.4f} | "
                      f"{r.ssim_p5:.4f} | {r.psnr_mean:.2f} |")  # fmt: skip
