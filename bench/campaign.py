@@ -210,9 +210,11 @@ def fit_stage(
     written, while ``sweep`` holds pairs measured with the old one (unless ``force_new``: the sweep starts afresh).
     """
     # heavy (pandas): loaded after the arguments are checked
-    from calib.fit import command as fit_cmd
+    from calib.fit import FitOptions, fit
+    from calib.fit.coefficient_sources import PACKAGED
     from calib.fit.file import same_selection
     from calib.fit.files import PLOT_FILES
+    from calib.fit.options import flags
     from calib.fit.result import FitResult
     from calib.fit.summary import print_summary
 
@@ -223,14 +225,16 @@ def fit_stage(
             previous = FitResult.read(path)
         except ValueError:
             previous = None  # unreadable: replaced below
-    compare = ["--compare", "packaged"] if compare_packaged else []
-    options = ["--min-step", str(min_step), *_earlier_options(previous)]
-    command = [str(traces), "--out", str(out), *compare, *options]
-    fit, plots = fit_cmd.run(fit_cmd.setup_arg_parser().parse_args(command), command)
-    for message in fit["data"]["warnings"]:
+    given = {"compare": PACKAGED} if compare_packaged else {}
+    given.update(min_step=min_step, **_earlier_options(previous))
+    command = [str(traces), "--out", str(out), *flags(given)]  # what the provenance records: the same fit's command
+    fit_files.check_out(out)
+    plots: dict[str, bytes] = {}
+    result = fit(traces, FitOptions(**given), command=command, plots=plots)
+    for message in result["data"]["warnings"]:
         print(f"fit: warning: {message}", file=sys.stderr)
-    if previous is not None and same_selection(previous, fit):
-        print(f"kept {path}: the refit selects the same function ({fit['selected']['label']}, numbers within "
+    if previous is not None and same_selection(previous, result):
+        print(f"kept {path}: the refit selects the same function ({result['selected']['label']}, numbers within "
               f"{fingerprint.FIT_RTOL:g} relative)")  # fmt: skip
         return path
     if (
@@ -240,29 +244,29 @@ def fit_stage(
         and fingerprint.has_results(sweep, sweep_files.RESULTS)
     ):
         raise InputError(
-            f"the traces now give another fit ({fit['selected']['label']}) than {path} "
+            f"the traces now give another fit ({result['selected']['label']}) than {path} "
             f"({previous['selected'].get('label')}), which the sweep in {sweep} was measured with; pass --force-new "
             "to refit and sweep afresh, or choose a new --out"
         )
     for name, png in plots.items():
         with atomic_path(out / PLOT_FILES[name]) as tmp:
             tmp.write_bytes(png)
-    fit.write(path)
-    print_summary(fit, path)
+    result.write(path)
+    print_summary(result, path)
     return path
 
 
-def _earlier_options(previous: Mapping | None) -> list[str]:
-    """The candidate set and selection rule of the fit.json a campaign folder holds, as fit options: a resumed
-    campaign refits the way its fit was made. A fit.json from before the mono+step forms and the paired rule
-    (no ``no_splines`` / ``se`` among its options) was chosen from the polynomial forms by the best's own error."""
-    from calib.fit.command import SE_BEST
+def _earlier_options(previous: Mapping | None) -> dict:
+    """The candidate set and selection rule of the fit.json a campaign folder holds, as ``FitOptions`` fields: a
+    resumed campaign refits the way its fit was made. A fit.json from before the mono+step forms and the paired
+    rule (no ``no_splines`` / ``se`` among its options) was chosen from the polynomial forms by the best's own
+    error."""
+    from calib.fit.options import SE_BEST
 
     if previous is None:
-        return []  # a new campaign: the fit's defaults
+        return {}  # a new campaign: the fit's defaults
     recorded = previous.get("options") or {}
-    flags = ["--no-splines"] if recorded.get("no_splines", True) else []
-    return [*flags, "--se", str(recorded.get("se", SE_BEST))]
+    return {"no_splines": bool(recorded.get("no_splines", True)), "se": str(recorded.get("se", SE_BEST))}
 
 
 def share_inputs(world: ranks.World, paths: list[Path], error: BaseException | None) -> None:

@@ -51,14 +51,17 @@ def score_fit(
     skip_first_n_steps: int,
     comparison: RescaleFunction | None = None,
     fold_models: Mapping[str, Sequence[FittedModel]] | None = None,
+    folds: np.ndarray | None = None,
 ) -> tuple[FitResult, dict]:
     """``fit`` with the decision score (candidates, selected, selection, ``decision``), and the full result
     (curves included) for the plot; ``fit`` itself is left as it is. The skip rules are the gate's: first
     ``skip_first_n_steps`` steps (the fit's --min-step) and the last step computed, at most the gate's
     default run of consecutive skips. A table the score cannot use leaves the reason in ``decision``.
-    ``fold_models``: the candidates' models per fold as ``fit_frame`` fitted them (fitted again when None).
+    ``fold_models``: the candidates' models per fold as ``fit_frame`` fitted them (fitted again when None);
+    ``folds``: the fold per frame row they were fitted on (dealt here from ``n_folds`` when None).
     """
-    folds = group_folds(frame["prompt_id"].to_numpy(), n_folds)
+    if folds is None:
+        folds = group_folds(frame["prompt_id"].to_numpy(), n_folds)
     rules = {
         "skip_first_n_steps": skip_first_n_steps,
         "skip_last_n_steps": _GATE_DEFAULTS["skip_last_n_steps"],

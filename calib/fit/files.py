@@ -3,6 +3,7 @@ folder it wrote. Light to import: a campaign checks its fit folder with it befor
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from teacache.outputs import Writes
@@ -15,6 +16,15 @@ PLOT_FILES = {
     "cv": "fit_cv.png",
     "decision": "fit_decision.png",  # drawn by calib.fit.decision_plot.plot_decision_curves from the decision result
 }
+
+
+def check_out(out: str | os.PathLike) -> None:
+    """FitError when ``out`` is something other than a folder (or nothing yet): fit.json goes into it."""
+    from calib.fit.errors import FitError
+
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise FitError(f"--out: {out} exists and is not a folder")
 
 
 def is_fit(path: Path) -> bool:

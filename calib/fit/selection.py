@@ -226,22 +226,9 @@ def select(
     return min(within, key=lambda i: (candidates[i]["n_params"], -candidates[i]["cv_r2"], i))
 
 
-def fit_frame(
-    frame: pd.DataFrame,
-    specs: list[CandidateSpec],
-    n_folds: int | None = None,
-    allow_unsafe: bool = False,
-    paired: bool = False,
-    fold_models: dict[str, list[FittedModel]] | None = None,
-) -> FitResult:
-    """Evaluate every candidate on a validated frame; return the selection part of fit.json (``selected``,
-    ``candidates``, ``selection``).
-
-    Only safe candidates are selected unless ``allow_unsafe``; the cv R^2 pick among all candidates is
-    recorded beside it (``selection.unconstrained``), so what safety costs is in the file. ``paired``: the
-    standard error of the rule is each candidate's paired one against the best (:func:`select`).
-    ``fold_models``: a dict filled with each candidate's models fitted per fold (by label, sorted fold order),
-    for a caller that scores the same folds again (``calib.fit.decision.decision_scores``)."""
+def check_fit_input(frame: pd.DataFrame, specs: list[CandidateSpec]) -> None:
+    """FitError unless :func:`fit_frame` can fit these candidates to this frame: some candidate, enough
+    prompts to hold out, a spread of x and of y, the time column of every time-aware candidate."""
     if not specs:
         raise FitError(
             "no candidate to fit: the --form/--degree/--mode/--time-degree/--interaction-degree combination "
@@ -263,7 +250,32 @@ def fit_frame(
     for spec in specs:
         if spec.form in TIME_COLUMN and TIME_COLUMN[spec.form] not in frame.columns:
             raise FitError(f"{spec.label}: needs column {TIME_COLUMN[spec.form]!r}")
-    folds = group_folds(frame["prompt_id"].to_numpy(), n_folds)
+
+
+def fit_frame(
+    frame: pd.DataFrame,
+    specs: list[CandidateSpec],
+    n_folds: int | None = None,
+    allow_unsafe: bool = False,
+    paired: bool = False,
+    fold_models: dict[str, list[FittedModel]] | None = None,
+    folds: np.ndarray | None = None,
+) -> FitResult:
+    """Evaluate every candidate on a validated frame; return the selection part of fit.json (``selected``,
+    ``candidates``, ``selection``).
+
+    Only safe candidates are selected unless ``allow_unsafe``; the cv R^2 pick among all candidates is
+    recorded beside it (``selection.unconstrained``), so what safety costs is in the file. ``paired``: the
+    standard error of the rule is each candidate's paired one against the best (:func:`select`).
+    ``fold_models``: a dict filled with each candidate's models fitted per fold (by label, sorted fold order),
+    for a caller that scores the same folds again (``calib.fit.decision.decision_scores``). ``folds``: fold per
+    frame row, as :func:`group_folds` deals them (dealt here from ``n_folds`` when None)."""
+    check_fit_input(frame, specs)
+    x = frame["x_rel_l1"].to_numpy(dtype=float)
+    y = frame["y_rel_l1"].to_numpy(dtype=float)
+    n_prompts = int(frame["prompt_id"].nunique())
+    if folds is None:
+        folds = group_folds(frame["prompt_id"].to_numpy(), n_folds)
     inputs = {form: time_input(form, frame) for form in {s.form for s in specs}}
     candidates = []
     for spec in specs:

@@ -2,12 +2,12 @@
 
 ``python -m calib.traces.sample_calibration TRACES --out samples/_calibration_tiny_shapes.json`` takes the
 cond rows of one seed of a recording, fits the classic TeaCache tuple (a free degree-4 polynomial) with
-``teacache-calib fit``, and writes both in the layout of mlx-teacache's ``_calibration_<variant>.json``
-through the one writer of that format (``calib.traces.mlx_teacache_format``, which ``teacache-calib emit
---format mlx-teacache`` uses; ``calib.traces.mlx_teacache`` reads it back): docs/refit-and-drift.md's "another tool"
-journey then runs on a file that ships, made from measurements of this project, not copied from another
-tool's data. Also writes the same pairs as a plain table (``--table``, a CSV with prompt_id, step,
-x_rel_l1, y_rel_l1).
+``calib.fit.fit`` (what ``teacache-calib fit`` runs), and writes both in the layout of mlx-teacache's
+``_calibration_<variant>.json`` through the one writer of that format (``calib.traces.mlx_teacache_format``,
+which ``teacache-calib emit --format mlx-teacache`` uses; ``calib.traces.mlx_teacache`` reads it back):
+docs/refit-and-drift.md's "another tool" journey then runs on a file that ships, made from measurements of
+this project, not copied from another tool's data. Also writes the same pairs as a plain table (``--table``,
+a CSV with prompt_id, step, x_rel_l1, y_rel_l1).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def calibration(traces: Path, n_prompts: int, seed: int) -> tuple[dict, object]:
     # heavy (pandas, the fit): loaded after the arguments are checked
     import pandas as pd
 
-    from calib.fit import command as fit_cmd
+    from calib.fit import FitOptions, fit
 
     try:
         frame = pd.read_parquet(traces)
@@ -64,10 +64,8 @@ def calibration(traces: Path, n_prompts: int, seed: int) -> tuple[dict, object]:
         frame.to_parquet(subset, index=False)
         if (traces.parent / "provenance.json").is_file():  # the recording's settings: size, guidance
             shutil.copyfile(traces.parent / "provenance.json", subset.parent / "provenance.json")
-        argv = [str(subset), "--out", str(Path(tmp) / "fit"), "--form", "poly", "--degree", "4", "--mode", "free",
-                "--no-plots"]  # fmt: skip
-        fit, _plots = fit_cmd.run(fit_cmd.setup_arg_parser().parse_args(argv), argv)
-        data, _note = fmt.calibration_object(fit, [str(subset)], variant)
+        fitted = fit(subset, FitOptions(form="poly", degree=4, mode="free", no_plots=True))
+        data, _note = fmt.calibration_object(fitted, [str(subset)], variant)
     for field in ("fit_date_utc", "fit_git_commit"):  # a sample is the same bytes whenever it is rebuilt
         data.pop(field, None)
     data["generated_by"] = PROG
