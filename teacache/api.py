@@ -10,7 +10,7 @@ from teacache._warnings import warn
 from teacache.adapters import adapter_for
 from teacache.core import RecipeMismatchWarning, StepController, TeaCacheHandle, is_applied
 from teacache.errors import InputError, StateError
-from teacache.gate import GateConfig, warn_if_never_skips
+from teacache.gate import GateConfig, check_flag, warn_if_never_skips
 from teacache.rescale import RescaleFunction, as_rescale
 from teacache.safety import check_given
 
@@ -26,6 +26,7 @@ def apply_teacache(
     max_consecutive_skips: int | None = None,
     calibrate: bool = False,
     allow_unsafe: bool = False,
+    forecast: bool = False,
 ) -> TeaCacheHandle:
     """Apply TeaCache to an mflux pipeline; use the handle as a context manager or call ``restore()``.
 
@@ -36,10 +37,13 @@ def apply_teacache(
     published tuple (highest power first) or ``None`` for the variant's packaged calibration.
     ``skip_first_n_steps``: ``None`` takes the variant's; ``skip_last_n_steps`` and ``max_consecutive_skips``:
     ``None`` takes :class:`GateConfig`'s. ``calibrate=True`` never skips and records the traces ``teacache-calib
-    record`` writes. Given ``coefficients`` get the fit's safety check (:func:`teacache.safety.check_given`):
-    positive nowhere on their range raises ``UnsafeRescaleError`` unless ``allow_unsafe``; unsafe somewhere warns.
+    record`` writes. ``forecast=True``: a skipped step extrapolates the cached residual to its own step from the
+    last two computed ones (first order) instead of reusing the last. Given ``coefficients`` get the fit's safety
+    check (:func:`teacache.safety.check_given`): positive nowhere on their range raises ``UnsafeRescaleError``
+    unless ``allow_unsafe``; unsafe somewhere warns.
     """
     check_mflux_version()
+    forecast = check_flag(forecast, "forecast")
     adapter = adapter_for(model)
     if is_applied(model) or adapter.is_applied(model):
         raise StateError("model: TeaCache is already applied to this pipeline; restore() the first handle")
@@ -80,7 +84,7 @@ def apply_teacache(
             f"{len(model.lora_paths)}: LoRAs shift the signal; measure with teacache-bench sweep or refit",
             RecipeMismatchWarning,
         )
-    controller = StepController(gate_config, calibrate=calibrate, recipe=recipe, variant=spec.name)
+    controller = StepController(gate_config, calibrate=calibrate, recipe=recipe, variant=spec.name, forecast=forecast)
     static_floor = gate_config.enabled and not calibrate and not gate_config.rescale.is_time_aware
     where = f" with the packaged {spec.name} rescale function" if from_packaged else " with the given coefficients"
     if static_floor and not warn_if_never_skips(gate_config, where=where):

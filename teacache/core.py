@@ -78,6 +78,8 @@ class GenerationState:
 
     anchor: mx.array | None = None  # the previous step's modulated input
     residuals: dict[int, mx.array] = field(default_factory=dict)  # by branch (CFG calls of one step)
+    residual_steps: dict[int, int] = field(default_factory=dict)  # the step each residual was computed at
+    earlier: dict[int, tuple[int, mx.array]] = field(default_factory=dict)  # forecast: the one before, and its step
     step_decision: tuple[int, bool] | None = None  # (step, compute), taken by branch 0
     pending: list[dict] = field(default_factory=list)  # calibration rows, lazy until the generation ends
     previous_output: dict[int, mx.array] = field(default_factory=dict)  # calibration, by branch
@@ -92,8 +94,9 @@ class GenerationState:
 
     @property
     def cached(self) -> list[mx.array]:
-        """The tensors the cache holds between steps (residuals and anchor)."""
-        return list(self.residuals.values()) + ([self.anchor] if self.anchor is not None else [])
+        """The tensors the cache holds between steps (residuals, the earlier ones a forecast reads, and anchor)."""
+        earlier = [residual for _, residual in self.earlier.values()]
+        return list(self.residuals.values()) + earlier + ([self.anchor] if self.anchor is not None else [])
 
 
 class StepController:
@@ -103,6 +106,8 @@ class StepController:
     ``teacache-calib record`` writes: the same code path as the gate, minus the skip.
     ``gate``: another decision rule with Gate's ``decide()`` and ``reads_signal()`` (a fixed schedule,
     ``teacache.schedule.ScheduleGate``); by default the TeaCache rule built from ``gate_config``.
+    ``forecast``: a skipped step extrapolates the residual from the last two computed steps instead of
+    reusing the last one (the cache then holds two residuals per branch).
     """
 
     def __init__(
@@ -112,8 +117,10 @@ class StepController:
         recipe: dict | None = None,
         gate=None,
         variant: str | None = None,
+        forecast: bool = False,
     ) -> None:
         self.gate_config = gate_config
+        self.forecast = forecast  # a skipped step extrapolates the residual instead of reusing it
         self.variant = variant  # named in the recipe warning's drift command
         self.calibrate = calibrate
         self.recipe = recipe  # the settings packaged coefficients were fitted on (None: user coefficients)
@@ -307,10 +314,22 @@ class StepController:
         return True
 
     def store_residual(self, branch: int, residual: mx.array) -> None:
-        self.state.residuals[branch] = residual
+        state = self.state
+        if self.forecast and branch in state.residuals:
+            state.earlier[branch] = (state.residual_steps[branch], state.residuals[branch])
+        state.residuals[branch] = residual
+        state.residual_steps[branch] = self.step
 
     def residual(self, branch: int) -> mx.array:
-        return self.state.residuals[branch]
+        """What a skipped step adds to its input: the last computed residual, or with ``forecast`` its first-order
+        extrapolation from the last two computed ones to this step (TaylorSeer's and FoCa's first order)."""
+        state = self.state
+        last = state.residuals[branch]
+        if not self.forecast or branch not in state.earlier:
+            return last
+        step_before, before = state.earlier[branch]
+        step_last = state.residual_steps[branch]
+        return last + (last - before) * ((self.step - step_last) / (step_last - step_before))
 
     def observe_output(self, branch: int, output: mx.array, residual: mx.array | None) -> None:
         """Calibration only: lazy rel-L1 of the output (and residual) against the previous step's."""

@@ -48,6 +48,13 @@ def check_count(value, name: str, minimum: int) -> int:
     return int(value)
 
 
+def check_flag(value, name: str) -> bool:
+    """True or False (numpy's bool too); anything else, 0 and 1 included, is an :class:`InputTypeError`."""
+    if not isinstance(value, bool | np.bool_):
+        raise InputTypeError(f"{name}: expected True or False, got {type(value).__name__}")
+    return bool(value)
+
+
 @dataclass(frozen=True)
 class GateConfig:
     """Settings of the skip rule. Validated here, so a bad value fails before any generation."""

@@ -122,7 +122,8 @@ def ratio_curve(frame, branch: str = "cond") -> tuple[float, ...]:
     return (1.0, *(float(r) for r in ratios))
 
 
-def apply_magcache(model, config: MagCacheConfig, num_steps: int):
+def apply_magcache(model, config: MagCacheConfig, num_steps: int, forecast: bool = False):
     """Put MagCache's schedule for a ``num_steps`` generation on an mflux pipeline (``teacache.schedule``'s
-    handle: ``stats`` and ``history`` as for TeaCache, ``schedule`` the steps it computes)."""
-    return apply_schedule(model, schedule(config, num_steps))
+    handle: ``stats`` and ``history`` as for TeaCache, ``schedule`` the steps it computes); ``forecast`` as
+    :func:`teacache.apply_teacache`'s."""
+    return apply_schedule(model, schedule(config, num_steps), forecast=forecast)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from teacache._compat import check_mflux_version
 from teacache.core import StepController, TeaCacheHandle, is_applied
-from teacache.gate import REASON_SKIP, GateConfig, StepDecision
+from teacache.gate import REASON_SKIP, GateConfig, StepDecision, check_flag
 from teacache.rescale import RescaleFunction
 
 REASON_SCHEDULED = "scheduled"  # the schedule computes this step
@@ -195,12 +195,13 @@ class ScheduleHandle(TeaCacheHandle):
         return f"ScheduleHandle(variant={self.variant!r}, schedule={self.schedule.label!r}, {state})"
 
 
-def apply_schedule(model, schedule: StaticSchedule):
+def apply_schedule(model, schedule: StaticSchedule, forecast: bool = False):
     """Put a fixed schedule on an mflux pipeline through TeaCache's adapter; returns a restoring handle.
 
     The handle is a :class:`ScheduleHandle`: ``stats`` and ``history`` as for TeaCache, ``schedule``
-    instead of a threshold.
+    instead of a threshold. ``forecast``: as :func:`teacache.apply_teacache`'s (extrapolate, do not reuse).
     """
+    forecast = check_flag(forecast, "forecast")
     from teacache.adapters import adapter_for  # the adapters import mflux: only when a pipeline is given
 
     check_mflux_version()
@@ -208,6 +209,6 @@ def apply_schedule(model, schedule: StaticSchedule):
     if is_applied(model) or adapter.is_applied(model):
         raise RuntimeError("model: TeaCache is already applied to this pipeline; restore() the first handle")
     gate = ScheduleGate(schedule)
-    controller = StepController(gate.config, gate=gate)
+    controller = StepController(gate.config, gate=gate, forecast=forecast)
     restore = adapter.install(model, controller)
     return ScheduleHandle(model, adapter, controller, adapter.variant(model), restore, schedule)

@@ -218,3 +218,21 @@ def test_a_gated_decision_builds_the_body_while_its_signal_is_computed(family):
     gated = {step for step, (reason, _) in enumerate(log) if reason not in ("first", "last")} - {0}
     assert {step for step, branch, ran, _ in seen if ran and branch == 0} == gated
     assert not any(ran for _, branch, ran, _ in seen if branch != 0)  # later branches reuse the decision
+
+
+@EVERY_FAMILY
+def test_forecast_runs_through_every_proxy_and_holds_two_residuals_per_branch(family):
+    """A skipping schedule with ``forecast``: finite, not reuse's image, and the cache holds twice the residuals."""
+    from teacache.schedule import StaticSchedule, apply_schedule
+
+    model, generate = family
+    fixed = StaticSchedule.from_skipped(STEPS, [3, 5, 6])
+    outputs, cached = {}, {}
+    for forecast in (False, True):
+        with apply_schedule(model, fixed, forecast=forecast) as handle:
+            outputs[forecast] = generate(seed=6)
+            state = handle._controller.state
+            cached[forecast] = (len(state.residuals), len(state.earlier))
+    assert mx.all(mx.isfinite(outputs[True])).item() and not mx.array_equal(outputs[True], outputs[False]).item()
+    branches = cached[False][0]
+    assert cached[False] == (branches, 0) and cached[True] == (branches, branches)
