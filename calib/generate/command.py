@@ -67,6 +67,12 @@ def add_teacache_arguments(parser: argparse.ArgumentParser) -> None:
         help="run --teacache-coefficients that are <= 0 everywhere on their range (refused otherwise: the gate "
         "would skip up to its cap whatever the threshold); a function unsafe somewhere only warns",
     )
+    group.add_argument(
+        "--teacache-forecast",
+        action="store_true",
+        help="a skipped step extrapolates the cached residual from the last two computed steps (first order) "
+        "instead of reusing the last one; the cache holds two residuals per branch",
+    )
     group.add_argument("--teacache-traces", metavar="PATH", help="calibration traces for --teacache-speedup")
     group.add_argument("--teacache-report", metavar="PATH", help="a report folder or summary.json for --teacache-ssim")
 
@@ -361,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
             "skip_first_n_steps": config.skip_first_n_steps,
             "skip_last_n_steps": config.skip_last_n_steps,
             "max_consecutive_skips": config.max_consecutive_skips,
+            "forecast": args.teacache_forecast,
             "threshold_source": "--teacache-threshold"
             if args.teacache_threshold is not None
             else f"the default of {spec.name}: {spec.default_threshold_why}",
@@ -388,6 +395,7 @@ def _run(spec, args, config, coefficients, record, saved: list[Path]) -> int:
             coefficients=coefficients,
             skip_first_n_steps=config.skip_first_n_steps,
             allow_unsafe=args.teacache_allow_unsafe,
+            forecast=args.teacache_forecast,
         )
     try:
         generate_all(spec, args, model, handle, record, saved)

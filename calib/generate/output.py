@@ -128,6 +128,7 @@ def teacache_metadata(record: dict, skipped: list[int], steps: int) -> dict:
         f"{PREFIX}skip_first_n_steps": record["skip_first_n_steps"],
         f"{PREFIX}skip_last_n_steps": record["skip_last_n_steps"],
         f"{PREFIX}max_consecutive_skips": record["max_consecutive_skips"],
+        f"{PREFIX}forecast": bool(record.get("forecast", False)),
         f"{PREFIX}steps": int(steps),
         f"{PREFIX}skipped": len(skipped),
         f"{PREFIX}skipped_steps": [int(s) for s in skipped],

@@ -195,3 +195,15 @@ def test_a_sidecar_replays_its_image_at_its_steps_on_a_model_that_writes_another
     rc = command.main(["--model", "tiny-scenes", "--prompt", prompt, "--width", "128", "--height", "128",
                        "--output", str(tmp_path / "c.png")])  # fmt: skip
     assert rc == 2 and "256x256 images only, written as 64x64" in capsys.readouterr().err
+
+
+def test_forecast_extrapolates_the_skipped_steps_and_the_image_says_so(tmp_path):
+    images = {}
+    for flag in ([], ["--teacache-forecast"]):
+        out = tmp_path / f"x{len(flag)}.png"
+        argv = ["--model", "tiny-shapes", "--prompt", PROMPT, "--teacache-threshold", "0.05", "--seed", "0"]
+        assert command.main([*argv, *flag, "--output", str(out)]) == 0
+        images[bool(flag)] = (metadata(out), PIL.Image.open(out).tobytes())
+    (reuse, reused), (forecast, forecast_pixels) = images[False], images[True]
+    assert reuse["teacache_forecast"] is False and forecast["teacache_forecast"] is True
+    assert reuse["teacache_skipped"] > 0 and reused != forecast_pixels
