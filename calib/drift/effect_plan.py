@@ -24,10 +24,11 @@ def effect_references(release: str) -> Path:
 
 
 def effect_models() -> tuple[str, ...]:
-    """One model per family whose calibrated gate the effect is judged on: its trained embedded model where it
-    has one (tiny-scenes, tiny-shapes: real decisions), else its embedded random-weight model."""
+    """One model per family whose calibrated gate the effect is judged on: the one its specs name as the drift
+    subject (tiny-open-flux1, tiny-open-flux2: trained, with steps that change like a real model's), else its
+    trained embedded model, else its embedded random-weight model."""
     chosen: dict[str, str] = {}
-    for spec in variants.all_specs():
+    for spec in sorted(variants.all_specs(), key=lambda s: not s.drift_subject):
         if spec.embedded and spec.trained:
             chosen.setdefault(spec.family, spec.name)
     for name in numbers.embedded_variants():

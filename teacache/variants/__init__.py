@@ -112,6 +112,7 @@ class VariantSpec:
     refuse_why: str = ""  # set on a name mflux knows but TeaCache refuses (e.g. a distilled model)
     trained: bool = False  # an embedded model with trained weights (it draws its prompts), not weights from a seed
     is_default_model: bool = False  # what the commands use when no --model is given
+    drift_subject: bool = False  # the family's model whose calibrated gate bare `drift` judges a release by
     only_its_size: bool = False  # generates at its own width x height only (checked before it loads)
     image_side: int | None = None  # the decoded image's side where it is not width x height (no VAE: tiny-scenes)
     prompt_check: str | None = None  # zoo "module:function(text)": ValueError for a prompt it cannot draw

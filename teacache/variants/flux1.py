@@ -119,5 +119,6 @@ SPECS = (
         only_its_size=True,
         image_side=64,
         prompt_check="teacache.models.open_data:parse_prompt",
+        drift_subject=True,
     ),
 )

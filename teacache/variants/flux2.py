@@ -122,5 +122,6 @@ SPECS = (
         is_default_model=True,
         only_its_size=True,
         prompt_check="teacache.models.open_data:parse_prompt",
+        drift_subject=True,
     ),
 )

@@ -14,7 +14,7 @@ def test_the_repeated_runs_never_go_into_the_save_they_are_judged_against(tmp_pa
     save = ROOT / "calib" / "drift" / "data" / "save-mflux-0.24.0"
     before = sorted(p.name for p in save.rglob("*"))
     out = spelling.format(save=save, name=save.name)
-    rc = calib_main(["drift", "--model", "tiny-scenes", "--against", str(save), "--out", out])
+    rc = calib_main(["drift", "--model", "tiny-open-flux1", "--against", str(save), "--out", out])
     err = capsys.readouterr().err
     assert rc == 2 and "is the --against folder" in err and len(err.strip().splitlines()) == 1
     assert sorted(p.name for p in save.rglob("*")) == before
