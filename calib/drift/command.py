@@ -5,8 +5,9 @@ table of the verified releases. Numbers: every family's embedded random-weight m
 float32 and bfloat16, against the baseline release's references on this hardware (or a folder ``--save``
 wrote: ``--against``), "moved" meaning above the measured noise floor. Where hooked code changed it runs the
 no-op oracles.
-Effect (:mod:`calib.drift.effect`). A few runs of each family's effect model (its drift subject, else the trained embedded model where
-the family has one), or of the user's own ``--model``, recorded and compared with the same runs recorded before:
+Effect (:mod:`calib.drift.effect`). A few runs of each family's effect model (its drift subject, else the
+trained embedded model where the family has one), or of the user's own ``--model``, recorded and compared
+with the same runs recorded before:
 what a calibrated gate decides on them and how well it fits them, against a tolerance measured on the before
 traces. ``--save DIR`` before an upgrade records them (with their gate and tolerance); ``--against DIR`` after
 it repeats exactly those runs. One verdict line per variant, ``verdict.json`` in ``--out``; exit 0 when nothing
