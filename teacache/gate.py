@@ -28,6 +28,12 @@ REASON_CAP = "cap"  # max_consecutive_skips reached
 REASON_THRESHOLD = "threshold"  # the accumulated change reached the threshold
 REASON_SKIP = "skip"
 
+# The rule's step settings by default: steps always computed at the start and at the end, and the most steps
+# skipped in a row. GateConfig and every signature that takes these settings loose default to these.
+DEFAULT_SKIP_FIRST = 1
+DEFAULT_SKIP_LAST = 1
+DEFAULT_MAX_CONSECUTIVE_SKIPS = 8
+
 
 def check_threshold(value, name: str = "rel_l1_thresh") -> float:
     """A threshold is a finite number >= 0 (0 disables skipping); the one rule every entry point uses.
@@ -61,9 +67,9 @@ class GateConfig:
 
     rel_l1_thresh: float
     rescale: RescaleFunction
-    skip_first_n_steps: int = 1
-    skip_last_n_steps: int = 1
-    max_consecutive_skips: int = 8
+    skip_first_n_steps: int = DEFAULT_SKIP_FIRST
+    skip_last_n_steps: int = DEFAULT_SKIP_LAST
+    max_consecutive_skips: int = DEFAULT_MAX_CONSECUTIVE_SKIPS
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rel_l1_thresh", check_threshold(self.rel_l1_thresh))

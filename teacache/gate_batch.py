@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from teacache.gate import GateConfig
+from teacache.gate import DEFAULT_MAX_CONSECUTIVE_SKIPS, DEFAULT_SKIP_FIRST, DEFAULT_SKIP_LAST, GateConfig
 from teacache.rescale import RescaleFunction
 
 
@@ -28,9 +28,9 @@ def replay_skip_masks(
     num_steps: ArrayLike | int | None = None,
     sigmas: ArrayLike | None = None,
     *,
-    skip_first_n_steps: int = 1,
-    skip_last_n_steps: int = 1,
-    max_consecutive_skips: int = 8,
+    skip_first_n_steps: int = DEFAULT_SKIP_FIRST,
+    skip_last_n_steps: int = DEFAULT_SKIP_LAST,
+    max_consecutive_skips: int = DEFAULT_MAX_CONSECUTIVE_SKIPS,
 ) -> np.ndarray:
     """Which steps the gate skips: bool ``[thresholds, runs, steps]``, True where a step is skipped.
 

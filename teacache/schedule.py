@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from teacache._compat import check_mflux_version
 from teacache.core import StepController, TeaCacheHandle, is_applied
-from teacache.gate import REASON_SKIP, GateConfig, StepDecision, check_flag
+from teacache.gate import DEFAULT_SKIP_FIRST, DEFAULT_SKIP_LAST, REASON_SKIP, GateConfig, StepDecision, check_flag
 from teacache.rescale import RescaleFunction
 
 REASON_SCHEDULED = "scheduled"  # the schedule computes this step
@@ -68,7 +68,13 @@ class StaticSchedule:
         return cls(tuple(s not in skipped for s in range(num_steps)), label or f"skip:{skipped}")
 
     @classmethod
-    def every(cls, num_steps: int, k: int, skip_first_n_steps: int = 1, skip_last_n_steps: int = 1) -> StaticSchedule:
+    def every(
+        cls,
+        num_steps: int,
+        k: int,
+        skip_first_n_steps: int = DEFAULT_SKIP_FIRST,
+        skip_last_n_steps: int = DEFAULT_SKIP_LAST,
+    ) -> StaticSchedule:
         """Compute every k-th step after the forced first ones; the forced first and last are computed."""
         _check_steps(num_steps)
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
@@ -79,7 +85,11 @@ class StaticSchedule:
 
     @classmethod
     def evenly(
-        cls, num_steps: int, computed: int, skip_first_n_steps: int = 1, skip_last_n_steps: int = 1
+        cls,
+        num_steps: int,
+        computed: int,
+        skip_first_n_steps: int = DEFAULT_SKIP_FIRST,
+        skip_last_n_steps: int = DEFAULT_SKIP_LAST,
     ) -> StaticSchedule:
         """Exactly ``computed`` steps: the forced first and last ones, the rest spread evenly between them."""
         _check_steps(num_steps)

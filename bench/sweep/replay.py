@@ -10,7 +10,6 @@ are read and checked by :mod:`calib.traces.reader`, like every other command.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
@@ -29,7 +28,7 @@ from calib.traces.reader import REPLAY_COLUMNS, load_traces
 from calib.traces.runs import NUM_STEPS_TABLE, RunTrace, Traces
 from teacache import variants
 from teacache.errors import InputError
-from teacache.gate import GateConfig
+from teacache.gate import DEFAULT_MAX_CONSECUTIVE_SKIPS, DEFAULT_SKIP_FIRST, DEFAULT_SKIP_LAST, GateConfig
 from teacache.gate_batch import longest_streaks, replay_skip_masks, skipped_counts
 from teacache.io import write_json, write_text
 from teacache.provenance import collect, installed_version
@@ -41,7 +40,6 @@ SCHEDULE_COLUMNS = [
 PROG = "teacache-bench replay"
 WRITES = Writes(PROG)  # one CSV and the files beside it: each new, or replaced with --force (teacache.outputs)
 PEER_SUFFIXES = (".mlx-teacache.csv", ".mlx-teacache-steps.csv")
-_GATE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(GateConfig) if f.default is not dataclasses.MISSING}
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -61,9 +59,10 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--variant", default=None, help="default: the traces' variant column or provenance")
     parser.add_argument("--branch", default=None, help="rows of this branch when there is a branch column (cond)")
     parser.add_argument("--num-steps", type=int, default=None, help="when the tables have no num_steps column")
-    parser.add_argument("--skip-first", type=int, default=None, help="default: the variant's, else 1")
-    parser.add_argument("--skip-last", type=int, default=None, help=f"default: {_GATE_DEFAULTS['skip_last_n_steps']}")
-    parser.add_argument("--max-consecutive-skips", type=int, default=_GATE_DEFAULTS["max_consecutive_skips"])
+    first_help = f"default: the variant's, else {DEFAULT_SKIP_FIRST}"
+    parser.add_argument("--skip-first", type=int, default=None, help=first_help)
+    parser.add_argument("--skip-last", type=int, default=None, help=f"default: {DEFAULT_SKIP_LAST}")
+    parser.add_argument("--max-consecutive-skips", type=int, default=DEFAULT_MAX_CONSECUTIVE_SKIPS)
     parser.add_argument(
         "--gate",
         choices=("teacache", "mlx-teacache"),
@@ -98,7 +97,7 @@ def coefficients_origin(source: str) -> str:
 
 def gate_defaults(variant: str | None) -> tuple[int, int, str]:
     """skip_first_n_steps and skip_last_n_steps the gate uses for ``variant``, and where they came from."""
-    skip_first, skip_last = _GATE_DEFAULTS["skip_first_n_steps"], _GATE_DEFAULTS["skip_last_n_steps"]
+    skip_first, skip_last = DEFAULT_SKIP_FIRST, DEFAULT_SKIP_LAST
     if variant is None:
         return skip_first, skip_last, "gate defaults (no variant known)"
 

@@ -9,15 +9,20 @@ higher threshold skips no more. A pure function of the sweep's tables.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 
 import pandas as pd
 
-from teacache.gate import REASON_ABOVE_RANGE, REASON_CAP, REASON_OUTSIDE_REGION, REASON_THRESHOLD, GateConfig
+from teacache.gate import (
+    DEFAULT_MAX_CONSECUTIVE_SKIPS,
+    DEFAULT_SKIP_FIRST,
+    REASON_ABOVE_RANGE,
+    REASON_CAP,
+    REASON_OUTSIDE_REGION,
+    REASON_THRESHOLD,
+)
 
-DEFAULT_CAP = next(f.default for f in dataclasses.fields(GateConfig) if f.name == "max_consecutive_skips")
 RANGE_REASONS = (REASON_ABOVE_RANGE, REASON_OUTSIDE_REGION)
 
 
@@ -40,7 +45,7 @@ def _forcing_reasons(decisions: pd.DataFrame | None, run_ids) -> set[str] | None
 
 def _cause(group: list[float], runs: pd.DataFrame, decisions, provenance: dict) -> str:
     lowest = runs[runs["threshold"] == group[0]]
-    cap = int(provenance.get("max_consecutive_skips") or DEFAULT_CAP)
+    cap = int(provenance.get("max_consecutive_skips") or DEFAULT_MAX_CONSECUTIVE_SKIPS)
     if int(lowest["skipped"].sum()) == 0:
         floor = provenance.get("rescale_floor")
         positive = [t for t in group if t > 0]
@@ -51,7 +56,7 @@ def _cause(group: list[float], runs: pd.DataFrame, decisions, provenance: dict) 
         return f"every step computed: each gated step's change alone reaches these thresholds{shown}"
     reasons = _forcing_reasons(decisions, lowest["run_id"])
     if reasons is None:  # no decision log: what the runs' streaks and counts show
-        window = lowest["num_steps"] - int(provenance.get("skip_first_n_steps") or 1) - 1
+        window = lowest["num_steps"] - int(provenance.get("skip_first_n_steps") or DEFAULT_SKIP_FIRST) - 1
         if (lowest["skipped"] >= window).all():
             reasons = set()
         else:

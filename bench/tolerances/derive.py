@@ -46,6 +46,7 @@ from bench.tolerances.module import (
 from calib.run.arguments import CommandParser, Writes, check_out_file, path_argument
 from calib.run.command import command
 from teacache.errors import InputError
+from teacache.gate import DEFAULT_SKIP_FIRST
 from teacache.io import write_text
 from teacache.provenance import hardware_slug
 
@@ -67,8 +68,8 @@ def derive(sweep_dir: Path, threshold: float | None = None, provisional: bool = 
     out: dict[str, tuple] = {}
     out[f"{p}_SETTINGS"] = (
         _sorted_keys({"steps": int(prov["steps"]), "threshold": float(threshold), "guidance": float(prov["guidance"]),
-         "resolution": prov["resolution"], "skip_first_n_steps": int(prov.get("skip_first_n_steps", 1)),
-         "rescale": prov["rescale"]}),
+         "resolution": prov["resolution"],
+         "skip_first_n_steps": int(prov.get("skip_first_n_steps", DEFAULT_SKIP_FIRST)), "rescale": prov["rescale"]}),
         note("the generation settings every constant below was measured with", None),
     )  # fmt: skip
     out[f"{p}_CASES"] = (

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from teacache.errors import InputError
+from teacache.gate import DEFAULT_MAX_CONSECUTIVE_SKIPS, DEFAULT_SKIP_FIRST, DEFAULT_SKIP_LAST
 from teacache.gate_batch import rescaled_increments, skip_masks
 from teacache.rescale import FORM_POLY_SIGMA, RescaleFunction
 
@@ -38,13 +39,16 @@ MOVED = "moved"
 
 @dataclass(frozen=True)
 class Gate:
-    """A calibrated gate: its rescale function, where it came from, and the rule's step settings."""
+    """A calibrated gate: its rescale function, where it came from, and the rule's step settings.
+
+    No threshold: it is replayed at several. The step settings are :class:`teacache.gate.GateConfig`'s, with its
+    defaults."""
 
     rescale: RescaleFunction
     source: str
-    skip_first_n_steps: int = 1
-    skip_last_n_steps: int = 1
-    max_consecutive_skips: int = 8
+    skip_first_n_steps: int = DEFAULT_SKIP_FIRST
+    skip_last_n_steps: int = DEFAULT_SKIP_LAST
+    max_consecutive_skips: int = DEFAULT_MAX_CONSECUTIVE_SKIPS
 
     def to_dict(self) -> dict:
         return {
@@ -281,7 +285,7 @@ def measure_tolerance(
     ts = np.array([t["threshold"] for t in thresholds])
     fractions = skip_fraction(replay(gate, before, ts))
     selected, refit, spec = fresh if fresh is not None else fresh_fit(before)
-    refit_gate = Gate(refit, "fresh fit", gate.skip_first_n_steps, gate.skip_last_n_steps, gate.max_consecutive_skips)
+    refit_gate = Gate(refit, "fresh fit", *_steps(gate))
     matched = matched_thresholds(refit_gate, before, fractions)
     full = replay(refit_gate, before, matched)
     frame = _frame_of(before)

@@ -47,7 +47,7 @@ from calib.fit.candidates import FittedModel
 from calib.fit.decision_oracle import oracle_per_run, pooled_oracle, pooled_sum, schedule_costs, skippable
 from calib.fit.decision_runs import RunTable, pack_runs
 from calib.fit.selection import group_folds, time_input
-from teacache.gate import GateConfig
+from teacache.gate import DEFAULT_MAX_CONSECUTIVE_SKIPS, DEFAULT_SKIP_FIRST, DEFAULT_SKIP_LAST, GateConfig
 from teacache.gate_batch import rescaled_increments, skip_masks
 from teacache.rescale import RescaleFunction
 
@@ -78,9 +78,9 @@ def score_rescales(
     candidates: Mapping[str, RescaleFunction | Sequence[RescaleFunction]],
     run_fold: np.ndarray | None = None,
     *,
-    skip_first_n_steps: int = 1,
-    skip_last_n_steps: int = 1,
-    max_consecutive_skips: int = 8,
+    skip_first_n_steps: int = DEFAULT_SKIP_FIRST,
+    skip_last_n_steps: int = DEFAULT_SKIP_LAST,
+    max_consecutive_skips: int = DEFAULT_MAX_CONSECUTIVE_SKIPS,
     n_thresholds: int = DEFAULT_THRESHOLDS,
     skip_range: tuple[float, float] = (0.0, 1.0),
 ) -> dict:
@@ -224,9 +224,9 @@ def decision_scores(
     n_folds: int | None = None,
     change: str | None = None,
     compare: Mapping[str, RescaleFunction] | None = None,
-    skip_first_n_steps: int = 1,
-    skip_last_n_steps: int = 1,
-    max_consecutive_skips: int = 8,
+    skip_first_n_steps: int = DEFAULT_SKIP_FIRST,
+    skip_last_n_steps: int = DEFAULT_SKIP_LAST,
+    max_consecutive_skips: int = DEFAULT_MAX_CONSECUTIVE_SKIPS,
     n_thresholds: int = DEFAULT_THRESHOLDS,
     skip_range: tuple[float, float] = (0.0, 1.0),
     fold_models: Mapping[str, Sequence[FittedModel]] | None = None,

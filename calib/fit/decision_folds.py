@@ -27,7 +27,7 @@ from calib.fit.decision_plot import plot_decision_curves
 from calib.fit.errors import FitError
 from calib.fit.result import Candidate, FitResult
 from calib.fit.selection import group_folds, is_safe
-from teacache.gate import GateConfig
+from teacache.gate import DEFAULT_MAX_CONSECUTIVE_SKIPS, DEFAULT_SKIP_LAST
 from teacache.rescale import RescaleFunction
 
 COMPARISON_LABEL = "--compare"
@@ -40,7 +40,6 @@ DEFAULT_SELECTION_WHY = (
     "results/comparisons/two-models/summary.md); --select decision_excess uses the score"
 )
 PLOT_CURVES = 5  # best candidates by decision excess drawn in fit_decision.png, plus the cv R^2 pick and --compare
-_GATE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(GateConfig) if f.default is not dataclasses.MISSING}
 
 
 def score_fit(
@@ -64,8 +63,8 @@ def score_fit(
         folds = group_folds(frame["prompt_id"].to_numpy(), n_folds)
     rules = {
         "skip_first_n_steps": skip_first_n_steps,
-        "skip_last_n_steps": _GATE_DEFAULTS["skip_last_n_steps"],
-        "max_consecutive_skips": _GATE_DEFAULTS["max_consecutive_skips"],
+        "skip_last_n_steps": DEFAULT_SKIP_LAST,
+        "max_consecutive_skips": DEFAULT_MAX_CONSECUTIVE_SKIPS,
     }
     try:
         result = decision_scores(

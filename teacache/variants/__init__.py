@@ -20,6 +20,7 @@ from functools import cache
 
 from teacache._compat import parse_release
 from teacache.errors import InputError
+from teacache.gate import DEFAULT_SKIP_FIRST
 
 FAMILY_MODULES = ("flux1", "flux2", "qwen", "zimage")
 ZOO = "teacache.models"  # the embedded models' subpackage: specs name its functions by "module:function"
@@ -103,7 +104,7 @@ class VariantSpec:
     revision: str | None = None  # the pinned Hugging Face commit of mflux_names[0] (the drift tests check it)
     mflux_config: str | None = None  # mflux ``ModelConfig`` factory of its transformer: has a random-<name> model
     load_names: tuple[str, ...] = ()  # names ``load_model`` accepts besides ``name`` (mflux aliases)
-    skip_first_n_steps: int = 1
+    skip_first_n_steps: int = DEFAULT_SKIP_FIRST
     skip_first_why: str = ""
     coefficients: str | None = None  # module under teacache.coefficients; None: no packaged calibration
     prompt_set: str = "default"
