@@ -27,7 +27,7 @@ from teacache.errors import InputError, InputTypeError
 from teacache.gate import check_count, check_threshold
 from teacache.schedule import StaticSchedule, apply_schedule
 
-DEFAULT_MAX_CONSECUTIVE_SKIPS = 3  # MagCache's K as sglang ships it (the paper uses 2-4 per model)
+DEFAULT_K = 3  # MagCache's K as sglang ships it (the paper uses 2-4 per model)
 DEFAULT_RETENTION_RATIO = 0.2  # the paper's share of early steps always computed
 
 
@@ -39,7 +39,7 @@ class MagCacheConfig:
 
     threshold: float
     ratios: tuple[float, ...]
-    max_consecutive_skips: int = DEFAULT_MAX_CONSECUTIVE_SKIPS
+    max_consecutive_skips: int = DEFAULT_K
     retention_ratio: float = DEFAULT_RETENTION_RATIO
     skip_last_n_steps: int = 1
 
