@@ -277,3 +277,43 @@ def threshold_for(
     config = GateConfig(1.0, rescale, skip_first_n_steps=spec.skip_first_n_steps)
     steps = num_steps if num_steps is not None else spec.generation.steps
     return by_speedup(spec.name, speedup, steps, config, where, traces, arg="speedup")
+
+
+# --------------------------------------------------------------------------------------------- MagCache
+
+
+def magcache_curve(variant: str, traces: str | Path | None = None, arg: str = "--teacache-traces"):
+    """(MagCache's ratio curve, the traces it came from): from ``traces`` or the variant's committed ones."""
+    import pandas as pd
+
+    from teacache.magcache import ratio_curve
+
+    path = Path(traces) if traces is not None else committed(variant, "traces")
+    if path is None:
+        raise TargetError(
+            f"{arg}: {variant} has no committed calibration traces under results/ to calibrate MagCache's curve "
+            "from; pass --teacache-traces (a teacache-calib record traces.parquet)"
+        )
+    try:
+        frame = pd.read_parquet(path)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises many types for a missing or damaged file
+        raise TargetError(f"{arg}: cannot read {path} as a trace table ({type(exc).__name__})") from None
+    try:
+        return ratio_curve(frame), path
+    except TeaCacheError as exc:
+        raise TargetError(f"{arg}: {path}: {exc}") from None
+
+
+def magcache_by_speedup(curve, speedup: float, num_steps: int, traces: Path, arg: str = "--teacache-speedup"):
+    """MagCache's threshold whose schedule (the same for every prompt) computes about N / S steps."""
+    from teacache.magcache import MagCacheConfig, schedule
+
+    computed = [schedule(MagCacheConfig(float(t), curve), num_steps).computed for t in GRID]
+    threshold, count = choose_for_speedup(GRID, computed, num_steps, speedup, arg)
+    return ThresholdChoice(
+        threshold=threshold,
+        target=f"speedup {speedup:g}x at {num_steps} steps",
+        expected={"computed_steps": count, "skipped_steps": num_steps - count, "ideal_speedup": num_steps / count},
+        evidence=f"MagCache's schedule on the ratio curve of {_rel(traces)}",
+        source={"kind": "magcache-schedule", "traces": _rel(traces)},
+    )

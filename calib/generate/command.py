@@ -39,6 +39,12 @@ _NO_EMBEDDED = {  # mflux flags an embedded model cannot honour: (attribute, wha
 }
 
 
+RULES = ("teacache", "magcache")
+MAGCACHE_DEFAULT_THRESHOLD = 0.06  # the MagCache paper's default, as sglang ships it
+# what only the TeaCache rule reads: refused beside --teacache-rule magcache
+TEACACHE_ONLY = ("teacache_ssim", "teacache_coefficients", "teacache_report", "teacache_allow_unsafe")
+
+
 def add_teacache_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("TeaCache")
     target = group.add_mutually_exclusive_group()
@@ -66,6 +72,14 @@ def add_teacache_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run --teacache-coefficients that are <= 0 everywhere on their range (refused otherwise: the gate "
         "would skip up to its cap whatever the threshold); a function unsafe somewhere only warns",
+    )
+    group.add_argument(
+        "--teacache-rule",
+        choices=RULES,
+        default="teacache",
+        help="teacache: the calibrated rel-L1 gate; magcache: MagCache's schedule from a residual-magnitude curve "
+        "calibrated on the variant's traces (--teacache-traces), its threshold by --teacache-threshold, "
+        "--teacache-speedup or its default 0.06",
     )
     group.add_argument(
         "--teacache-forecast",
@@ -190,7 +204,8 @@ def check_generation(spec: variants.VariantSpec, args: argparse.Namespace) -> No
     elif not math.isfinite(args.guidance):
         raise Refusal(f"--guidance: expected a finite number, got {args.guidance!r}")
     for flag, needs in (("teacache_traces", "teacache_speedup"), ("teacache_report", "teacache_ssim")):
-        if getattr(args, flag) is not None and getattr(args, needs) is None:
+        magcache_curve = flag == "teacache_traces" and args.teacache_rule == "magcache"  # its curve's traces
+        if getattr(args, flag) is not None and getattr(args, needs) is None and not magcache_curve:
             raise Refusal(
                 f"--{flag.replace('_', '-')}: only --{needs.replace('_', '-')} reads it; drop it or pass "
                 f"--{needs.replace('_', '-')}"
@@ -275,6 +290,31 @@ def resolve_gate(spec: variants.VariantSpec, args: argparse.Namespace):
     return config, choice, rescale_source, coefficients
 
 
+def resolve_magcache(spec: variants.VariantSpec, args: argparse.Namespace):
+    """(MagCacheConfig, ThresholdChoice or None, the curve's source in words) for --teacache-rule magcache."""
+    from calib import targets
+    from teacache.errors import TeaCacheError
+    from teacache.magcache import MagCacheConfig
+
+    given = [name for name in TEACACHE_ONLY if getattr(args, name) not in (None, False)]
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise Refusal(
+            f"{flag}: not used with --teacache-rule magcache (it reads a ratio curve, not a rescale function)"
+        )
+    try:
+        curve, path = targets.magcache_curve(spec.name, args.teacache_traces)
+        choice = None
+        if args.teacache_speedup is not None:
+            choice = targets.magcache_by_speedup(curve, args.teacache_speedup, args.steps, path)
+        threshold = choice.threshold if choice is not None else args.teacache_threshold
+        config = MagCacheConfig(MAGCACHE_DEFAULT_THRESHOLD if threshold is None else threshold, curve)
+    except TeaCacheError as exc:
+        text = str(exc)
+        raise Refusal(text if text.startswith("--") else f"--teacache-threshold: {text}") from None
+    return config, choice, f"MagCache curve of {targets._rel(path)}"
+
+
 def _check_safety(rescale: RescaleFunction, allow_unsafe: bool) -> None:
     """The fit's safety check on the given coefficients: refused when positive nowhere (unless --teacache-allow-unsafe),
     one warning line when unsafe somewhere."""
@@ -356,11 +396,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         spec, args = parse(argv)
         check_generation(spec, args)
+        if args.teacache_rule == "magcache":
+            return _magcache_main(spec, args, saved)
         config, choice, rescale_source, coefficients = resolve_gate(spec, args)
         for seed in args.seed:
             output_path(args, seed, check=True)
         print(f"{PROG}: {spec.name}, {describe_threshold(spec, config, choice)}; rescale {rescale_source}")
         record = {
+            "rule": "teacache",
             "threshold": config.rel_l1_thresh,
             "choice": choice,
             "rescale_source": rescale_source,
@@ -380,6 +423,30 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
 
 
+def _magcache_main(spec, args, saved: list[Path]) -> int:
+    config, choice, source = resolve_magcache(spec, args)
+    for seed in args.seed:
+        output_path(args, seed, check=True)
+    said = choice.describe() if choice is not None else f"threshold {config.threshold:g}"
+    print(f"{PROG}: {spec.name}, MagCache {said} (K {config.max_consecutive_skips}, retention "
+          f"{config.retention_ratio:g}); {source}")  # fmt: skip
+    record = {
+        "rule": "magcache",
+        "threshold": config.threshold,
+        "choice": choice,
+        "rescale_source": source,
+        "skip_first_n_steps": None,
+        "skip_last_n_steps": config.skip_last_n_steps,
+        "max_consecutive_skips": config.max_consecutive_skips,
+        "forecast": args.teacache_forecast,
+        "threshold_source": "--teacache-threshold"
+        if args.teacache_threshold is not None
+        else f"MagCache's default {MAGCACHE_DEFAULT_THRESHOLD:g} (the paper's)",
+    }
+    with _one_line_warnings():
+        return _run(spec, args, config, None, record, saved)
+
+
 def _run(spec, args, config, coefficients, record, saved: list[Path]) -> int:
     from mflux.utils.exceptions import PromptFileReadError, StopImageGenerationException
 
@@ -387,16 +454,21 @@ def _run(spec, args, config, coefficients, record, saved: list[Path]) -> int:
     from teacache.safety import UnsafeRescaleWarning
 
     model, memory_saver = load(spec, args)
-    with warnings.catch_warnings():  # resolve_gate checked the coefficients and said so once
-        warnings.simplefilter("ignore", UnsafeRescaleWarning)
-        handle = apply_teacache(
-            model,
-            rel_l1_thresh=config.rel_l1_thresh,
-            coefficients=coefficients,
-            skip_first_n_steps=config.skip_first_n_steps,
-            allow_unsafe=args.teacache_allow_unsafe,
-            forecast=args.teacache_forecast,
-        )
+    if record["rule"] == "magcache":
+        from teacache.magcache import apply_magcache
+
+        handle = apply_magcache(model, config, args.steps, forecast=args.teacache_forecast)
+    else:
+        with warnings.catch_warnings():  # resolve_gate checked the coefficients and said so once
+            warnings.simplefilter("ignore", UnsafeRescaleWarning)
+            handle = apply_teacache(
+                model,
+                rel_l1_thresh=config.rel_l1_thresh,
+                coefficients=coefficients,
+                skip_first_n_steps=config.skip_first_n_steps,
+                allow_unsafe=args.teacache_allow_unsafe,
+                forecast=args.teacache_forecast,
+            )
     try:
         generate_all(spec, args, model, handle, record, saved)
     except StopImageGenerationException as exc:  # mflux turns Ctrl-C inside its loop into this

@@ -121,6 +121,7 @@ def teacache_metadata(record: dict, skipped: list[int], steps: int) -> dict:
     else:
         source, target = record.get("threshold_source", "--teacache-threshold or the variant's default"), None
     return {
+        f"{PREFIX}rule": record.get("rule", "teacache"),
         f"{PREFIX}threshold": float(record["threshold"]),
         f"{PREFIX}target": target,
         f"{PREFIX}threshold_source": source,

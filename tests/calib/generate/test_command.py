@@ -83,6 +83,26 @@ def no_model(monkeypatch):
 
 
 REFUSED = {
+    "magcache beside a rescale function": (
+        ["--teacache-rule", "magcache", "--teacache-coefficients", "1,0"],
+        r"--teacache-coefficients: not used with --teacache-rule magcache",
+    ),
+    "magcache beside a quality target": (
+        ["--teacache-rule", "magcache", "--teacache-ssim", "0.9"],
+        r"--teacache-ssim: not used with --teacache-rule magcache",
+    ),
+    "magcache negative threshold": (
+        ["--teacache-rule", "magcache", "--teacache-threshold", "-1"],
+        r"--teacache-threshold: threshold: expected a finite number >= 0",
+    ),
+    "magcache traces not there": (
+        ["--teacache-rule", "magcache", "--teacache-traces", "nope.parquet"],
+        r"--teacache-traces: cannot read nope\.parquet",
+    ),
+    "magcache unreachable speedup": (
+        ["--teacache-rule", "magcache", "--teacache-speedup", "20"],
+        r"--teacache-speedup 20: .*nearest: --teacache-speedup",
+    ),
     "unreachable speedup": (["--teacache-speedup", "10"], r"--teacache-speedup 10: .*nearest: --teacache-speedup 5\.6"),
     "unreachable floor": (["--teacache-ssim", "0.9999"], r"--teacache-ssim 0\.9999: .*nearest: --teacache-ssim"),
     "too short a schedule": (["--steps", "3"], r"--steps 3: .*nothing to skip"),
@@ -207,3 +227,21 @@ def test_forecast_extrapolates_the_skipped_steps_and_the_image_says_so(tmp_path)
     (reuse, reused), (forecast, forecast_pixels) = images[False], images[True]
     assert reuse["teacache_forecast"] is False and forecast["teacache_forecast"] is True
     assert reuse["teacache_skipped"] > 0 and reused != forecast_pixels
+
+
+def test_magcache_takes_its_schedule_from_the_committed_curve_and_the_image_says_so(tmp_path, capsys):
+    import pandas as pd
+
+    from calib.targets import committed
+    from teacache.magcache import MagCacheConfig, ratio_curve, schedule
+
+    out = tmp_path / "m.png"
+    argv = ["--model", "tiny-open-flux2", "--prompt", "a red circle at the left", "--teacache-rule", "magcache",
+            "--teacache-speedup", "2", "--seed", "0", "--output", str(out)]  # fmt: skip
+    assert command.main(argv) == 0
+    meta = metadata(out)
+    curve = ratio_curve(pd.read_parquet(committed("tiny-open-flux2", "traces")))
+    expected = schedule(MagCacheConfig(meta["teacache_threshold"], curve), 28)
+    assert meta["teacache_rule"] == "magcache" and meta["teacache_skipped_steps"] == expected.skipped_steps
+    assert abs(meta["teacache_skipped"] - 14) <= 1 and meta["teacache_target"] == "speedup 2x at 28 steps"
+    assert "MagCache" in capsys.readouterr().out
