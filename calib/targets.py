@@ -208,12 +208,21 @@ def by_speedup(
         )
     ts, computed, n_runs = replayed_computed(path, config, num_steps, variant)
     threshold, count = choose_for_speedup(ts, computed, num_steps, speedup, arg)
+    return _speedup_choice(
+        threshold, count, speedup, num_steps,
+        evidence=f"gate replayed on {n_runs} runs of {_rel(path)} with {rescale_source}",
+        source={"kind": "replay", "traces": _rel(path), "runs": n_runs, "rescale": rescale_source},
+    )  # fmt: skip
+
+
+def _speedup_choice(threshold: float, count: float, speedup: float, num_steps: int, evidence: str, source: dict):
+    """The ThresholdChoice of a speedup target: the threshold, and the computed steps its schedule gives."""
     return ThresholdChoice(
         threshold=threshold,
         target=f"speedup {speedup:g}x at {num_steps} steps",
         expected={"computed_steps": count, "skipped_steps": num_steps - count, "ideal_speedup": num_steps / count},
-        evidence=f"gate replayed on {n_runs} runs of {_rel(path)} with {rescale_source}",
-        source={"kind": "replay", "traces": _rel(path), "runs": n_runs, "rescale": rescale_source},
+        evidence=evidence,
+        source=source,
     )
 
 
@@ -310,10 +319,8 @@ def magcache_by_speedup(curve, speedup: float, num_steps: int, traces: Path, arg
 
     computed = [schedule(MagCacheConfig(float(t), curve), num_steps).computed for t in GRID]
     threshold, count = choose_for_speedup(GRID, computed, num_steps, speedup, arg)
-    return ThresholdChoice(
-        threshold=threshold,
-        target=f"speedup {speedup:g}x at {num_steps} steps",
-        expected={"computed_steps": count, "skipped_steps": num_steps - count, "ideal_speedup": num_steps / count},
+    return _speedup_choice(
+        threshold, count, speedup, num_steps,
         evidence=f"MagCache's schedule on the ratio curve of {_rel(traces)}",
         source={"kind": "magcache-schedule", "traces": _rel(traces)},
-    )
+    )  # fmt: skip

@@ -402,19 +402,9 @@ def main(argv: list[str] | None = None) -> int:
         for seed in args.seed:
             output_path(args, seed, check=True)
         print(f"{PROG}: {spec.name}, {describe_threshold(spec, config, choice)}; rescale {rescale_source}")
-        record = {
-            "rule": "teacache",
-            "threshold": config.rel_l1_thresh,
-            "choice": choice,
-            "rescale_source": rescale_source,
-            "skip_first_n_steps": config.skip_first_n_steps,
-            "skip_last_n_steps": config.skip_last_n_steps,
-            "max_consecutive_skips": config.max_consecutive_skips,
-            "forecast": args.teacache_forecast,
-            "threshold_source": "--teacache-threshold"
-            if args.teacache_threshold is not None
-            else f"the default of {spec.name}: {spec.default_threshold_why}",
-        }
+        default = f"the default of {spec.name}: {spec.default_threshold_why}"
+        record = _record(args, "teacache", config.rel_l1_thresh, choice, rescale_source, default,
+                         config.skip_first_n_steps, config.skip_last_n_steps, config.max_consecutive_skips)  # fmt: skip
         with _one_line_warnings():
             return _run(spec, args, config, coefficients, record, saved)
     except KeyboardInterrupt:
@@ -430,21 +420,26 @@ def _magcache_main(spec, args, saved: list[Path]) -> int:
     said = choice.describe() if choice is not None else f"threshold {config.threshold:g}"
     print(f"{PROG}: {spec.name}, MagCache {said} (K {config.max_consecutive_skips}, retention "
           f"{config.retention_ratio:g}); {source}")  # fmt: skip
-    record = {
-        "rule": "magcache",
-        "threshold": config.threshold,
-        "choice": choice,
-        "rescale_source": source,
-        "skip_first_n_steps": None,
-        "skip_last_n_steps": config.skip_last_n_steps,
-        "max_consecutive_skips": config.max_consecutive_skips,
-        "forecast": args.teacache_forecast,
-        "threshold_source": "--teacache-threshold"
-        if args.teacache_threshold is not None
-        else f"MagCache's default {MAGCACHE_DEFAULT_THRESHOLD:g} (the paper's)",
-    }
+    default = f"MagCache's default {MAGCACHE_DEFAULT_THRESHOLD:g} (the paper's)"
+    record = _record(args, "magcache", config.threshold, choice, source, default,
+                     None, config.skip_last_n_steps, config.max_consecutive_skips)  # fmt: skip
     with _one_line_warnings():
         return _run(spec, args, config, None, record, saved)
+
+
+def _record(args, rule: str, threshold: float, choice, source: str, default: str, first, last, cap) -> dict:
+    """What the image's metadata says of the rule (calib.generate.output.teacache_metadata reads it)."""
+    return {
+        "rule": rule,
+        "threshold": threshold,
+        "choice": choice,
+        "rescale_source": source,
+        "skip_first_n_steps": first,
+        "skip_last_n_steps": last,
+        "max_consecutive_skips": cap,
+        "forecast": args.teacache_forecast,
+        "threshold_source": "--teacache-threshold" if args.teacache_threshold is not None else default,
+    }
 
 
 def _run(spec, args, config, coefficients, record, saved: list[Path]) -> int:
