@@ -79,7 +79,7 @@ class GenerationState:
     anchor: mx.array | None = None  # the previous step's modulated input
     residuals: dict[int, mx.array] = field(default_factory=dict)  # by branch (CFG calls of one step)
     residual_steps: dict[int, int] = field(default_factory=dict)  # the step each residual was computed at
-    earlier: dict[int, tuple[int, mx.array]] = field(default_factory=dict)  # forecast: the one before, and its step
+    earlier: dict[int, tuple[int, mx.array]] = field(default_factory=dict)  # forecast: (its step, the one before)
     step_decision: tuple[int, bool] | None = None  # (step, compute), taken by branch 0
     pending: list[dict] = field(default_factory=list)  # calibration rows, lazy until the generation ends
     previous_output: dict[int, mx.array] = field(default_factory=dict)  # calibration, by branch

@@ -25,7 +25,8 @@ class CachingProxy(nn.Module):
     :meth:`compile_segments` once per generation, as mflux compiles its own predict once per generation:
     the head (up to the signal), the body and the tail then run ``mx.compile``d and only the skip decision,
     which reads the signal back on the host, runs in Python between them. While the device computes a
-    signal the decision reads, the host builds the body's graph: a computed step loses no time to the read.
+    signal the decision reads, the host builds the body's graph, so a computed step loses less to the read
+    (FLUX.1-dev on the H200: +0.99 % -> +0.35 % per step); a skipped step drops the graph unevaluated.
     """
 
     def __init__(self, transformer: nn.Module, controller: StepController) -> None:
