@@ -23,12 +23,12 @@ from bench.report import plots
 from bench.tolerances import derive as tolerances_cmd
 from bench.tolerances import gapcheck, quantized_noop
 from bench.tolerances.module import TOLERANCES_DIR, generated_modules, prefix
-from tests import ROOT
+from tests import ROOT, committed
 
 RESULTS = ROOT / "results"
-CAMPAIGNS = sorted(p for p in RESULTS.glob("*/*/*") if (p / "sweep" / "runs.parquet").is_file())
+CAMPAIGNS = [p.parents[1] for p in committed("results/*/*/*/sweep/runs.parquet")]  # not a demo's or journey's
 COMPARISON = RESULTS / "comparisons" / "cpu-amd-epyc-2c-vs-cuda-nvidia-h200"
-GAPCHECKS = sorted(RESULTS.glob("*/*/*/gapcheck/gapcheck.json"))
+GAPCHECKS = committed("results/*/*/*/gapcheck/gapcheck.json")
 MODULES = [m for m in generated_modules() if (RESULTS / m.hardware).is_dir()]
 
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import math
 import shutil
+import subprocess
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from bench.sweep import records
-from tests import ROOT
+from tests import ROOT, committed
 
 DERIVED = [d.name for d in records.RUNS.derived]
 
@@ -28,8 +29,7 @@ def _stores_derived(path) -> bool:
     return "speedup" in pq.read_schema(path).names
 
 
-# tables in the tree only (tracked or not): a demo or journey sweep of today's format is read by the test below
-TABLES = sorted(p for p in ROOT.glob("results/**/runs.parquet") if "demo" not in p.relative_to(ROOT).parts)
+TABLES = committed("results/**/runs.parquet")  # not a demo's, a journey's or a user's own
 COMMITTED = [p for p in TABLES if _stores_derived(p)]
 CURRENT = [p for p in TABLES if not _stores_derived(p)]
 
@@ -50,6 +50,20 @@ def test_the_declared_tables_hold_measured_columns_only():
     assert not set(DERIVED) & set(records.RUNS.names)
     assert records.NOOP.derived == () and records.DECISIONS.derived == ()  # noop's wall_s_median: one timed run
     assert records.SCHEDULES.names == ("run_id", "predicted_skipped")
+
+
+def test_only_the_tables_git_tracks_are_checked(tmp_path):
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / ".gitignore").write_text("/results/demo/\n/results/mine/\n")
+    for folder in ("committed/sweep", "demo/tiny-open-flux2/sweep", "mine/sweep", "new/sweep"):
+        (tmp_path / "results" / folder).mkdir(parents=True)
+        (tmp_path / "results" / folder / "runs.parquet").write_bytes(b"not a table")
+    git("add", ".gitignore", "results/committed/sweep/runs.parquet")
+    assert committed("results/**/runs.parquet", tmp_path) == [tmp_path / "results/committed/sweep/runs.parquet"]
+    assert all(p.is_relative_to(ROOT) for p in TABLES) and TABLES  # the project's own, from its checkout
 
 
 @pytest.mark.parametrize("path", CURRENT, ids=_rel)

@@ -11,7 +11,7 @@ import pytest
 from calib.cli import main as calib_main
 from calib.drift import command, integrity, verdict
 from teacache.io import write_json
-from tests import ROOT
+from tests import ROOT, committed
 
 MODEL = "tiny-shapes"
 
@@ -105,9 +105,8 @@ def test_saved_numbers_are_verified_too(tmp_path):
 
 @pytest.mark.parametrize(
     "folder",
-    sorted(
-        [*(ROOT / "calib" / "drift" / "data").glob("save-*/effect/*"), *(ROOT / "results").glob("**/save/effect/*")]
-    ),
+    [p.parent for p in committed("calib/drift/data/save-*/effect/*/settings.json")]
+    + [p.parent for p in committed("results/**/save/effect/*/settings.json")],
     ids=lambda p: p.relative_to(ROOT).as_posix(),
 )
 def test_every_committed_save_is_sealed_and_as_sealed(folder):

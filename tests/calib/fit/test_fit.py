@@ -33,7 +33,7 @@ from calib.traces.runs import step_fraction
 from teacache.coefficients import _upstream, load_packaged, module_name
 from teacache.gate import GateConfig
 from teacache.rescale import FORM_POLY_SIGMA, FORM_POLY_STEP, RescaleFunction
-from tests import ROOT
+from tests import committed
 from tests.calib.fit.conftest import interaction_truth, loads_as_selected, make_traces, run_fit, write
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -581,7 +581,7 @@ def test_fit_json_with_interaction_terms_round_trips(tmp_path, capsys):
 
 
 def test_existing_fit_files_still_load():
-    paths = sorted(ROOT.glob("results/**/fit/fit.json"))
+    paths = committed("results/**/fit/fit.json")
     assert paths
     for path in paths:  # the campaigns' fits and the decision comparison's older ones, written before regions
         loads_as_selected(path)

@@ -21,10 +21,10 @@ from calib.fit.result import MISSING, Candidate, FitResult, rescale_from_fit
 from calib.fit.selection import fit_frame
 from teacache.io import FORMAT_VERSION
 from teacache.rescale import FORMS, RescaleFunction
-from tests import ROOT
+from tests import ROOT, committed
 from tests.calib.fit.conftest import make_traces
 
-COMMITTED_FITS = sorted(ROOT.glob("results/**/fit.json"))
+COMMITTED_FITS = committed("results/**/fit.json")
 
 # ---------------------------------------------------------------------------------------------- strategies
 

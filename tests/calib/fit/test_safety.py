@@ -18,10 +18,10 @@ from calib.fit.selection import fit_frame
 from calib.traces.reader import load_traces
 from teacache.gate import REASON_ABOVE_RANGE, GateConfig, replay
 from teacache.rescale import RescaleFunction
-from tests import ROOT
+from tests import ROOT, committed
 from tests.calib.fit.holdout_style import NUM_STEPS, holdout_style_frame
 
-COMMITTED_FITS = sorted(ROOT.glob("results/*/*/*/fit/fit.json"))
+COMMITTED_FITS = committed("results/*/*/*/fit/fit.json")
 
 
 def _selected_rescale(result: dict) -> RescaleFunction:
