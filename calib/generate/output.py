@@ -9,6 +9,8 @@ interrupted save leaves no partial file.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -173,6 +175,18 @@ def written_facts(model, image) -> dict:
     return facts
 
 
+@contextlib.contextmanager
+def _quiet_info(logger: logging.Logger):
+    """``logger`` says only warnings and errors inside the block (mflux's 'saved successfully at' lines name the
+    staged file, a folder removed right after; this command's own line names the file written)."""
+    level = logger.level
+    logger.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def save_image(image, model, args: argparse.Namespace, seed: int, teacache: dict) -> Path:
     """Save with mflux's metadata and the TeaCache keys beside it; returns the path written."""
     from mflux.utils.image_util import ImageUtil
@@ -185,7 +199,8 @@ def save_image(image, model, args: argparse.Namespace, seed: int, teacache: dict
     # a fixed prefix: the staging folder's name must not be longer than the image's own
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".teacache-generate-") as tmp:
         staged = Path(tmp) / path.name
-        ImageUtil.save_image(generated.image, staged, metadata, args.metadata, overwrite=True)
+        with _quiet_info(logging.getLogger(ImageUtil.__module__)):  # its lines would name the staging folder
+            ImageUtil.save_image(generated.image, staged, metadata, args.metadata, overwrite=True)
         sidecar = staged.with_suffix(SIDECAR)
         if sidecar.exists():
             os.replace(sidecar, path.with_suffix(SIDECAR))

@@ -4,6 +4,7 @@ mflux's own flags pass through, and bad input is refused before any model loads.
 from __future__ import annotations
 
 import json
+import logging
 import re
 
 import piexif
@@ -49,6 +50,16 @@ def test_mflux_flags_pass_through_seeds_sidecar_and_existing_files_are_never_rep
     assert sidecar["seed"] == 1 and sidecar["steps"] == 12 and sidecar["teacache_steps"] == 12
     assert sidecar["teacache_threshold"] == 0.05 and sidecar["teacache_threshold_source"] == "--teacache-threshold"
     assert sidecar["teacache_skipped"] > 0
+
+
+def test_the_messages_name_the_files_written_not_the_staging_folder(tmp_path, caplog, capsys):
+    caplog.set_level(logging.INFO)
+    out = tmp_path / "img.png"
+    rc = command.main(["--model", "tiny-shapes", "--prompt", PROMPT, "--seed", "1", "--steps", "4", "--metadata",
+                       "--output", str(out)])  # fmt: skip
+    assert rc == 0 and out.is_file() and out.with_suffix(".metadata.json").is_file()
+    said = caplog.text + "".join(capsys.readouterr())
+    assert ".teacache-generate-" not in said and f"saved {out}" in said, said
 
 
 def _shape(action) -> tuple:
