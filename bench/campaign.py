@@ -29,7 +29,7 @@ from calib import record as record_stage
 from calib.fit import files as fit_files
 from calib.run import arguments, fingerprint, ranks, shard
 from calib.run.command import run_command
-from calib.run.folder_lock import folder_lock
+from calib.run.folder import RunFolder
 from calib.run.interrupts import Interrupted, interruptions
 from calib.run.prompts import SETS
 from teacache import outputs, variants
@@ -328,7 +328,7 @@ def run_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swee
         share_inputs(world, [out / "fit" / "fit.json", campaign.record.out / "traces.parquet"], error)
 
     # one campaign per folder; under mlx.launch the stages' own shard folders keep the ranks apart
-    with folder_lock(out, PROG) if lead else contextlib.nullcontext():
+    with RunFolder(PROG).lock(out) if lead else contextlib.nullcontext():
         traces = stage("record", lambda: record_stage.run_record(campaign.record, world))
         stage("fit", fit)
         stage("sweep", lambda: sweep_stage.run_sweep(campaign.sweep, world))

@@ -1,0 +1,169 @@
+"""A run folder: the output folder of a command that writes runs, and the one way every such command treats it.
+
+One writer at a time (:mod:`calib.run.folder_lock`); the settings fingerprint, the weights' identity among
+them (:mod:`calib.run.fingerprint`), checked before anything loads, so that a rerun resumes, extends or is
+refused; the plan of what is left, agreed by every rank of ``mlx.launch`` (:mod:`calib.run.shard`); a progress
+log beside the results; the line Ctrl-C prints; tables written atomically (:mod:`teacache.io`). Each command
+describes its folder once, as a :class:`RunFolder`, and goes through it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO, TypeVar
+
+from calib.run import fingerprint, ranks, shard
+from calib.run.folder_lock import FolderLocked, Lock, folder_lock
+from calib.run.progress import track
+from calib.run.units import UnitLayout, shard_folders
+from teacache.errors import TeaCacheError
+from teacache.io import append_log
+
+LOG = "progress.log"  # every line a command says about its progress, timestamped
+Measured = TypeVar("Measured")
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """What one command writes into its folder, and the steps every run into such a folder takes."""
+
+    command: str  # the command line's name, recorded in the lock and the fingerprint
+    results: tuple[str, ...] = ()  # what shows that a folder holds this command's results
+    outputs: tuple[str, ...] = ()  # what --force-new removes (with the fingerprint)
+    extendable: tuple[str, ...] = ()  # settings a rerun may add values to
+    layout: UnitLayout | None = None  # where a sharded command keeps each unit
+    log: str = LOG
+
+    # ------------------------------------------------------------------------------ one writer, its settings
+
+    @contextlib.contextmanager
+    def lock(self, folder: Path, command: str | None = None) -> Iterator[Lock]:
+        """Hold ``folder``'s lock (FolderLocked when a live process holds it); a stale one is said and taken."""
+        with folder_lock(folder, command or self.command) as lock:
+            if lock.stale_message():
+                print(lock.stale_message())
+            yield lock
+
+    def clear(self, folder: Path) -> list[str]:
+        """--force-new: remove what this command wrote into ``folder``, said in one line."""
+        removed = fingerprint.clear(folder, self.outputs)
+        if removed:
+            print(f"--force-new: removed {', '.join(removed)} from {folder}")
+        return removed
+
+    def check(self, folder: Path, settings: dict) -> fingerprint.FolderState:
+        """The folder against ``settings``: new, resume, extend or adopt; SettingsMismatch naming what differs."""
+        return fingerprint.check(folder, settings, self.results, self.extendable, command=self.command)
+
+    def begin(self, folder: Path, settings: dict) -> fingerprint.FolderState:
+        """:meth:`check`, and say what a resumed or extended folder will get."""
+        state = self.check(folder, settings)
+        if state.message(folder):
+            print(state.message(folder))
+        return state
+
+    def save(self, folder: Path, settings: dict, state: fingerprint.FolderState | None = None) -> dict:
+        """Write the fingerprint (checked now when no ``state`` is given): before the first result is saved."""
+        state = self.check(folder, settings) if state is None else state
+        return fingerprint.save(folder, self.command, settings, state)
+
+    def resumable(self, folder: Path, settings: dict, adopted: Callable[[Path], None] | None = None) -> None:
+        """Refuse a folder made with other settings; ``adopted`` checks one from before fingerprints further."""
+        if self.check(folder, settings).status == "adopt" and adopted is not None:
+            adopted(folder)
+
+    # ------------------------------------------------------------------------------------ saying progress
+
+    def say(self, folder: Path, line: str, stream: TextIO | None = None) -> None:
+        """One line to the terminal and into the folder's progress log."""
+        print(line, file=stream or sys.stdout, flush=True)
+        append_log(folder / self.log, line)
+
+    def logger(self, folder: Path, stream: TextIO | None = None) -> Callable[[str], None]:
+        return functools.partial(self.say, folder, stream=stream)
+
+    def progress(self, folder: Path, label: str, total: int, noun: str | None = None):
+        """The progress of ``total`` units, on the terminal and in the folder's progress log."""
+        return track(label, total, noun or self.layout.noun, log=folder / self.log)
+
+    def stopped(self, saved: int, total: int, where: Path, noun: str | None = None) -> str:
+        """What a run stopped by Ctrl-C has saved, and how to go on."""
+        noun = noun or self.layout.noun
+        return f"interrupted: {saved} of {total} {noun} are saved in {where}; run the same command again to resume"
+
+    # ------------------------------------------------------------------------------ a run over the ranks
+
+    def sharded(
+        self,
+        out: Path,
+        keys: Sequence[str],
+        settings: dict,
+        world: ranks.World | None = None,
+        complete: Callable[[Path, str], bool] | None = None,
+    ) -> shard.ShardedRun:
+        """The units ``keys`` spread over the ranks; every rank must share ``settings`` (its hardware aside)."""
+        agreed = {k: v for k, v in settings.items() if k != "hardware"}
+        world = world if world is not None else ranks.connect()
+        return shard.ShardedRun(world, out, keys, self.layout, agreed, complete)
+
+    def run(
+        self,
+        run: shard.ShardedRun,
+        settings: dict,
+        force_new: bool,
+        work: Callable[[shard.ShardedRun], Measured],
+        merge: Callable[[shard.ShardedRun, Measured, dict[str, Path]], Path],
+        interrupted: Callable[[], str],
+        adopted: Callable[[Path], None] | None = None,
+    ) -> Path | None:
+        """--force-new, the locks and the settings check of every folder the merge may take, then this rank's
+        ``work`` and rank 0's ``merge``; returns what the merge wrote (None on the other ranks).
+
+        Refusals come before anything loads, on every rank; a fingerprint this run wrote goes again when it
+        stops before any result is saved; Ctrl-C raises Interrupted with ``interrupted()``.
+        """
+        if force_new:
+            self.force_new(run.world, run.out, run.folder)
+        with contextlib.ExitStack() as stack:
+            check = functools.partial(self.resumable, settings=settings, adopted=adopted)
+            self.claim(stack, run.world, run.out, run.folder, check)
+            stack.enter_context(fingerprint.withdrawn_on_failure(run.folder, self.results))
+            measured, error = run.measure(functools.partial(work, run), interrupted)
+            return run.conclude(error, None if measured is None else functools.partial(merge, run, measured))
+
+    def force_new(self, world: ranks.World, out: Path, folder: Path) -> None:
+        """--force-new under any number of ranks: rank 0 clears OUT (shard folders included) before any rank
+        claims its folder; a rank on a host without a shared folder then clears its own shard folder."""
+        error = None
+        try:
+            if world.rank == 0:
+                with folder_lock(out, self.command):
+                    self.clear(out)
+        except FolderLocked as exc:
+            error = exc
+        shard.agree(world, error)
+        if world.rank > 0 and folder.is_dir():
+            with folder_lock(folder, self.command):
+                fingerprint.clear(folder, self.outputs)
+
+    def claim(
+        self, stack: contextlib.ExitStack, world: ranks.World, out: Path, folder: Path, check: Callable[[Path], None]
+    ) -> None:
+        """Lock this rank's folder (and OUT on rank 0, which writes the merged tables) and ``check`` the settings
+        of every folder whose units the merge may take; then :func:`calib.run.shard.agree` (every rank calls this)."""
+        error = None
+        try:
+            if world.size > 1 and world.rank == 0:
+                stack.enter_context(folder_lock(out, self.command))
+            stack.enter_context(self.lock(folder))
+            for _rank, other in shard_folders(out):
+                if other == folder or (other / fingerprint.FILE).is_file() or any(other.iterdir()):
+                    check(other)
+        except TeaCacheError as exc:  # a held folder, other settings: every rank hears which
+            error = exc
+        shard.agree(world, error)
