@@ -9,22 +9,17 @@ stops with one line naming what differs.
 
 from __future__ import annotations
 
-import contextlib
-import datetime as _dt
 import hashlib
 import importlib
 import json
 import math
-import os
-import shutil
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import mlx.core as mx
 
 from teacache.errors import TeaCacheError
-from teacache.io import FORMAT_VERSION, file_sha256, portable, write_json
+from teacache.io import FORMAT_VERSION, file_sha256, portable
 from teacache.loading import resolve_spec
 from teacache.provenance import DISTRIBUTION, hardware_slug, installed_version
 from teacache.revisions import local_revision
@@ -102,7 +97,7 @@ def environment(model: str, base_model: str | None = None) -> dict:
 # ---------------------------------------------------------------------------------------- comparison
 
 
-def _canonical(settings: dict) -> dict:
+def canonical(settings: dict) -> dict:
     """As the file will hold it: JSON types, and machine paths written portably (teacache.io.portable)."""
     return json.loads(portable(json.dumps(settings, sort_keys=True, default=str)))
 
@@ -218,43 +213,7 @@ def read(folder: Path) -> dict | None:
     return data
 
 
-def check(
-    folder: str | os.PathLike,
-    settings: dict,
-    outputs: tuple[str, ...],
-    extendable: tuple[str, ...] = (),
-    command: str | None = None,
-) -> FolderState:
-    """Compare ``settings`` with the folder's fingerprint; raise SettingsMismatch naming every difference.
-
-    ``settings`` may be partial (before the model loads, its variant is unknown): only its keys count. A folder
-    another ``command`` wrote is refused whatever its settings (a recording is no sweep, and back).
-    """
-    folder = Path(folder)
-    current = _canonical(settings)
-    data = read(folder)
-    adopted = data is None and has_results(folder, outputs)
-    if adopted:
-        data = _from_provenance(folder, current)
-    if data is None:
-        return FolderState("new")
-    if command is not None and data.get("command") not in (None, command):
-        raise SettingsMismatch(
-            f"--out: {folder} holds the results of {data['command']}; {command} writes a folder of its own: choose "
-            "another --out"
-        )
-    differences, added = compare(data["settings"], current, extendable)
-    if differences:
-        source = " (as its provenance.json from an earlier version says)" if adopted else ""
-        raise SettingsMismatch(
-            f"--out: {folder} was made with other settings{source}: {'; '.join(differences)}; pass --force-new to "
-            "start it afresh, or choose a new --out"
-        )
-    status = "adopt" if adopted else "extend" if added else "resume"
-    return FolderState(status, added, list(data.get("history", [])))
-
-
-def _from_provenance(folder: Path, current: dict) -> dict:
+def from_provenance(folder: Path, current: dict) -> dict:
     """The settings of a folder from before fingerprints, as its provenance.json recorded them.
 
     What an earlier version did not record (the weights' identity, a base model, the core count in the
@@ -294,53 +253,9 @@ def _from_provenance(folder: Path, current: dict) -> dict:
     note = f"settings read from provenance.json of an earlier version; not recorded then: {', '.join(assumed)}"
     command = "teacache-bench sweep" if "thresholds" in prov else "teacache-calib record"
     history = [{"date_utc": prov.get("date_utc"), "adopted": note}]
-    return {"settings": _canonical(settings), "history": history, "command": command}
-
-
-def save(folder: str | os.PathLike, command: str, settings: dict, state: FolderState) -> dict:
-    """Write the fingerprint (before the first generation); an extension is appended to its history."""
-    folder = Path(folder)
-    now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    history = list(state.history)
-    if state.status == "new":
-        history = [{"date_utc": now, "started": True}]
-    if state.added:
-        history.append({"date_utc": now, "added": state.added})
-    data = {"format_version": FORMAT_VERSION, "command": command, "settings": _canonical(settings), "history": history}
-    if state.status != "resume" or read(folder) is None:
-        write_json(folder / FILE, data)
-    return data
-
-
-@contextlib.contextmanager
-def withdrawn_on_failure(folder: str | os.PathLike, outputs: tuple[str, ...]) -> Iterator[None]:
-    """A fingerprint this run wrote goes again when the run stops before any result is saved: a refused run
-    leaves the folder as it was, and the corrected command is not refused as "other settings"."""
-    path = Path(folder) / FILE
-    existed = path.exists()
-    try:
-        yield
-    except BaseException:
-        if not existed and not has_results(Path(folder), outputs):
-            path.unlink(missing_ok=True)
-        raise
+    return {"settings": canonical(settings), "history": history, "command": command}
 
 
 def digest(data: dict) -> str:
     """A short name of a fingerprint's settings, for provenance."""
     return hashlib.sha256(json.dumps(data["settings"], sort_keys=True).encode()).hexdigest()
-
-
-def clear(folder: str | os.PathLike, outputs: tuple[str, ...]) -> list[str]:
-    """--force-new: remove what this command wrote into the folder (its outputs and fingerprint), nothing else."""
-    folder = Path(folder)
-    removed = []
-    for name in (*outputs, FILE):
-        path = folder / name
-        if path.is_dir():
-            shutil.rmtree(path)
-            removed.append(name)
-        elif path.exists():
-            path.unlink()
-            removed.append(name)
-    return removed

@@ -1,16 +1,19 @@
 """A run folder: the output folder of a command that writes runs, and the one way every such command treats it.
 
-One writer at a time (:mod:`calib.run.folder_lock`); the settings fingerprint, the weights' identity among
-them (:mod:`calib.run.fingerprint`), checked before anything loads, so that a rerun resumes, extends or is
-refused; the plan of what is left, agreed by every rank of ``mlx.launch`` (:mod:`calib.run.shard`); a progress
-log beside the results; the line Ctrl-C prints; tables written atomically (:mod:`teacache.io`). Each command
-describes its folder once, as a :class:`RunFolder`, and goes through it.
+One writer at a time (:mod:`calib.run.folder_lock`); ``fingerprint.json``, the settings the results were made
+with, the weights' identity among them (:mod:`calib.run.fingerprint`), checked before anything loads, so that a
+rerun resumes, extends (new seeds or thresholds: said, and recorded with the date) or is refused in one line
+naming what differs; the plan of what is left, agreed by every rank of ``mlx.launch`` (:mod:`calib.run.shard`);
+a progress log beside the results; the line Ctrl-C prints (exit 130); tables written atomically
+(:mod:`teacache.io`). Each command describes its folder once, as a :class:`RunFolder`, and goes through it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
 import functools
+import shutil
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -18,14 +21,20 @@ from pathlib import Path
 from typing import TextIO, TypeVar
 
 from calib.run import fingerprint, ranks, shard
+from calib.run.fingerprint import FILE, FolderState, SettingsMismatch
 from calib.run.folder_lock import FolderLocked, Lock, folder_lock
+from calib.run.interrupts import Interrupted, interruptions
 from calib.run.progress import track
 from calib.run.units import UnitLayout, shard_folders
 from teacache.errors import TeaCacheError
-from teacache.io import append_log
+from teacache.io import FORMAT_VERSION, append_log, write_json
 
 LOG = "progress.log"  # every line a command says about its progress, timestamped
 Measured = TypeVar("Measured")
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)
@@ -49,33 +58,116 @@ class RunFolder:
                 print(lock.stale_message())
             yield lock
 
-    def clear(self, folder: Path) -> list[str]:
-        """--force-new: remove what this command wrote into ``folder``, said in one line."""
-        removed = fingerprint.clear(folder, self.outputs)
-        if removed:
+    def clear(self, folder: Path, say: bool = True) -> list[str]:
+        """--force-new: remove what this command wrote into ``folder`` (its outputs and fingerprint), nothing else."""
+        removed = []
+        for name in (*self.outputs, FILE):
+            path = folder / name
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
+            else:
+                continue
+            removed.append(name)
+        if removed and say:
             print(f"--force-new: removed {', '.join(removed)} from {folder}")
         return removed
 
-    def check(self, folder: Path, settings: dict) -> fingerprint.FolderState:
-        """The folder against ``settings``: new, resume, extend or adopt; SettingsMismatch naming what differs."""
-        return fingerprint.check(folder, settings, self.results, self.extendable, command=self.command)
+    def read(self, folder: Path, data: dict | None = None) -> dict | None:
+        """The folder's fingerprint (None without one); SettingsMismatch when another command wrote it."""
+        data = fingerprint.read(folder) if data is None else data
+        if data is not None and data.get("command") not in (None, self.command):
+            raise SettingsMismatch(
+                f"--out: {folder} holds the results of {data['command']}; {self.command} writes a folder of its "
+                "own: choose another --out"
+            )
+        return data
 
-    def begin(self, folder: Path, settings: dict) -> fingerprint.FolderState:
+    def check(self, folder: Path, settings: dict) -> FolderState:
+        """Compare ``settings`` with the folder's fingerprint; raise SettingsMismatch naming every difference.
+
+        ``settings`` may be partial (before the model loads, its variant is unknown): only its keys count. A
+        folder from before fingerprints is judged by its provenance.json.
+        """
+        current = fingerprint.canonical(settings)
+        data = fingerprint.read(folder)
+        adopted = data is None and fingerprint.has_results(folder, self.results)
+        if adopted:
+            data = fingerprint.from_provenance(folder, current)
+        if self.read(folder, data) is None:
+            return FolderState("new")
+        differences, added = fingerprint.compare(data["settings"], current, self.extendable)
+        if differences:
+            source = " (as its provenance.json from an earlier version says)" if adopted else ""
+            raise SettingsMismatch(
+                f"--out: {folder} was made with other settings{source}: {'; '.join(differences)}; pass --force-new "
+                "to start it afresh, or choose a new --out"
+            )
+        status = "adopt" if adopted else "extend" if added else "resume"
+        return FolderState(status, added, list(data.get("history", [])))
+
+    def begin(self, folder: Path, settings: dict) -> FolderState:
         """:meth:`check`, and say what a resumed or extended folder will get."""
         state = self.check(folder, settings)
         if state.message(folder):
             print(state.message(folder))
         return state
 
-    def save(self, folder: Path, settings: dict, state: fingerprint.FolderState | None = None) -> dict:
-        """Write the fingerprint (checked now when no ``state`` is given): before the first result is saved."""
+    def save(self, folder: Path, settings: dict, state: FolderState | None = None) -> dict:
+        """Write the fingerprint before the first result (checked now without ``state``); an extension is appended
+        to its history."""
         state = self.check(folder, settings) if state is None else state
-        return fingerprint.save(folder, self.command, settings, state)
+        history = [{"date_utc": _now(), "started": True}] if state.status == "new" else list(state.history)
+        if state.added:
+            history.append({"date_utc": _now(), "added": state.added})
+        data = {"format_version": FORMAT_VERSION, "command": self.command,
+                "settings": fingerprint.canonical(settings), "history": history}  # fmt: skip
+        if state.status != "resume" or fingerprint.read(folder) is None:
+            write_json(folder / FILE, data)
+        return data
 
     def resumable(self, folder: Path, settings: dict, adopted: Callable[[Path], None] | None = None) -> None:
         """Refuse a folder made with other settings; ``adopted`` checks one from before fingerprints further."""
         if self.check(folder, settings).status == "adopt" and adopted is not None:
             adopted(folder)
+
+    @contextlib.contextmanager
+    def withdrawn_on_failure(self, folder: Path) -> Iterator[None]:
+        """A fingerprint this run wrote goes again when the run stops before any result is saved: a refused run
+        leaves the folder as it was, and the corrected command is not refused as "other settings"."""
+        path = folder / FILE
+        existed = path.exists()
+        try:
+            yield
+        except BaseException:
+            if not existed and not fingerprint.has_results(folder, self.results):
+                path.unlink(missing_ok=True)
+            raise
+
+    @contextlib.contextmanager
+    def writing(self, folder: Path, settings: dict, force_new: bool = False) -> Iterator[FolderState]:
+        """A plain (one-process) run into ``folder``: locked, cleared by --force-new, checked and fingerprinted."""
+        with self.lock(folder):
+            if force_new:
+                self.clear(folder)
+            state = self.check(folder, settings)  # other settings: refused here
+            with self.withdrawn_on_failure(folder):
+                self.save(folder, settings, state)
+                yield state
+
+    # ---------------------------------------------------- a folder of configurations, each with its settings
+
+    def configurations(self, folder: Path) -> dict[str, dict]:
+        """The settings the fingerprint records per configuration (none without the file)."""
+        return dict((self.read(folder) or {}).get("configurations") or {})
+
+    def save_configuration(self, folder: Path, key: str, settings: dict) -> None:
+        """Record the settings of one configuration (just before its rows are written)."""
+        data = self.read(folder) or {"format_version": FORMAT_VERSION, "command": self.command, "settings": {}}
+        data["configurations"] = {**data.get("configurations", {}), key: settings}
+        data["history"] = [*data.get("history", []), {"date_utc": _now(), "measured": key}]
+        write_json(folder / FILE, data)
 
     # ------------------------------------------------------------------------------------ saying progress
 
@@ -95,6 +187,15 @@ class RunFolder:
         """What a run stopped by Ctrl-C has saved, and how to go on."""
         noun = noun or self.layout.noun
         return f"interrupted: {saved} of {total} {noun} are saved in {where}; run the same command again to resume"
+
+    @staticmethod
+    @contextlib.contextmanager
+    def interruptible(message: Callable[[], str]) -> Iterator[None]:
+        """Ctrl-C in the block (also as mflux's StopImageGenerationException) raises Interrupted(``message()``)."""
+        try:
+            yield
+        except interruptions():
+            raise Interrupted(message()) from None
 
     # ------------------------------------------------------------------------------ a run over the ranks
 
@@ -132,7 +233,7 @@ class RunFolder:
         with contextlib.ExitStack() as stack:
             check = functools.partial(self.resumable, settings=settings, adopted=adopted)
             self.claim(stack, run.world, run.out, run.folder, check)
-            stack.enter_context(fingerprint.withdrawn_on_failure(run.folder, self.results))
+            stack.enter_context(self.withdrawn_on_failure(run.folder))
             measured, error = run.measure(functools.partial(work, run), interrupted)
             return run.conclude(error, None if measured is None else functools.partial(merge, run, measured))
 
@@ -149,7 +250,7 @@ class RunFolder:
         shard.agree(world, error)
         if world.rank > 0 and folder.is_dir():
             with folder_lock(folder, self.command):
-                fingerprint.clear(folder, self.outputs)
+                self.clear(folder, say=False)
 
     def claim(
         self, stack: contextlib.ExitStack, world: ranks.World, out: Path, folder: Path, check: Callable[[Path], None]
@@ -162,7 +263,7 @@ class RunFolder:
                 stack.enter_context(folder_lock(out, self.command))
             stack.enter_context(self.lock(folder))
             for _rank, other in shard_folders(out):
-                if other == folder or (other / fingerprint.FILE).is_file() or any(other.iterdir()):
+                if other == folder or (other / FILE).is_file() or any(other.iterdir()):
                     check(other)
         except TeaCacheError as exc:  # a held folder, other settings: every rank hears which
             error = exc
