@@ -112,8 +112,7 @@ class Plan:
 
     def settings(self) -> dict:
         """What makes two runs into one folder the same measurement (fingerprint.json)."""
-        weights = ({"random": self.model, "seed": 0, "blocks": self.blocks} if self.random
-                   else fingerprint.weights_identity(self.model, self.base_model))  # fmt: skip
+        weights = fingerprint.weights_identity(self.model, self.base_model, self.blocks)
         return {
             "model": self.model, "base_model": self.base_model, "quantize": self.quantize, "steps": self.steps,
             "size": f"{self.width}x{self.height}", "guidance": self.guidance, "prompt": self.prompt,
