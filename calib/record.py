@@ -183,10 +183,8 @@ def measure_overhead(model, settings: dict, prompt: str, pairs: int) -> dict:
 
 
 def _todo(settings: RecordSettings, folder: Path | None = None, runs=None) -> list[tuple[str, str, int]]:
-    parts = (settings.out if folder is None else folder) / "runs"
-    runs = settings.runs if runs is None else runs
-    done = {p.name for p in parts.glob("*.parquet") if p.is_file()}  # one listing, not a stat per run
-    return [item for item in runs if f"{run_id(item[0], item[2])}.parquet" not in done]
+    done = LAYOUT.saved(settings.out if folder is None else folder)  # one listing, not a stat per run
+    return [item for item in (settings.runs if runs is None else runs) if run_id(item[0], item[2]) not in done]
 
 
 def describe_plan(settings: RecordSettings, todo: list) -> str:

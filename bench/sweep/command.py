@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -93,12 +92,6 @@ def sharded_run(
         return wanted <= done_thresholds(folder / "pairs", [pairs[key]]).get(key, set())
 
     return settings.folder.sharded(settings.out, list(pairs), fingerprint_settings(settings, rescale), world, complete)
-
-
-def folder_check(settings: SweepSettings, partial: dict) -> Callable[[Path], None]:
-    """The settings check of one folder whose pairs this sweep may resume or merge."""
-    adopted = functools.partial(check_parts_agree, settings)
-    return functools.partial(settings.folder.resumable, settings=partial, adopted=adopted)
 
 
 def run_sweep(settings: SweepSettings, world: ranks.World | None = None) -> Path | None:

@@ -1,19 +1,25 @@
 """A run folder: the output folder of a command that writes runs, and the one way every such command treats it.
 
-One writer at a time (:mod:`calib.run.folder_lock`); ``fingerprint.json``, the settings the results were made
-with, the weights' identity among them (:mod:`calib.run.fingerprint`), checked before anything loads, so that a
-rerun resumes, extends (new seeds or thresholds: said, and recorded with the date) or is refused in one line
-naming what differs; the plan of what is left, agreed by every rank of ``mlx.launch`` (:mod:`calib.run.shard`);
-a progress log beside the results; the line Ctrl-C prints (exit 130); tables written atomically
-(:mod:`teacache.io`). Each command describes its folder once, as a :class:`RunFolder`, and goes through it.
+One writer at a time: an OS lock (``flock``) on ``<folder>/.lock``, so it dies with its process, whose text
+names the holder (pid, host, command); a lock whose process is gone (killed, power cut) is stale: named and
+taken over. ``fingerprint.json``: the settings the results were made with, the weights' identity among them
+(:mod:`calib.run.fingerprint`), checked before anything loads, so that a rerun resumes, extends (new seeds or
+thresholds: said, and recorded with the date) or is refused in one line naming what differs. The plan of what
+is left, agreed by every rank of ``mlx.launch`` (:mod:`calib.run.shard`); a progress log beside the results;
+the line Ctrl-C prints (exit 130); tables written atomically (:mod:`teacache.io`). Each command describes its
+folder once, as a :class:`RunFolder`, and goes through it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import fcntl
 import functools
+import json
+import os
 import shutil
+import socket
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -22,7 +28,6 @@ from typing import TextIO, TypeVar
 
 from calib.run import fingerprint, ranks, shard
 from calib.run.fingerprint import FILE, FolderState, SettingsMismatch
-from calib.run.folder_lock import FolderLocked, Lock, folder_lock
 from calib.run.interrupts import Interrupted, interruptions
 from calib.run.progress import track
 from calib.run.units import UnitLayout, shard_folders
@@ -30,11 +35,110 @@ from teacache.errors import TeaCacheError
 from teacache.io import FORMAT_VERSION, append_log, write_json
 
 LOG = "progress.log"  # every line a command says about its progress, timestamped
+LOCK_NAME = ".lock"
 Measured = TypeVar("Measured")
 
 
 def _now() -> str:
     return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ------------------------------------------------------------------------------------------- the lock
+
+
+class FolderLocked(TeaCacheError, RuntimeError):
+    """Another live process writes the folder; the message names it."""
+
+
+@dataclass(frozen=True)
+class Lock:
+    path: Path
+    stale: dict | None  # the holder a dead process left behind, if any (pid, host, command, started_utc)
+
+    def stale_message(self) -> str | None:
+        if self.stale is None:
+            return None
+        return f"took over a stale lock on {self.path.parent}: {describe(self.stale)} is no longer running"
+
+
+def describe(holder: dict) -> str:
+    return (
+        f"pid {holder.get('pid', '?')} on host {holder.get('host', '?')} "
+        f"({holder.get('command', 'unknown command')}, started {holder.get('started_utc', '?')})"
+    )
+
+
+def _read_holder(fd: int) -> dict | None:
+    os.lseek(fd, 0, os.SEEK_SET)
+    text = os.read(fd, 65536).decode("utf-8", errors="replace").strip()
+    if not text:
+        return None
+    try:
+        holder = json.loads(text)
+    except ValueError:
+        return {"pid": "?", "host": "?", "command": f"unreadable lock text {text[:40]!r}"}
+    return holder if isinstance(holder, dict) else {"pid": "?", "host": "?"}
+
+
+def _open_locked(path: Path) -> tuple[int, dict | None]:
+    """Open and flock the lock file; retry when a releasing holder unlinked it between open and flock."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_holder(fd) or {}
+            os.close(fd)
+            raise FolderLocked(
+                f"--out: {path.parent} is being written by {describe(holder)}; wait for it to finish or choose "
+                "another --out"
+            ) from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd, _read_holder(fd)
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str | os.PathLike, command: str | None = None) -> Iterator[Lock]:
+    """Hold ``folder``'s lock for the block; raise FolderLocked when a live process holds it."""
+    folder = Path(folder)
+    created = [p for p in (folder, *folder.parents) if not p.exists()]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / LOCK_NAME
+    try:
+        fd, stale = _open_locked(path)
+    except FolderLocked:
+        _remove_empty(created)
+        raise
+    holder = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "command": command or " ".join(sys.argv),
+        "started_utc": _now(),
+    }
+    os.ftruncate(fd, 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.write(fd, (json.dumps(holder) + "\n").encode("utf-8"))
+    os.fsync(fd)
+    try:
+        yield Lock(path, stale)
+    finally:
+        path.unlink(missing_ok=True)  # before unlocking: a waiting process then retries on a fresh file
+        os.close(fd)
+        _remove_empty(created)
+
+
+def _remove_empty(created: list[Path]) -> None:
+    """Folders the lock made for a command that then wrote nothing go again (no partial output)."""
+    for folder in created:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 @dataclass(frozen=True)
@@ -228,43 +332,31 @@ class RunFolder:
         Refusals come before anything loads, on every rank; a fingerprint this run wrote goes again when it
         stops before any result is saved; Ctrl-C raises Interrupted with ``interrupted()``.
         """
+        world, out, folder = run.world, run.out, run.folder
         if force_new:
-            self.force_new(run.world, run.out, run.folder)
+            error = None
+            try:
+                if world.rank == 0:  # OUT, shard folders included, is cleared before any rank claims its folder
+                    with folder_lock(out, self.command):
+                        self.clear(out)
+            except FolderLocked as exc:
+                error = exc
+            shard.agree(world, error)
+            if world.rank > 0 and folder.is_dir():  # a host without a shared folder clears its own shard folder
+                with folder_lock(folder, self.command):
+                    self.clear(folder, say=False)
         with contextlib.ExitStack() as stack:
-            check = functools.partial(self.resumable, settings=settings, adopted=adopted)
-            self.claim(stack, run.world, run.out, run.folder, check)
-            stack.enter_context(self.withdrawn_on_failure(run.folder))
+            error = None
+            try:  # this rank's folder locked (and OUT on rank 0, which merges), every folder the merge may take checked
+                if world.size > 1 and world.rank == 0:
+                    stack.enter_context(folder_lock(out, self.command))
+                stack.enter_context(self.lock(folder))
+                for _rank, other in shard_folders(out):
+                    if other == folder or (other / FILE).is_file() or any(other.iterdir()):
+                        self.resumable(other, settings, adopted)
+            except TeaCacheError as exc:  # a held folder, other settings: every rank hears which
+                error = exc
+            shard.agree(world, error)
+            stack.enter_context(self.withdrawn_on_failure(folder))
             measured, error = run.measure(functools.partial(work, run), interrupted)
             return run.conclude(error, None if measured is None else functools.partial(merge, run, measured))
-
-    def force_new(self, world: ranks.World, out: Path, folder: Path) -> None:
-        """--force-new under any number of ranks: rank 0 clears OUT (shard folders included) before any rank
-        claims its folder; a rank on a host without a shared folder then clears its own shard folder."""
-        error = None
-        try:
-            if world.rank == 0:
-                with folder_lock(out, self.command):
-                    self.clear(out)
-        except FolderLocked as exc:
-            error = exc
-        shard.agree(world, error)
-        if world.rank > 0 and folder.is_dir():
-            with folder_lock(folder, self.command):
-                self.clear(folder, say=False)
-
-    def claim(
-        self, stack: contextlib.ExitStack, world: ranks.World, out: Path, folder: Path, check: Callable[[Path], None]
-    ) -> None:
-        """Lock this rank's folder (and OUT on rank 0, which writes the merged tables) and ``check`` the settings
-        of every folder whose units the merge may take; then :func:`calib.run.shard.agree` (every rank calls this)."""
-        error = None
-        try:
-            if world.size > 1 and world.rank == 0:
-                stack.enter_context(folder_lock(out, self.command))
-            stack.enter_context(self.lock(folder))
-            for _rank, other in shard_folders(out):
-                if other == folder or (other / FILE).is_file() or any(other.iterdir()):
-                    check(other)
-        except TeaCacheError as exc:  # a held folder, other settings: every rank hears which
-            error = exc
-        shard.agree(world, error)
