@@ -303,29 +303,16 @@ class RunFolder:
 
     # ------------------------------------------------------------------------------ a run over the ranks
 
-    def sharded(
-        self,
-        out: Path,
-        keys: Sequence[str],
-        settings: dict,
-        world: ranks.World | None = None,
-        complete: Callable[[Path, str], bool] | None = None,
-    ) -> shard.ShardedRun:
+    def sharded(self, out: Path, keys: Sequence[str], settings: dict, world: ranks.World | None = None,
+                complete: Callable[[Path, str], bool] | None = None) -> shard.ShardedRun:  # fmt: skip
         """The units ``keys`` spread over the ranks; every rank must share ``settings`` (its hardware aside)."""
         agreed = {k: v for k, v in settings.items() if k != "hardware"}
         world = world if world is not None else ranks.connect()
         return shard.ShardedRun(world, out, keys, self.layout, agreed, complete)
 
-    def run(
-        self,
-        run: shard.ShardedRun,
-        settings: dict,
-        force_new: bool,
-        work: Callable[[shard.ShardedRun], Measured],
-        merge: Callable[[shard.ShardedRun, Measured, dict[str, Path]], Path],
-        interrupted: Callable[[], str],
-        adopted: Callable[[Path], None] | None = None,
-    ) -> Path | None:
+    def run(self, run: shard.ShardedRun, settings: dict, force_new: bool, work: Callable[[shard.ShardedRun], Measured],
+            merge: Callable[[shard.ShardedRun, Measured, dict[str, Path]], Path], interrupted: Callable[[], str],
+            adopted: Callable[[Path], None] | None = None) -> Path | None:  # fmt: skip
         """--force-new, the locks and the settings check of every folder the merge may take, then this rank's
         ``work`` and rank 0's ``merge``; returns what the merge wrote (None on the other ranks).
 
