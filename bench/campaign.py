@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import sys
 import time
 from collections.abc import Mapping
@@ -25,11 +26,12 @@ from bench.sweep import command as sweep_stage
 from bench.sweep import files as sweep_files
 from bench.sweep import measure as sweep_measure
 from bench.sweep import settings as sweep_settings
+from bench.sweep.parts import check_parts_agree
 from calib import record as record_stage
 from calib.fit import files as fit_files
 from calib.run import arguments, fingerprint, ranks, shard
 from calib.run.command import run_command
-from calib.run.folder_lock import folder_lock
+from calib.run.folder import RunFolder
 from calib.run.interrupts import Interrupted, interruptions
 from calib.run.prompts import SETS
 from teacache import outputs, variants
@@ -192,7 +194,8 @@ def check_sweep_against_fit(sweep: sweep_settings.SweepSettings, fit: Path) -> N
     except ValueError:
         return  # unreadable: the fit stage replaces it, and the sweep stage then checks the new one
     with _named("--out", "sweep: --out"):
-        sweep_stage.folder_check(sweep, sweep_settings.fingerprint_settings(sweep, rescale))(sweep.out)
+        adopted = functools.partial(check_parts_agree, sweep)
+        sweep.folder.resumable(sweep.out, sweep_settings.fingerprint_settings(sweep, rescale), adopted)
 
 
 def fit_stage(
@@ -328,7 +331,7 @@ def run_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swee
         share_inputs(world, [out / "fit" / "fit.json", campaign.record.out / "traces.parquet"], error)
 
     # one campaign per folder; under mlx.launch the stages' own shard folders keep the ranks apart
-    with folder_lock(out, PROG) if lead else contextlib.nullcontext():
+    with RunFolder(PROG).lock(out) if lead else contextlib.nullcontext():
         traces = stage("record", lambda: record_stage.run_record(campaign.record, world))
         stage("fit", fit)
         stage("sweep", lambda: sweep_stage.run_sweep(campaign.sweep, world))

@@ -11,7 +11,6 @@ as the settings are the same (``DIR/fingerprint.json``); new seeds extend the fo
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import json
 import sys
@@ -20,12 +19,12 @@ from pathlib import Path
 
 from calib.run import arguments, estimate, fingerprint, ranks, shard, units
 from calib.run.command import command
+from calib.run.folder import LOG, RunFolder
 from calib.run.generation import generate, implausible, paired_overhead, settings_fingerprint
 from calib.run.interleave import Turn, interleave
-from calib.run.progress import append_log, track
 from calib.run.prompts import pair_id, parse_seeds
 from teacache import apply_teacache, variants
-from teacache.io import FORMAT_VERSION, write_json, write_parquet
+from teacache.io import FORMAT_VERSION, append_log, write_json, write_parquet
 from teacache.provenance import authorship, collect, read_previous
 
 PROG = "teacache-calib record"
@@ -35,11 +34,11 @@ COLUMNS = [
     "x_rel_l1", "y_rel_l1", "residual_rel_l1", "x_norm", "y_norm", "residual_norm",
 ]  # fmt: skip
 RESULTS = ("runs", "traces.parquet", "provenance.json")  # what shows that a folder holds a recording
-LOG = "progress.log"  # a line per recorded run (calib.run.progress)
-OUTPUTS = (*RESULTS, units.SHARDS, LOG)  # what --force-new removes
+OUTPUTS = (*RESULTS, units.SHARDS, LOG)  # what --force-new removes (progress.log: a line per recorded run)
 # A run is the unit of a sharded recording: OUT/shards/rank-<r>/runs/<run_id>.parquet
 LAYOUT = units.UnitLayout("runs", ".parquet", noun="runs")
 EXTENDABLE = ("seeds",)
+FOLDER = RunFolder(PROG, RESULTS, OUTPUTS, EXTENDABLE, LAYOUT)
 # What the output rule (teacache.outputs) lets it write: a recording, in a folder its fingerprint names it in.
 WRITES = arguments.Writes(PROG, names=(*OUTPUTS, fingerprint.FILE), marker=fingerprint.FILE)
 
@@ -184,10 +183,8 @@ def measure_overhead(model, settings: dict, prompt: str, pairs: int) -> dict:
 
 
 def _todo(settings: RecordSettings, folder: Path | None = None, runs=None) -> list[tuple[str, str, int]]:
-    parts = (settings.out if folder is None else folder) / "runs"
-    runs = settings.runs if runs is None else runs
-    done = {p.name for p in parts.glob("*.parquet") if p.is_file()}  # one listing, not a stat per run
-    return [item for item in runs if f"{run_id(item[0], item[2])}.parquet" not in done]
+    done = LAYOUT.saved(settings.out if folder is None else folder)  # one listing, not a stat per run
+    return [item for item in (settings.runs if runs is None else runs) if run_id(item[0], item[2]) not in done]
 
 
 def describe_plan(settings: RecordSettings, todo: list) -> str:
@@ -222,27 +219,13 @@ def run_record(settings: RecordSettings, world: ranks.World | None = None) -> Pa
     merges them (the others return None). ValueError / FolderLocked before the model loads (on every rank);
     Interrupted on Ctrl-C, saying what is saved; ShardsIncomplete naming the runs not done.
     """
-    world = world if world is not None else ranks.connect()
-    run = shard.ShardedRun(world, settings.out, [run_id(p, seed) for p, _t, seed in settings.runs], LAYOUT,
-                           {k: v for k, v in fingerprint_settings(settings).items() if k != "hardware"})  # fmt: skip
-    if settings.force_new:
-        shard.force_new(world, settings.out, run.folder, PROG, OUTPUTS)
-    with contextlib.ExitStack() as stack:
-        partial = fingerprint_settings(settings)
-
-        def check(folder: Path) -> None:
-            if fingerprint.check(folder, partial, RESULTS, EXTENDABLE, command=PROG).status == "adopt":
-                check_parts_agree(settings, folder)
-
-        shard.claim(stack, world, settings.out, run.folder, PROG, check)
-        stack.enter_context(fingerprint.withdrawn_on_failure(run.folder, RESULTS))
-        measured, error = run.measure(
-            functools.partial(_record, settings, run), functools.partial(_interrupted_message, settings)
-        )
-        merge = None
-        if measured is not None:
-            merge = functools.partial(_write_traces, settings, run, measured, added=len(run.todo))
-        return run.conclude(error, merge)
+    keys, fp = [run_id(p, seed) for p, _t, seed in settings.runs], fingerprint_settings(settings)
+    return FOLDER.run(
+        FOLDER.sharded(settings.out, keys, fp, world), fp, settings.force_new,
+        work=functools.partial(_record, settings), merge=functools.partial(_write_traces, settings),
+        interrupted=functools.partial(_interrupted_message, settings),
+        adopted=functools.partial(check_parts_agree, settings),
+    )  # fmt: skip
 
 
 def _interrupted_message(settings: RecordSettings) -> str:
@@ -250,10 +233,7 @@ def _interrupted_message(settings: RecordSettings) -> str:
     saved = len(settings.runs) - len(_todo(settings))
     if saved == 0:  # stopped before the first run was saved: there is no runs/ folder to name
         return f"interrupted: none of {len(settings.runs)} runs was saved yet; run the same command again to start"
-    return (
-        f"interrupted: {saved} of {len(settings.runs)} runs are saved in {settings.out / 'runs'}; "
-        "run the same command again to resume"
-    )
+    return FOLDER.stopped(saved, len(settings.runs), settings.out / "runs")
 
 
 def _record(settings: RecordSettings, run: shard.ShardedRun) -> dict:
@@ -272,16 +252,14 @@ def _record(settings: RecordSettings, run: shard.ShardedRun) -> dict:
     model = arguments.load_model(settings.model, settings.base_model, settings.quantize)
     variant = variants.variant_of(model)
     fp = fingerprint_settings(settings, variant)
-    state = fingerprint.check(folder, fp, RESULTS, EXTENDABLE, command=PROG)
-    if state.message(folder):
-        print(state.message(folder))
+    state = FOLDER.begin(folder, fp)
     gen_settings = {
         "model": settings.model, "steps": settings.steps, "width": settings.width, "height": settings.height,
         "guidance": settings.guidance,
     }  # fmt: skip
     if todo:  # before the folder is claimed: a refusal of the work leaves it as it was
         _confirm_work(model, settings, todo, run.todo and world.rank == 0, folder / LOG)
-    recorded = fingerprint.save(folder, PROG, fp, state)
+    recorded = FOLDER.save(folder, fp, state)
     overhead = _previous_overhead(settings.out)
     if world.rank == 0 and run.todo and settings.overhead_pairs > 0:  # one measurement, by the rank that merges
         overhead = measure_overhead(model, gen_settings, settings.runs[0][1], settings.overhead_pairs)
@@ -290,7 +268,7 @@ def _record(settings: RecordSettings, run: shard.ShardedRun) -> dict:
         print(describe_overhead(overhead))
     fields = world.row_fields()
     label = "recording" if world.size == 1 else f"recording rank {world.rank}"
-    with apply_teacache(model, calibrate=True) as handle, track(label, len(todo), "runs", log=folder / LOG) as progress:
+    with apply_teacache(model, calibrate=True) as handle, FOLDER.progress(folder, label, len(todo)) as progress:
         for pid, text, seed in todo:
             frame, _ = record_run(model, handle, gen_settings, pid, text, seed, variant)
             write_parquet(parts / f"{run_id(pid, seed)}.parquet", frame.assign(**fields))
@@ -314,20 +292,19 @@ def _confirm_work(model, settings: RecordSettings, todo: list, overhead: bool, l
     append_log(log, line)
 
 
-def _write_traces(settings: RecordSettings, run: shard.ShardedRun, measured: dict, locations, added: int) -> Path:
+def _write_traces(settings: RecordSettings, run: shard.ShardedRun, measured: dict, locations) -> Path:
     """traces.parquet from every run wherever it was saved, and provenance.json (on rank 0). A resume that
-    recorded nothing (``added`` 0) keeps both files as they are: they describe the runs that made them."""
+    recorded nothing keeps both files as they are: they describe the runs that made them."""
     # heavy (pandas): loaded after the arguments are checked
     import pandas as pd
 
-    out, recorded = settings.out, measured["recorded"]
+    out, recorded, added = settings.out, measured["recorded"], len(run.todo)
     previous = read_previous(out / "provenance.json")
     if added == 0 and previous is not None and (out / "traces.parquet").is_file():
         print(f"nothing to record: {out / 'traces.parquet'} holds every run; kept it and its provenance.json")
         return out / "traces.parquet"
     if run.folder != out:  # the merged folder gets the settings its table was made with
-        state = fingerprint.check(out, measured["fingerprint"], RESULTS, EXTENDABLE, command=PROG)
-        recorded = fingerprint.save(out, PROG, measured["fingerprint"], state)
+        recorded = FOLDER.save(out, measured["fingerprint"])
     ids = [run_id(pid, seed) for pid, _t, seed in settings.runs]
     traces = pd.concat([pd.read_parquet(locations[i] / "runs" / f"{i}.parquet") for i in ids], ignore_index=True)
     sharding = ranks.sharding_provenance(run.world, traces)
@@ -387,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         run_record(settings)
         return 0
     if not settings.force_new:
-        fingerprint.check(settings.out, fingerprint_settings(settings), RESULTS, EXTENDABLE, command=PROG)
+        FOLDER.check(settings.out, fingerprint_settings(settings))
     todo = _todo(settings)
     print(describe_plan(settings, todo))
     for pid, _text, seed in todo:

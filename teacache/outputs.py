@@ -29,7 +29,7 @@ from teacache.errors import InputError
 from teacache.io import project_root
 
 CHECKOUT = project_root()  # the repository holding this package, when it is a git checkout
-# Entries that say nothing about who owns a folder: a writer's lock (calib.run.folder_lock), the Finder's index.
+# Entries that say nothing about who owns a folder: a writer's lock (calib.run.folder), the Finder's index.
 NEUTRAL = (".lock", ".DS_Store")
 MAX_SHOWN = 3  # foreign entries named in a refusal before "..."
 

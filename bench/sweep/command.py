@@ -17,20 +17,18 @@ callbacks, one mx.eval per step); speedup = median vanilla loop time / median Te
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bench.sweep.files import LAYOUT, OUTPUTS, PROG, RESULTS
+from bench.sweep.files import PROG
 from bench.sweep.inputs import check_inputs
 from bench.sweep.measure import measure_share
 from bench.sweep.merge import write_tables
 from bench.sweep.parts import check_parts_agree, done_thresholds, todo_pairs
 from bench.sweep.settings import SweepSettings, fingerprint_settings, plan
-from calib.run import arguments, fingerprint, ranks, shard
+from calib.run import arguments, ranks, shard
 from calib.run.command import command
 from calib.run.prompts import pair_id
 
@@ -83,13 +81,8 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
     )  # fmt: skip
 
 
-def agreed_settings(settings: SweepSettings, rescale: RescaleFunction | None = None) -> dict:
-    """What every rank of a sharded sweep must share: the fingerprint without the hardware (ranks may differ)."""
-    return {k: v for k, v in fingerprint_settings(settings, rescale).items() if k != "hardware"}
-
-
 def sharded_run(
-    settings: SweepSettings, world: ranks.World, rescale: RescaleFunction | None = None
+    settings: SweepSettings, world: ranks.World | None = None, rescale: RescaleFunction | None = None
 ) -> shard.ShardedRun:
     """The sweep's pairs spread over the ranks; a saved pair needs no more work once it has every threshold."""
     pairs = {pair_id(p, seed): (p, text, seed) for p, text, seed in settings.pairs}
@@ -98,18 +91,7 @@ def sharded_run(
     def complete(folder: Path, key: str) -> bool:
         return wanted <= done_thresholds(folder / "pairs", [pairs[key]]).get(key, set())
 
-    return shard.ShardedRun(world, settings.out, list(pairs), LAYOUT, agreed_settings(settings, rescale), complete)
-
-
-def folder_check(settings: SweepSettings, partial: dict) -> Callable[[Path], None]:
-    """The settings check of one folder whose pairs this sweep may resume or merge."""
-
-    def check(folder: Path) -> None:
-        state = fingerprint.check(folder, partial, RESULTS, settings.extendable, command=PROG)
-        if state.status == "adopt":
-            check_parts_agree(settings, folder)
-
-    return check
+    return settings.folder.sharded(settings.out, list(pairs), fingerprint_settings(settings, rescale), world, complete)
 
 
 def run_sweep(settings: SweepSettings, world: ranks.World | None = None) -> Path | None:
@@ -122,32 +104,19 @@ def run_sweep(settings: SweepSettings, world: ranks.World | None = None) -> Path
     ShardsIncomplete when pairs are not done, naming them.
     """
     traces, fixed_rescale = check_inputs(settings)
-    world = world if world is not None else ranks.connect()
-    run = sharded_run(settings, world, fixed_rescale)
-    if settings.force_new:
-        shard.force_new(world, settings.out, run.folder, PROG, OUTPUTS)
-    with contextlib.ExitStack() as stack:
-        check = folder_check(settings, fingerprint_settings(settings, fixed_rescale))
-        shard.claim(stack, world, settings.out, run.folder, PROG, check)
-        stack.enter_context(fingerprint.withdrawn_on_failure(run.folder, RESULTS))
-        measured, error = run.measure(
-            functools.partial(measure_share, settings, run, fixed_rescale, traces),
-            functools.partial(_interrupted_message, settings),
-        )
-        merge = None
-        if measured is not None:
-            added = len(run.todo)
-            merge = functools.partial(write_tables, settings, run, measured, traces=traces, added=added)
-        return run.conclude(error, merge)
+    return settings.folder.run(
+        sharded_run(settings, world, fixed_rescale), fingerprint_settings(settings, fixed_rescale), settings.force_new,
+        work=functools.partial(measure_share, settings, fixed_rescale=fixed_rescale, traces=traces),
+        merge=functools.partial(write_tables, settings, traces=traces),
+        interrupted=functools.partial(_interrupted_message, settings),
+        adopted=functools.partial(check_parts_agree, settings),
+    )  # fmt: skip
 
 
 def _interrupted_message(settings: SweepSettings) -> str:
     """What a plain sweep stopped by Ctrl-C has saved."""
     saved = len(settings.pairs) - len(todo_pairs(settings))
-    return (
-        f"interrupted: {saved} of {len(settings.pairs)} pairs are saved in {settings.out / 'pairs'}; "
-        "run the same command again to resume"
-    )
+    return settings.folder.stopped(saved, len(settings.pairs), settings.out / "pairs")
 
 
 @command(PROG)

@@ -4,15 +4,20 @@ folder it wrote, and where a sharded sweep keeps each pair: the names a campaign
 from __future__ import annotations
 
 from calib.run import arguments, fingerprint, units
+from calib.run.folder import LOG, RunFolder
 
 PROG = "teacache-bench sweep"
 # What the sweep writes into its folder: --force-new removes exactly these.
-LOG = "progress.log"  # a line per measured pair (calib.run.progress)
 TABLES = ("runs.parquet", "decisions.parquet", "noop.parquet", "schedules.parquet")  # bench.sweep.records
-OUTPUTS = ("pairs", "images", *TABLES, "provenance.json", units.SHARDS, LOG)
+OUTPUTS = ("pairs", "images", *TABLES, "provenance.json", units.SHARDS, LOG)  # LOG: a line per measured pair
 # What shows that a folder holds a sweep's results (images and shard folders alone are no sweep to check)
 RESULTS = ("pairs", *TABLES, "provenance.json")
 # What the output rule (teacache.outputs) lets it write: a sweep, in a folder its fingerprint names it in.
 WRITES = arguments.Writes(PROG, names=(*OUTPUTS, fingerprint.FILE), marker=fingerprint.FILE)
 # A pair is the unit of a sharded sweep: its parts under <folder>/pairs, its images under OUT/images
 LAYOUT = units.UnitLayout("pairs", ".runs.parquet", shared=("images/{key}-*.png",))
+
+
+def run_folder(extendable: tuple[str, ...]) -> RunFolder:
+    """The sweep's folder; the settings a rerun may add to depend on the sweep (bench.sweep.settings)."""
+    return RunFolder(PROG, RESULTS, OUTPUTS, extendable, LAYOUT)

@@ -16,16 +16,16 @@ from bench.quality.scorers import adherence_scorer, scores_adherence
 from bench.sweep import arms as sweep_arms
 from bench.sweep.baselines import STEP_CACHE_NATIVE, mlx_teacache_arms
 from bench.sweep.baselines import teacache as teacache_arm
-from bench.sweep.files import LOG, PROG, RESULTS
+from bench.sweep.files import LOG
 from bench.sweep.inputs import resolve_rescales
 from bench.sweep.parts import part_path, save_pair, todo_pairs
 from bench.sweep.settings import SweepSettings, fingerprint_settings, rescale_settings
-from calib.run import arguments, estimate, fingerprint, shard
+from calib.run import arguments, estimate, shard
 from calib.run.generation import generate
-from calib.run.progress import append_log, track
 from calib.run.prompts import pair_id
 from teacache import apply_teacache, variants
 from teacache.gate import GateConfig
+from teacache.io import append_log
 
 if TYPE_CHECKING:
     from calib.traces.runs import Traces
@@ -133,9 +133,7 @@ def measure_share(
     rescales = resolve_rescales(settings, rescale, variant) if settings.arms_mode else None
     if rescales is not None and len(rescales) > 1:
         fp["compare_rescales"] = {k: rescale_settings(v) for k, v in list(rescales.items())[1:]}
-    state = fingerprint.check(folder, fp, RESULTS, settings.extendable, command=PROG)
-    if state.message(folder):
-        print(state.message(folder))
+    state = settings.folder.begin(folder, fp)
     if todo:  # before the folder is claimed: a refusal of the work leaves it as it was
         work, warm = work_left(settings, todo), (todo[0][0][1], todo[0][0][2], *settings.generation)
         again = lambda: generate(model, *warm).total_s  # noqa: E731
@@ -144,7 +142,7 @@ def measure_share(
         print(line if world.size == 1 else f"rank {world.rank}: {line}")
         estimate.check_confirmed(work, per_step, settings.yes)
         append_log(folder / LOG, line)
-    recorded = fingerprint.save(folder, PROG, fp, state)
+    recorded = settings.folder.save(folder, fp, state)
 
     def configs_for(rescale_fn) -> dict:
         return {t: GateConfig(t, rescale_fn, skip_first_n_steps=skip_first) for t in thresholds}
@@ -157,7 +155,7 @@ def measure_share(
     if settings.arms_mode:
         tc_arms, grid, arms_record = _plan_arms(settings, model, rescales, configs_for, traces, skip_first)
     label = "sweep" if world.size == 1 else f"sweep rank {world.rank}"
-    with track(label, len(todo), "pairs", log=folder / LOG) as progress:
+    with settings.folder.progress(folder, label, len(todo)) as progress:
         for pair, missing in todo:
             if settings.arms_mode:
                 rows, decisions, noop = sweep_arms.run_pair_arms(

@@ -10,7 +10,6 @@ import numpy as np
 
 from bench.quality.metrics import MAX_REL_EPS, SSIM_SETTINGS
 from bench.sweep.arms import TIMING_ISOLATED
-from bench.sweep.files import PROG, RESULTS
 from bench.sweep.measure import Measured
 from bench.sweep.parts import read_part
 from bench.sweep.settings import SweepSettings
@@ -46,27 +45,21 @@ def write_tables(
     measured: Measured,
     locations: dict[str, Path],
     traces: Traces | None,
-    added: int,
 ) -> Path:
     """The folder's tables from every pair wherever it was saved, and provenance.json (on rank 0). A resume
-    that measured nothing (``added`` 0) keeps them as they are: they describe the runs that made them."""
+    that measured nothing keeps them as they are: they describe the runs that made them."""
     # heavy (pandas): loaded after the arguments are checked
     from bench.sweep import records
     from bench.sweep.replay import predict_schedules
 
-    out, thresholds, configs = settings.out, settings.thresholds, measured.configs
+    out, thresholds, configs, added = settings.out, settings.thresholds, measured.configs, len(run.todo)
     previous = read_previous(out / "provenance.json")
     if added == 0 and previous is not None and (out / records.RUNS.file).is_file():
         print(f"nothing to measure: {out / records.RUNS.file} holds every pair; kept its tables and provenance.json")
         return out / records.RUNS.file
     recorded = measured.recorded
     if run.folder != out:  # the merged folder gets the settings its tables were made with
-        recorded = fingerprint.save(
-            out,
-            PROG,
-            measured.fingerprint,
-            fingerprint.check(out, measured.fingerprint, RESULTS, settings.extendable, command=PROG),
-        )
+        recorded = settings.folder.save(out, measured.fingerprint)
     runs, decisions, noop = _assemble(settings, locations)
     runs["predicted_skipped"] = float("nan")
     if traces is not None:

@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING
 
 from bench.common import parse_coefficients, parse_thresholds
 from bench.sweep.baselines import parse_baselines
-from bench.sweep.files import WRITES
+from bench.sweep.files import WRITES, run_folder
 from calib.run import arguments
 from calib.run.generation import settings_fingerprint
 from calib.run.prompts import parse_seeds
 from teacache.errors import InputError
 
 if TYPE_CHECKING:
+    from calib.run.folder import RunFolder
     from teacache.rescale import RescaleFunction
 
 EXTENDABLE = ("seeds", "thresholds")  # settings a rerun may add to
@@ -65,6 +66,10 @@ class SweepSettings:
     def extendable(self) -> tuple[str, ...]:
         # the baseline grids follow the thresholds: a new threshold would change every pair's arms
         return ("seeds",) if self.arms_mode else EXTENDABLE
+
+    @property
+    def folder(self) -> RunFolder:
+        return run_folder(self.extendable)
 
     @property
     def pairs(self) -> list[tuple[str, str, int]]:

@@ -39,7 +39,7 @@ import pandas as pd
 from bench.common import parse_numbers, parse_thresholds
 from bench.peer import arm as peer
 from bench.timing import fullsize_folder as folder
-from bench.timing.fullsize_folder import LOG, OUTPUTS, PROG
+from bench.timing.fullsize_folder import FOLDER, OUTPUTS, PROG
 from bench.timing.fullsize_measure import measure_model
 from bench.timing.fullsize_tables import (
     CONFIG_KEY,
@@ -54,9 +54,7 @@ from bench.timing.fullsize_tables import (
 from calib.run import fingerprint
 from calib.run.arguments import CommandParser, Writes, check_guidance, check_out_dir, path_argument
 from calib.run.command import command
-from calib.run.folder_lock import folder_lock
-from calib.run.interrupts import Interrupted, interruptions
-from calib.run.progress import append_log, track
+from calib.run.interrupts import interruptions
 from teacache import provenance as prov
 from teacache._compat import check_mflux_version
 from teacache._platform import use_float32_on_cpu
@@ -177,10 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is None:  # a given --out was checked with the other arguments
         check_out_dir(out, writes=WRITES)
     configurations = [folder.configuration(v, args, plan, hardware) for v in plan["variants"]]
-    with folder_lock(out, PROG) as lock:  # one writer per folder; refusals below leave it as it was
+    with FOLDER.lock(out):  # one writer per folder; refusals below leave it as it was
         todo, kept = folder.plan(out, configurations, args.force_new)
-        if lock.stale_message():
-            print(lock.stale_message())
         return _measure_all(out, todo, kept, args, plan, hardware, argv)
 
 
@@ -189,42 +185,35 @@ def _measure_all(out: Path, todo: list, kept: list, args, plan: dict, hardware: 
     deadline = None if args.budget_s is None else time.perf_counter() + args.budget_s
     finished: list[str] = [config.key for config in kept]
     failed: list[str] = []
-    stopped = interruptions()  # Ctrl-C, also as mflux's StopImageGenerationException inside its loop
-
-    def say(line: str) -> None:
-        print(line, flush=True)
-        append_log(out / LOG, line)
-
+    say = FOLDER.logger(out)
     setting = f"{args.size or 'default'} px, {args.steps or 'default'} steps"
     say(f"teacache-bench fullsize on {hardware}: {setting}, {args.repeats} interleaved repeats after warm-up; "
         f"{MEANINGLESS}")  # fmt: skip
     for config in kept:
         say(f"{config.key}: kept (finished with these settings; --force-new measures it again)")
-    try:
-        with track("fullsize", len(todo), "models", log=out / LOG) as progress:
-            for config in todo:
-                if deadline is not None and time.perf_counter() > deadline:
-                    say(f"budget: {config.variant} not started")
-                    continue
-                try:
-                    rows, model_prov = measure_model(config.variant, args, plan, deadline, say)
-                except stopped:
-                    raise
-                except Exception:  # noqa: BLE001 - one family's failure must not lose the others' measurements
-                    traceback.print_exc()
-                    say(f"{config.variant}: failed (traceback above); nothing written for it")
-                    failed.append(config.variant)
-                    continue
-                _write_model(out, config, rows, model_prov, hardware, argv, say)
-                finished.append(config.key)
-                progress.advance()
-                say(f"  wrote {out / 'summary.csv'}")
-    except stopped:
-        saved = ", ".join(finished) or "no model"
-        raise Interrupted(
-            f"interrupted: {out / 'summary.csv'} holds the rows of {saved}; run the same command again to measure "
-            "the rest (finished models are kept)"
-        ) from None
+
+    def stopped() -> str:
+        return (f"interrupted: {out / 'summary.csv'} holds the rows of {', '.join(finished) or 'no model'}; run the "
+                "same command again to measure the rest (finished models are kept)")  # fmt: skip
+
+    with FOLDER.interruptible(stopped), FOLDER.progress(out, "fullsize", len(todo), "models") as progress:
+        for config in todo:
+            if deadline is not None and time.perf_counter() > deadline:
+                say(f"budget: {config.variant} not started")
+                continue
+            try:
+                rows, model_prov = measure_model(config.variant, args, plan, deadline, say)
+            except interruptions():  # Ctrl-C, also as mflux's StopImageGenerationException
+                raise
+            except Exception:  # noqa: BLE001 - one family's failure must not lose the others' measurements
+                traceback.print_exc()
+                say(f"{config.variant}: failed (traceback above); nothing written for it")
+                failed.append(config.variant)
+                continue
+            _write_model(out, config, rows, model_prov, hardware, argv, say)
+            finished.append(config.key)
+            progress.advance()
+            say(f"  wrote {out / 'summary.csv'}")
     return 1 if failed else 0
 
 
@@ -243,7 +232,7 @@ def _write_model(out: Path, config, rows: list[dict], model_prov: dict, hardware
         cache_memory="the cached residuals of every branch plus the anchor (previous modulated input)",
         **model_prov,
     )
-    folder.save(out, config)
+    FOLDER.save_configuration(out, config.key, config.settings)
     write_outputs(out, rows, {key: provenance})
     for row in summarize(pd.DataFrame(rows, columns=RUN_COLUMNS)).to_dict("records"):
         say(_row_line(row))

@@ -18,7 +18,6 @@ Configurations this run does not name are never touched.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,13 +25,13 @@ from pathlib import Path
 from bench.timing.fullsize_records import RUNS, SUMMARY, read_table
 from bench.timing.fullsize_tables import config_keys, key_text
 from calib.run import fingerprint
+from calib.run.folder import LOG, RunFolder
 from teacache import variants
-from teacache.io import FORMAT_VERSION, write_json
 from teacache.models import fullsize
 
 PROG = "teacache-bench fullsize"
-LOG = "progress.log"  # every line it prints, timestamped (calib.run.progress.append_log)
-OUTPUTS = (RUNS.file, SUMMARY.file, "provenance.json", LOG)
+OUTPUTS = (RUNS.file, SUMMARY.file, "provenance.json", LOG)  # LOG: every line it prints, timestamped
+FOLDER = RunFolder(PROG, outputs=OUTPUTS)
 WAY_OUT = "pass --force-new to measure it again (its rows are replaced), or choose another --tag or --out"
 
 
@@ -68,19 +67,6 @@ def configuration(variant: str, args: argparse.Namespace, plan: dict, hardware: 
     return Configuration(variant, key, json.loads(json.dumps(settings, sort_keys=True, default=str)))
 
 
-def recorded(out: Path) -> dict[str, dict]:
-    """The settings fingerprint.json records per configuration (none without the file)."""
-    data = fingerprint.read(out)  # SettingsMismatch when unreadable or of another tool version
-    if data is None:
-        return {}
-    if data.get("command") != PROG:
-        raise fingerprint.SettingsMismatch(
-            f"--out: {out} holds the results of {data.get('command')}; {PROG} writes a folder of its own: choose "
-            "another --out"
-        )
-    return dict(data.get("configurations") or {})
-
-
 def finished(out: Path) -> dict[str, int | None]:
     """The configurations runs.csv holds: how many repeats each has timed; None for the rows of a campaign
     from before runs.csv held every raw field (its ``kind`` is empty)."""
@@ -99,7 +85,7 @@ def finished(out: Path) -> dict[str, int | None]:
 def plan(out: Path, configurations: list[Configuration], force_new: bool) -> tuple[list, list]:
     """(the configurations to measure, those kept as finished); raises SettingsMismatch, naming the first
     configuration whose rows were made with other settings, before any model loads."""
-    stored, done = recorded(out), finished(out)
+    stored, done = FOLDER.configurations(out), finished(out)
     todo, kept = [], []
     for config in configurations:
         if force_new or config.key not in done:
@@ -117,12 +103,3 @@ def plan(out: Path, configurations: list[Configuration], force_new: bool) -> tup
             )
         (todo if (done[config.key] or 0) < config.settings["repeats"] else kept).append(config)
     return todo, kept
-
-
-def save(out: Path, config: Configuration) -> None:
-    """Record the settings of ``config`` (just before its rows are written)."""
-    data = fingerprint.read(out) or {"format_version": FORMAT_VERSION, "command": PROG, "settings": {}}
-    now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    data["configurations"] = {**data.get("configurations", {}), config.key: config.settings}
-    data["history"] = [*data.get("history", []), {"date_utc": now, "measured": config.key}]
-    write_json(out / fingerprint.FILE, data)

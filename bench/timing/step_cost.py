@@ -35,10 +35,8 @@ from bench.timing.step_cost_measure import ARMS, Session, arm_settings, mixed_un
 from bench.timing.step_cost_records import GENERATIONS, MIXED, PROG, REFERENCE, STEPS, WHOLE
 from calib.run import arguments, fingerprint
 from calib.run.command import command
-from calib.run.folder_lock import folder_lock
+from calib.run.folder import LOG, RunFolder
 from calib.run.interleave import rotation
-from calib.run.interrupts import Interrupted, interruptions
-from calib.run.progress import append_log, track
 from calib.run.prompts import default_set, load_prompts
 from teacache import provenance as prov
 from teacache._platform import use_float32_on_cpu
@@ -46,9 +44,9 @@ from teacache.errors import InputError
 from teacache.io import FORMAT_VERSION, read_json_object, write_json
 from teacache.loading import RANDOM_PREFIX
 
-LOG = "progress.log"
 RESULTS = (GENERATIONS.file, STEPS.file)  # what shows that a folder holds measurements
 OUTPUTS = (*RESULTS, summary.SUMMARY_MD, summary.SUMMARY_CSV, "provenance.json", LOG)  # what --force-new removes
+FOLDER = RunFolder(PROG, RESULTS, OUTPUTS)
 WRITES = arguments.Writes(PROG, names=(*OUTPUTS, fingerprint.FILE), marker=fingerprint.FILE, regenerates=("results",))
 
 
@@ -114,8 +112,7 @@ class Plan:
 
     def settings(self) -> dict:
         """What makes two runs into one folder the same measurement (fingerprint.json)."""
-        weights = ({"random": self.model, "seed": 0, "blocks": self.blocks} if self.random
-                   else fingerprint.weights_identity(self.model, self.base_model))  # fmt: skip
+        weights = fingerprint.weights_identity(self.model, self.base_model, self.blocks)
         return {
             "model": self.model, "base_model": self.base_model, "quantize": self.quantize, "steps": self.steps,
             "size": f"{self.width}x{self.height}", "guidance": self.guidance, "prompt": self.prompt,
@@ -207,17 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         return summarize(args.summarize)
     plan = check_args(args)
     settings = plan.settings()
-    with folder_lock(plan.out, PROG) as lock:
-        if lock.stale_message():
-            print(lock.stale_message())
-        if args.force_new:
-            removed = fingerprint.clear(plan.out, OUTPUTS)
-            if removed:
-                print(f"--force-new: removed {', '.join(removed)} from {plan.out}")
-        state = fingerprint.check(plan.out, settings, RESULTS, command=PROG)  # other settings: refused here
-        with fingerprint.withdrawn_on_failure(plan.out, RESULTS):
-            fingerprint.save(plan.out, PROG, settings, state)
-            return _measure(plan, settings, argv)
+    with FOLDER.writing(plan.out, settings, args.force_new):
+        return _measure(plan, settings, argv)
 
 
 @dataclass(frozen=True)
@@ -257,23 +245,22 @@ def _measure(plan: Plan, settings: dict, argv: list[str] | None) -> int:
     generations, steps = records.read_rows(out)
     held = done(generations)
     todo = [u for u in units(plan) if (u.kind, u.index, u.arm) not in held]
-
-    def say(line: str) -> None:
-        print(line, flush=True)
-        append_log(out / LOG, line)
-
-    total = len(units(plan))
+    say, total = FOLDER.logger(out), len(units(plan))
     say(f"{PROG}: {plan.model}, {plan.steps} steps at {plan.width}x{plan.height}, arms {', '.join(plan.arms)}, "
         f"blocks of {plan.block}; {total - len(todo)} of {total} units in {out} already")  # fmt: skip
     if not todo:
         summary.write_summary(out)
         say(f"nothing to measure; rebuilt {out / summary.SUMMARY_MD}")
         return 0
-    stopped = interruptions()
-    try:
+
+    def stopped() -> str:
+        return (f"interrupted: {out} holds {len(done(generations))} of {total} units ({GENERATIONS.file}, "
+                f"{STEPS.file}, {summary.SUMMARY_MD}); run the same command again to measure the rest")  # fmt: skip
+
+    with FOLDER.interruptible(stopped):
         session = _session(plan, say)
         _write_provenance(out, plan, settings, argv)
-        with track(PROG, len(todo), "units", log=out / LOG) as progress:
+        with FOLDER.progress(out, PROG, len(todo), "units") as progress:
             for unit in todo:
                 new_generations, new_steps = _unit(session, plan, unit, say)
                 generations += new_generations
@@ -281,12 +268,6 @@ def _measure(plan: Plan, settings: dict, argv: list[str] | None) -> int:
                 records.write_tables(out, generations, steps)
                 summary.write_summary(out)
                 progress.advance()
-    except stopped:
-        kept = len(done(generations))
-        raise Interrupted(
-            f"interrupted: {out} holds {kept} of {total} units ({GENERATIONS.file}, {STEPS.file}, "
-            f"{summary.SUMMARY_MD}); run the same command again to measure the rest"
-        ) from None
     say(f"wrote {out / summary.SUMMARY_MD}")
     return 0
 

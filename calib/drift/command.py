@@ -26,7 +26,7 @@ from pathlib import Path
 from calib.drift import against, code, effect_plan, integrity, model_runs, noise, numbers, verdict
 from calib.run import arguments
 from calib.run import command as ending
-from calib.run.folder_lock import folder_lock
+from calib.run.folder import RunFolder
 from calib.run.interrupts import Interrupted
 from teacache import coefficients, variants
 from teacache._compat import DRIFT_COMMAND, NEWEST_MFLUX
@@ -35,6 +35,7 @@ from teacache.io import write_json
 from teacache.provenance import collect, hardware_slug
 
 PROG = DRIFT_COMMAND
+FOLDER = RunFolder(PROG)  # --out and --save: one writer each; progress.log in the folder runs are saved to
 VERDICT_FORMAT = 1
 
 
@@ -229,9 +230,9 @@ def reference_for(plan_: Plan, slug: str, current: dict) -> tuple[str, dict, dic
 
 def run_drift(plan_: Plan) -> dict:
     with contextlib.ExitStack() as stack:
-        stack.enter_context(folder_lock(plan_.out, " ".join(plan_.command)))
+        stack.enter_context(FOLDER.lock(plan_.out, " ".join(plan_.command)))
         if plan_.save is not None:
-            stack.enter_context(folder_lock(plan_.save, " ".join(plan_.command)))
+            stack.enter_context(FOLDER.lock(plan_.save, " ".join(plan_.command)))
         return _run_drift(plan_)
 
 
@@ -242,7 +243,7 @@ def run_effect(plan_: Plan) -> tuple[dict[str, dict], dict[str, str]]:
     under mflux 0.21) is replaced by its family's random-weight model. Returns (effect by family, error by
     family); Ctrl-C says what is saved."""
     root = plan_.save if plan_.save is not None else plan_.out
-    log = model_runs.Log(root / "progress.log")
+    log = FOLDER.logger(root, sys.stderr)
     effects: dict[str, dict] = {}
     errors: dict[str, str] = {}
     for runs, saved in plan_.effect:
@@ -285,16 +286,13 @@ def _saved_for(plan_: Plan, runs: model_runs.ModelRuns) -> Path | None:
 
 def _effect_of(plan_: Plan, runs: model_runs.ModelRuns, saved: Path | None, root: Path, log) -> dict | None:
     folder = model_runs.folder_of(root, runs)
-    try:
-        model_runs.record(runs, folder, log, rerun=plan_.save is not None)
-    except KeyboardInterrupt as exc:
+
+    def stopped() -> str:
         done = len(list((folder / "runs").glob("*.json")))
-        raise Interrupted(f"interrupted: {done} of {len(runs.runs)} runs of {runs.name} are saved in "
-                          f"{folder / 'runs'}; run the same command again to resume") from exc  # fmt: skip
-    except Exception as exc:
-        if type(exc).__name__ == "StopImageGenerationException":  # mflux's own word for Ctrl-C in its loop
-            raise Interrupted(f"interrupted: saved runs of {runs.name} are in {folder / 'runs'}") from exc
-        raise
+        return FOLDER.stopped(done, len(runs.runs), folder / "runs", f"runs of {runs.name}")
+
+    with FOLDER.interruptible(stopped):
+        model_runs.record(runs, folder, log, rerun=plan_.save is not None)
     if plan_.save is not None:
         model_runs.conclude(folder, runs, log, list(plan_.command))
     if saved is None:

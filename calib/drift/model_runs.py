@@ -1,27 +1,25 @@
 """The runs whose effect the drift judges: a model's traces and final latents, saved before an upgrade and
 repeated exactly after it.
 
-One folder per model, ``<DIR>/effect/<name>/``: ``settings.json`` (model, weights fingerprint, variant,
+One folder per model, ``<DIR>/effect/<name>/``: ``settings.json`` (model, weights (``weights_text``), variant,
 prompts, seeds, recipe, dtype), ``runs/<run_id>.parquet`` and ``.json`` (the recorder's rows and the final
 latent's summary, written as each run finishes, so a stopped save resumes), ``rerun/`` (the first run once more
 in the same process: a same-release rerun), and once every run is in, ``traces.parquet``, ``gate.json`` (the
 calibrated gate: the packaged rescale function where it belongs to the model, else one fitted on these traces)
 and ``tolerance.json`` (:func:`calib.drift.effect.measure_tolerance`, with its provenance). Progress goes to the
-terminal and to ``<DIR>/progress.log``.
+terminal and to ``<DIR>/progress.log`` (:class:`calib.run.folder.RunFolder`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from calib.drift import effect, integrity
-from calib.run.progress import append_log
 from teacache.errors import InputError, TeaCacheError
-from teacache.io import project_root, read_json_object, write_json, write_parquet
+from teacache.io import read_json_object, write_json, write_parquet
 
 SETTINGS_FORMAT = 1
 DEFAULT_PROMPTS = 4  # a small default set: the first prompts of the model's own set
@@ -29,7 +27,6 @@ DEFAULT_SEEDS = "0"
 MATCHED = ("weights", "variant", "prompts", "seeds", "steps", "width", "height", "guidance", "quantize",
            "base_model", "dtype")  # fmt: skip
 RECIPE = ("steps", "width", "height", "guidance", "quantize")  # what --against may ask at another value
-_HEAD = 1 << 20  # bytes of each end of a weights file that its fingerprint reads
 
 
 @dataclass(frozen=True)
@@ -63,35 +60,6 @@ class ModelRuns:
         return cls(**fields)
 
 
-def weights_fingerprint(model: str, base_model: str | None) -> str:
-    """Cheap identity of the weights: a local folder's safetensors by name, size and both ends; an embedded
-    model's committed weights file; else the name (a Hub name is pinned by mflux's own resolution)."""
-    from teacache import variants
-
-    path = Path(model).expanduser()
-    if base_model is not None and path.is_dir():
-        digest = hashlib.sha256()
-        for file in sorted(path.rglob("*.safetensors")):
-            size = file.stat().st_size
-            with file.open("rb") as handle:
-                head = handle.read(_HEAD)
-                handle.seek(max(size - _HEAD, 0))
-                tail = handle.read(_HEAD)
-            digest.update(f"{file.relative_to(path)}:{size}:".encode())
-            digest.update(hashlib.sha256(head + tail).digest())
-        return f"folder sha256:{digest.hexdigest()}"
-    spec = variants.find(model)
-    if spec is not None and spec.embedded:
-        weights = project_root() / "teacache" / "models" / "weights"
-        files = sorted(weights.glob(f"{spec.name}.safetensors")) + sorted((weights / spec.name).glob("*.safetensors"))
-        if files:
-            from teacache.io import file_sha256
-
-            return "embedded " + ",".join(f"{f.name}:{file_sha256(f)[:16]}" for f in files)
-        return f"embedded {spec.name} (random weights from {spec.builder}, seed 0)"
-    return f"name {model}"
-
-
 def plan_model(
     model: str,
     prompts: str | None = None,
@@ -103,7 +71,7 @@ def plan_model(
     quantize: int | None = None,
 ) -> ModelRuns:
     """Every argument checked (record's checks), nothing loaded; InputError naming the argument."""
-    from calib.run import arguments
+    from calib.run import arguments, fingerprint
     from calib.run.prompts import parse_seeds
     from teacache.loading import resolve_spec
 
@@ -116,7 +84,7 @@ def plan_model(
     spec = resolve_spec(model, base_model)
     name = spec.name if spec.embedded or Path(model).expanduser().exists() is False else Path(model).name
     return ModelRuns(
-        name=_slug(name), model=model, variant=spec.name, weights=weights_fingerprint(model, base_model),
+        name=_slug(name), model=model, variant=spec.name, weights=fingerprint.weights_text(model, base_model),
         prompts=chosen, seeds=parse_seeds(seeds or DEFAULT_SEEDS), steps=steps_, width=width, height=height,
         guidance=guidance_, base_model=base_model, quantize=quantize, dtype=compute_dtype(),
     )  # fmt: skip
@@ -227,19 +195,7 @@ class ModelUnavailable(TeaCacheError, RuntimeError):
     """The model's weights do not load under the installed release."""
 
 
-class Log:
-    """Progress lines to stderr and appended to a log file."""
-
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-
-    def __call__(self, line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-        if self.path is not None:
-            append_log(self.path, line)
-
-
-def record(runs: ModelRuns, folder: Path, log: Log, rerun: bool = True) -> None:
+def record(runs: ModelRuns, folder: Path, log: Callable[[str], None], rerun: bool = True) -> None:
     """Record every run not yet in ``folder`` (and the rerun), each saved as soon as it finishes."""
     import numpy as np
 
@@ -322,7 +278,7 @@ def calibrated_gate(runs: ModelRuns, fresh: tuple) -> effect.Gate:
     return effect.Gate(rescale, f"fitted on the before traces ({spec_.label})", **steps)
 
 
-def conclude(folder: Path, runs: ModelRuns, log: Log, command: list[str]) -> dict:
+def conclude(folder: Path, runs: ModelRuns, log: Callable[[str], None], command: list[str]) -> dict:
     """traces.parquet, gate.json and tolerance.json of a folder whose runs are all in, then its integrity record."""
     from teacache import variants
     from teacache.provenance import collect

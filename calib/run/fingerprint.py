@@ -9,28 +9,25 @@ stops with one line naming what differs.
 
 from __future__ import annotations
 
-import contextlib
-import datetime as _dt
 import hashlib
 import importlib
 import json
 import math
-import os
-import shutil
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import mlx.core as mx
 
+from teacache import variants
 from teacache.errors import TeaCacheError
-from teacache.io import FORMAT_VERSION, file_sha256, portable, write_json
-from teacache.loading import resolve_spec
+from teacache.io import FORMAT_VERSION, file_sha256, portable, project_root
+from teacache.loading import RANDOM_PREFIX, resolve_spec
 from teacache.provenance import DISTRIBUTION, hardware_slug, installed_version
 from teacache.revisions import local_revision
 
 FILE = "fingerprint.json"
 MAX_SHOWN = 8  # values of one list shown in a message before "..."
+HEAD = 1 << 20  # bytes of each end of a weights file that weights_text reads
 # Settings that come from a computation (fitted coefficients): a refit of the same traces in another process
 # or on another machine is not bit-identical, so these compare within FIT_RTOL, not by their bytes.
 COMPUTED = ("coefficients", "compare_rescales")
@@ -79,8 +76,10 @@ def _folder_digest(folder: Path) -> str:
     return digest.hexdigest()
 
 
-def weights_identity(model: str, base_model: str | None = None) -> dict:
-    """Which weights a model name stands for, without loading them."""
+def weights_identity(model: str, base_model: str | None = None, blocks: int | None = None) -> dict:
+    """Which weights a model name stands for, without loading them (``blocks``: of a random-<variant> build)."""
+    if model.startswith(RANDOM_PREFIX) and base_model is None:
+        return {"random": model, "seed": 0, "blocks": blocks}
     path = Path(model).expanduser()
     if base_model is not None and path.is_dir():
         return {"folder": str(path.resolve()), "files_sha256": _folder_digest(path)}
@@ -94,6 +93,33 @@ def weights_identity(model: str, base_model: str | None = None) -> dict:
     return {"repo": repo, "revision": local_revision(repo)}
 
 
+def weights_text(model: str, base_model: str | None = None) -> str:
+    """The weights' identity in one line, as a drift save records and compares it (:mod:`calib.drift.model_runs`):
+    a local folder's safetensors by name, size and both ends; an embedded model's committed weights files; else
+    the name (a Hub name is pinned by mflux's own resolution). Committed saves hold this form, so it stays beside
+    :func:`weights_identity`, which committed fingerprints hold."""
+    path = Path(model).expanduser()
+    if base_model is not None and path.is_dir():
+        digest = hashlib.sha256()
+        for file in sorted(path.rglob("*.safetensors")):
+            size = file.stat().st_size
+            with file.open("rb") as handle:
+                head = handle.read(HEAD)
+                handle.seek(max(size - HEAD, 0))
+                tail = handle.read(HEAD)
+            digest.update(f"{file.relative_to(path)}:{size}:".encode())
+            digest.update(hashlib.sha256(head + tail).digest())
+        return f"folder sha256:{digest.hexdigest()}"
+    spec = variants.find(model)
+    if spec is None or not spec.embedded:
+        return f"name {model}"
+    weights = project_root() / "teacache" / "models" / "weights"
+    files = sorted(weights.glob(f"{spec.name}.safetensors")) + sorted((weights / spec.name).glob("*.safetensors"))
+    if files:
+        return "embedded " + ",".join(f"{f.name}:{file_sha256(f)[:16]}" for f in files)
+    return f"embedded {spec.name} (random weights from {spec.builder}, seed 0)"
+
+
 def environment(model: str, base_model: str | None = None) -> dict:
     """The settings every fingerprint holds besides the command's own: weights, versions, hardware."""
     return {"weights": weights_identity(model, base_model), "versions": versions(), "hardware": hardware_slug()}
@@ -102,7 +128,7 @@ def environment(model: str, base_model: str | None = None) -> dict:
 # ---------------------------------------------------------------------------------------- comparison
 
 
-def _canonical(settings: dict) -> dict:
+def canonical(settings: dict) -> dict:
     """As the file will hold it: JSON types, and machine paths written portably (teacache.io.portable)."""
     return json.loads(portable(json.dumps(settings, sort_keys=True, default=str)))
 
@@ -218,43 +244,7 @@ def read(folder: Path) -> dict | None:
     return data
 
 
-def check(
-    folder: str | os.PathLike,
-    settings: dict,
-    outputs: tuple[str, ...],
-    extendable: tuple[str, ...] = (),
-    command: str | None = None,
-) -> FolderState:
-    """Compare ``settings`` with the folder's fingerprint; raise SettingsMismatch naming every difference.
-
-    ``settings`` may be partial (before the model loads, its variant is unknown): only its keys count. A folder
-    another ``command`` wrote is refused whatever its settings (a recording is no sweep, and back).
-    """
-    folder = Path(folder)
-    current = _canonical(settings)
-    data = read(folder)
-    adopted = data is None and has_results(folder, outputs)
-    if adopted:
-        data = _from_provenance(folder, current)
-    if data is None:
-        return FolderState("new")
-    if command is not None and data.get("command") not in (None, command):
-        raise SettingsMismatch(
-            f"--out: {folder} holds the results of {data['command']}; {command} writes a folder of its own: choose "
-            "another --out"
-        )
-    differences, added = compare(data["settings"], current, extendable)
-    if differences:
-        source = " (as its provenance.json from an earlier version says)" if adopted else ""
-        raise SettingsMismatch(
-            f"--out: {folder} was made with other settings{source}: {'; '.join(differences)}; pass --force-new to "
-            "start it afresh, or choose a new --out"
-        )
-    status = "adopt" if adopted else "extend" if added else "resume"
-    return FolderState(status, added, list(data.get("history", [])))
-
-
-def _from_provenance(folder: Path, current: dict) -> dict:
+def from_provenance(folder: Path, current: dict) -> dict:
     """The settings of a folder from before fingerprints, as its provenance.json recorded them.
 
     What an earlier version did not record (the weights' identity, a base model, the core count in the
@@ -294,53 +284,9 @@ def _from_provenance(folder: Path, current: dict) -> dict:
     note = f"settings read from provenance.json of an earlier version; not recorded then: {', '.join(assumed)}"
     command = "teacache-bench sweep" if "thresholds" in prov else "teacache-calib record"
     history = [{"date_utc": prov.get("date_utc"), "adopted": note}]
-    return {"settings": _canonical(settings), "history": history, "command": command}
-
-
-def save(folder: str | os.PathLike, command: str, settings: dict, state: FolderState) -> dict:
-    """Write the fingerprint (before the first generation); an extension is appended to its history."""
-    folder = Path(folder)
-    now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    history = list(state.history)
-    if state.status == "new":
-        history = [{"date_utc": now, "started": True}]
-    if state.added:
-        history.append({"date_utc": now, "added": state.added})
-    data = {"format_version": FORMAT_VERSION, "command": command, "settings": _canonical(settings), "history": history}
-    if state.status != "resume" or read(folder) is None:
-        write_json(folder / FILE, data)
-    return data
-
-
-@contextlib.contextmanager
-def withdrawn_on_failure(folder: str | os.PathLike, outputs: tuple[str, ...]) -> Iterator[None]:
-    """A fingerprint this run wrote goes again when the run stops before any result is saved: a refused run
-    leaves the folder as it was, and the corrected command is not refused as "other settings"."""
-    path = Path(folder) / FILE
-    existed = path.exists()
-    try:
-        yield
-    except BaseException:
-        if not existed and not has_results(Path(folder), outputs):
-            path.unlink(missing_ok=True)
-        raise
+    return {"settings": canonical(settings), "history": history, "command": command}
 
 
 def digest(data: dict) -> str:
     """A short name of a fingerprint's settings, for provenance."""
     return hashlib.sha256(json.dumps(data["settings"], sort_keys=True).encode()).hexdigest()
-
-
-def clear(folder: str | os.PathLike, outputs: tuple[str, ...]) -> list[str]:
-    """--force-new: remove what this command wrote into the folder (its outputs and fingerprint), nothing else."""
-    folder = Path(folder)
-    removed = []
-    for name in (*outputs, FILE):
-        path = folder / name
-        if path.is_dir():
-            shutil.rmtree(path)
-            removed.append(name)
-        elif path.exists():
-            path.unlink()
-            removed.append(name)
-    return removed

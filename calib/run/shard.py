@@ -12,13 +12,12 @@ through the collective; then rank 0 merges. Units that are not done are named in
 does only those. Ranks that share one host's CPU cores, or one GPU, are flagged as contended: their
 timings slow each other down.
 
-The ranks and their collectives are :mod:`calib.run.ranks`; the units' shares and folders,
-:mod:`calib.run.units`.
+The ranks and their collectives are :mod:`calib.run.ranks`; the units' shares and folders, :mod:`calib.run.units`;
+locking, --force-new and the settings check of each rank's folder, :mod:`calib.run.folder`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import signal
@@ -29,11 +28,9 @@ from typing import TypeVar
 
 import numpy as np
 
-from calib.run import fingerprint
-from calib.run.folder_lock import FolderLocked, folder_lock
 from calib.run.interrupts import Interrupted, interruptions
 from calib.run.ranks import ShardError, World
-from calib.run.units import UnitLayout, assign, locate, shard_folders, writer_folder
+from calib.run.units import UnitLayout, assign, locate, writer_folder
 from teacache.errors import TeaCacheError
 from teacache.io import atomic_path
 
@@ -66,44 +63,6 @@ def agree(world: World, error: BaseException | None) -> None:
     if refused:
         listed = "; ".join(f"rank {rank}: {text}" for rank, text in refused)
         raise ShardError(f"{len(refused)} of {world.size} ranks refused to start ({listed})")
-
-
-def force_new(world: World, out: Path, folder: Path, command: str, outputs: tuple[str, ...]) -> None:
-    """--force-new under any number of ranks: rank 0 clears OUT (shard folders included) before any rank
-    claims its folder; a rank on a host without a shared folder then clears its own shard folder."""
-    error = None
-    try:
-        if world.rank == 0:
-            with folder_lock(out, command):
-                removed = fingerprint.clear(out, outputs)
-            if removed:
-                print(f"--force-new: removed {', '.join(removed)} from {out}")
-    except FolderLocked as exc:
-        error = exc
-    agree(world, error)
-    if world.rank > 0 and folder.is_dir():
-        with folder_lock(folder, command):
-            fingerprint.clear(folder, outputs)
-
-
-def claim(
-    stack: contextlib.ExitStack, world: World, out: Path, folder: Path, command: str, check: Callable[[Path], None]
-) -> None:
-    """Lock this rank's folder (and OUT on rank 0, which writes the merged tables) and ``check`` the settings
-    of every folder whose units the merge may take; then :func:`agree` (every rank calls this)."""
-    error = None
-    try:
-        if world.size > 1 and world.rank == 0:
-            stack.enter_context(folder_lock(out, command))
-        lock = stack.enter_context(folder_lock(folder, command))
-        if lock.stale_message():
-            print(lock.stale_message())
-        for _rank, other in shard_folders(out):
-            if other == folder or (other / fingerprint.FILE).is_file() or any(other.iterdir()):
-                check(other)
-    except TeaCacheError as exc:  # a held folder, other settings: every rank hears which
-        error = exc
-    agree(world, error)
 
 
 @dataclass(frozen=True)

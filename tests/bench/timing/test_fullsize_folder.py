@@ -12,7 +12,7 @@ import pytest
 import teacache  # noqa: F401  (first: OpenBLAS preload before MLX)
 from bench.timing import fullsize as bench_fullsize
 from bench.timing import fullsize_records as records
-from calib.run.folder_lock import folder_lock
+from calib.run.folder import folder_lock
 from teacache.models import fullsize
 from tests.bench.timing.test_fullsize import _runs
 

@@ -146,7 +146,7 @@ def test_a_folder_from_before_fingerprints_resumes_only_when_its_runs_agree(tmp_
 
 HOLD = """
 import sys, time
-from calib.run.folder_lock import folder_lock
+from calib.run.folder import folder_lock
 with folder_lock(sys.argv[1], "teacache-bench sweep (holder)"):
     print("locked", flush=True)
     time.sleep(120)
