@@ -39,9 +39,9 @@ _NO_EMBEDDED = {  # mflux flags an embedded model cannot honour: (attribute, wha
 }
 
 
-RULES = ("teacache", "magcache")
+RULES = ("teacache", "magcache", "fbcache")
 MAGCACHE_DEFAULT_THRESHOLD = 0.06  # the MagCache paper's default, as sglang ships it
-# what only the TeaCache rule reads: refused beside --teacache-rule magcache
+# what only the TeaCache rule reads: refused beside --teacache-rule magcache or fbcache
 TEACACHE_ONLY = ("teacache_ssim", "teacache_coefficients", "teacache_report", "teacache_allow_unsafe")
 
 
@@ -79,7 +79,8 @@ def add_teacache_arguments(parser: argparse.ArgumentParser) -> None:
         default="teacache",
         help="teacache: the calibrated rel-L1 gate; magcache: MagCache's schedule from a residual-magnitude curve "
         "calibrated on the variant's traces (--teacache-traces), its threshold by --teacache-threshold, "
-        "--teacache-speedup or its default 0.06",
+        "--teacache-speedup or its default 0.06; fbcache: First-Block Cache (block 0 every step, the rest skipped "
+        "while block 0's residual changes less than --teacache-threshold, default 0.08; no calibration)",
     )
     group.add_argument(
         "--teacache-forecast",
@@ -315,6 +316,28 @@ def resolve_magcache(spec: variants.VariantSpec, args: argparse.Namespace):
     return config, choice, f"MagCache curve of {targets._rel(path)}"
 
 
+def resolve_fbcache(spec: variants.VariantSpec, args: argparse.Namespace):
+    """FBCacheConfig for --teacache-rule fbcache: its threshold by --teacache-threshold or its default; it has no
+    calibration, so no target and no rescale function."""
+    from teacache.errors import TeaCacheError
+    from teacache.fbcache import FBCacheConfig
+
+    given = [name for name in (*TEACACHE_ONLY, "teacache_speedup", "teacache_traces")
+             if getattr(args, name) not in (None, False)]  # fmt: skip
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise Refusal(
+            f"{flag}: not used with --teacache-rule fbcache (it is uncalibrated: no recorded signal to replay, no "
+            "rescale function); pass --teacache-threshold"
+        )
+    try:
+        config = FBCacheConfig(**({} if args.teacache_threshold is None else {"threshold": args.teacache_threshold}))
+    except TeaCacheError as exc:
+        raise Refusal(f"--teacache-threshold: {exc}") from None
+    check_schedule(spec, args.steps, config)
+    return config
+
+
 def _check_safety(rescale: RescaleFunction, allow_unsafe: bool) -> None:
     """The fit's safety check on the given coefficients: refused when positive nowhere (unless --teacache-allow-unsafe),
     one warning line when unsafe somewhere."""
@@ -398,6 +421,8 @@ def main(argv: list[str] | None = None) -> int:
         check_generation(spec, args)
         if args.teacache_rule == "magcache":
             return _magcache_main(spec, args, saved)
+        if args.teacache_rule == "fbcache":
+            return _fbcache_main(spec, args, saved)
         config, choice, rescale_source, coefficients = resolve_gate(spec, args)
         for seed in args.seed:
             output_path(args, seed, check=True)
@@ -423,6 +448,21 @@ def _magcache_main(spec, args, saved: list[Path]) -> int:
     default = f"MagCache's default {MAGCACHE_DEFAULT_THRESHOLD:g} (the paper's)"
     record = _record(args, "magcache", config.threshold, choice, source, default,
                      None, config.skip_last_n_steps, config.max_consecutive_skips)  # fmt: skip
+    with _one_line_warnings():
+        return _run(spec, args, config, None, record, saved)
+
+
+def _fbcache_main(spec, args, saved: list[Path]) -> int:
+    from teacache.fbcache import DEFAULT_THRESHOLD
+
+    config = resolve_fbcache(spec, args)
+    for seed in args.seed:
+        output_path(args, seed, check=True)
+    print(f"{PROG}: {spec.name}, First-Block Cache threshold {config.threshold:g} (K {config.max_consecutive_skips}, "
+          f"first {config.skip_first_n_steps}, last {config.skip_last_n_steps}); uncalibrated")  # fmt: skip
+    default = f"First-Block Cache's default {DEFAULT_THRESHOLD:g} (ParaAttention's for FLUX)"
+    record = _record(args, "fbcache", config.threshold, None, "none: First-Block Cache is uncalibrated", default,
+                     config.skip_first_n_steps, config.skip_last_n_steps, config.max_consecutive_skips)  # fmt: skip
     with _one_line_warnings():
         return _run(spec, args, config, None, record, saved)
 
@@ -453,6 +493,17 @@ def _run(spec, args, config, coefficients, record, saved: list[Path]) -> int:
         from teacache.magcache import apply_magcache
 
         handle = apply_magcache(model, config, args.steps, forecast=args.teacache_forecast)
+    elif record["rule"] == "fbcache":
+        from teacache.fbcache import apply_fbcache
+
+        handle = apply_fbcache(
+            model,
+            config.threshold,
+            skip_first_n_steps=config.skip_first_n_steps,
+            skip_last_n_steps=config.skip_last_n_steps,
+            max_consecutive_skips=config.max_consecutive_skips,
+            forecast=args.teacache_forecast,
+        )
     else:
         with warnings.catch_warnings():  # resolve_gate checked the coefficients and said so once
             warnings.simplefilter("ignore", UnsafeRescaleWarning)

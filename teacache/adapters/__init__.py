@@ -1,8 +1,9 @@
 """Variant adapters: the only modules that know mflux classes.
 
 Each adapter module exposes FAMILY and the functions ``matches(model)``, ``is_applied(model)``,
-``variant(model)`` and ``install(model, controller) -> restore``. What a variant is (names, thresholds,
-calibration) lives in the registry, ``teacache.variants``.
+``variant(model)`` and ``install(model, controller, proxy_class=...) -> restore``, and ``FBCACHE_PROXY``, the
+proxy class First-Block Cache installs (:mod:`teacache.fbcache`: block 0 every step, the rest cached). What a
+variant is (names, thresholds, calibration) lives in the registry, ``teacache.variants``.
 """
 
 from __future__ import annotations

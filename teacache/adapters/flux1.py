@@ -92,6 +92,81 @@ class TeaCacheFlux1Transformer(CachingProxy):
         return hidden_states[:, encoder_hidden_states.shape[1] :, ...]
 
 
+class FBCacheFlux1Transformer(TeaCacheFlux1Transformer):
+    """First-Block Cache on FLUX.1: the first joint block runs every step, its image-stream residual is the signal,
+    and the body a skipped step replaces is the remaining joint and single blocks (``teacache.fbcache``)."""
+
+    @staticmethod
+    def count_blocks(transformer: Transformer) -> int:
+        if not transformer.transformer_blocks:
+            raise NotImplementedError("First-Block Cache on FLUX.1 needs a joint block first; this model has none")
+        return len(transformer.transformer_blocks) + len(transformer.single_transformer_blocks)
+
+    def __call__(
+        self,
+        t: int,
+        config,
+        hidden_states: mx.array,
+        prompt_embeds: mx.array,
+        pooled_prompt_embeds: mx.array,
+        controlnet_block_samples: list[mx.array] | None = None,
+        controlnet_single_block_samples: list[mx.array] | None = None,
+        kontext_image_ids: mx.array | None = None,
+    ) -> mx.array:
+        tr = self.transformer
+        _modulated, embedded, temb = flux1_signal(tr, t, config, hidden_states, pooled_prompt_embeds)
+        encoder_hidden_states = tr.context_embedder(prompt_embeds)
+        rotary = Transformer.compute_rotary_embeddings(prompt_embeds, tr.pos_embed, config, kontext_image_ids)
+        encoder_hidden_states, first = tr._apply_joint_transformer_block(
+            idx=0,
+            block=tr.transformer_blocks[0],
+            hidden_states=embedded,
+            encoder_hidden_states=encoder_hidden_states,
+            text_embeddings=temb,
+            image_rotary_embeddings=rotary,
+            controlnet_block_samples=controlnet_block_samples,
+        )
+
+        def rest() -> mx.array:
+            return self._rest(
+                first, encoder_hidden_states, temb, rotary, controlnet_block_samples, controlnet_single_block_samples
+            )
+
+        return self.cached_step(first - embedded, first, temb, branch=0, body=rest)
+
+    def _rest(
+        self, hidden_states, encoder_hidden_states, temb, rotary, controlnet_block_samples,
+        controlnet_single_block_samples,
+    ) -> mx.array:  # fmt: skip
+        """TeaCacheFlux1Transformer._body after the first joint block."""
+        tr = self.transformer
+        for idx, block in enumerate(tr.transformer_blocks[1:], start=1):
+            encoder_hidden_states, hidden_states = tr._apply_joint_transformer_block(
+                idx=idx,
+                block=block,
+                hidden_states=hidden_states,
+                encoder_hidden_states=encoder_hidden_states,
+                text_embeddings=temb,
+                image_rotary_embeddings=rotary,
+                controlnet_block_samples=controlnet_block_samples,
+            )
+        hidden_states = mx.concatenate([encoder_hidden_states, hidden_states], axis=1)
+        for idx, block in enumerate(tr.single_transformer_blocks):
+            hidden_states = tr._apply_single_transformer_block(
+                idx=idx,
+                block=block,
+                hidden_states=hidden_states,
+                encoder_hidden_states=encoder_hidden_states,
+                text_embeddings=temb,
+                image_rotary_embeddings=rotary,
+                controlnet_single_block_samples=controlnet_single_block_samples,
+            )
+        return hidden_states[:, encoder_hidden_states.shape[1] :, ...]
+
+
+FBCACHE_PROXY = FBCacheFlux1Transformer  # teacache.fbcache installs it
+
+
 def matches(model) -> bool:
     return isinstance(model, Flux1) and isinstance(original_transformer(model), Transformer)
 

@@ -123,6 +123,107 @@ class TeaCacheFlux2Transformer(CachingProxy):
         return hidden_states[:, encoder_hidden_states.shape[1] :, ...]
 
 
+class FBCacheFlux2Transformer(TeaCacheFlux2Transformer):
+    """First-Block Cache on FLUX.2: the first double block runs every step, its image-stream residual is the
+    signal, and the body a skipped step replaces is the remaining double and single blocks (``teacache.fbcache``).
+    Compiled segments: head (embeddings), first (block 0 and the residual), rest, tail."""
+
+    @staticmethod
+    def count_blocks(transformer: Flux2Transformer) -> int:
+        if not transformer.transformer_blocks:
+            raise NotImplementedError("First-Block Cache on FLUX.2 needs a double block first; this model has none")
+        return len(transformer.transformer_blocks) + len(transformer.single_transformer_blocks)
+
+    def __call__(
+        self,
+        hidden_states: mx.array,
+        encoder_hidden_states: mx.array,
+        timestep,
+        img_ids: mx.array,
+        txt_ids: mx.array,
+        guidance=None,
+        kv_cache=None,
+        branch: int = 0,
+    ) -> mx.array:
+        if guidance is not None or kv_cache is not None:
+            raise NotImplementedError(
+                "First-Block Cache on FLUX.2 supports text-to-image without guidance embedding or KV cache"
+            )
+        embedded, temb, mod_img = self.segment("head", self._fb_head)(hidden_states, timestep)
+        signal, first, encoder, mod_txt, rotary = self.segment("first", self._first)(
+            embedded, encoder_hidden_states, temb, mod_img, img_ids, txt_ids
+        )
+
+        def rest() -> mx.array:
+            return self.segment("rest", self._rest)(first, encoder, temb, mod_img, mod_txt, rotary)
+
+        return self.cached_step(signal, first, temb, branch=branch, body=rest)
+
+    def segment_functions(self) -> dict:
+        return {"head": self._fb_head, "first": self._first, "rest": self._rest, "tail": self._norm_out_proj_out}
+
+    def _fb_head(self, hidden_states: mx.array, timestep):
+        """The embeddings of ``flux2_signal`` without TeaCache's modulated input: (embedded, temb, mod_img)."""
+        tr = self.transformer
+        temb = time_embedding(tr, timestep, hidden_states)
+        return tr.x_embedder(hidden_states), temb, tr.double_stream_modulation_img(temb)
+
+    def _first(self, embedded, encoder_hidden_states, temb, mod_img, img_ids, txt_ids):
+        """TeaCacheFlux2Transformer._body up to and through block 0: (block 0's image residual, its image output,
+        its text output, the text modulation, the rotary embedding)."""
+        tr = self.transformer
+        encoder_hidden_states = tr.context_embedder(encoder_hidden_states)
+        if img_ids.ndim == 3:
+            img_ids = img_ids[0]
+        if txt_ids.ndim == 3:
+            txt_ids = txt_ids[0]
+        image_rotary_emb = tr.pos_embed(img_ids)
+        text_rotary_emb = tr.pos_embed(txt_ids)
+        rotary = (
+            mx.concatenate([text_rotary_emb[0], image_rotary_emb[0]], axis=0),
+            mx.concatenate([text_rotary_emb[1], image_rotary_emb[1]], axis=0),
+        )
+        mod_txt = tr.double_stream_modulation_txt(temb)
+        encoder_hidden_states, first = tr.transformer_blocks[0](
+            hidden_states=embedded,
+            encoder_hidden_states=encoder_hidden_states,
+            temb_mod_params_img=mod_img,
+            temb_mod_params_txt=mod_txt,
+            image_rotary_emb=rotary,
+            kv_cache=None,
+            kv_cache_layer_idx=0,
+        )
+        return first - embedded, first, encoder_hidden_states, mod_txt, rotary
+
+    def _rest(self, hidden_states, encoder_hidden_states, temb, mod_img, mod_txt, rotary) -> mx.array:
+        """TeaCacheFlux2Transformer._body after block 0."""
+        tr = self.transformer
+        for idx, block in enumerate(tr.transformer_blocks[1:], start=1):
+            encoder_hidden_states, hidden_states = block(
+                hidden_states=hidden_states,
+                encoder_hidden_states=encoder_hidden_states,
+                temb_mod_params_img=mod_img,
+                temb_mod_params_txt=mod_txt,
+                image_rotary_emb=rotary,
+                kv_cache=None,
+                kv_cache_layer_idx=idx,
+            )
+        hidden_states = mx.concatenate([encoder_hidden_states, hidden_states], axis=1)
+        mod_single = tr.single_stream_modulation(temb)[0]
+        for idx, block in enumerate(tr.single_transformer_blocks):
+            hidden_states = block(
+                hidden_states=hidden_states,
+                temb_mod_params=mod_single,
+                image_rotary_emb=rotary,
+                kv_cache=None,
+                kv_cache_layer_idx=idx,
+            )
+        return hidden_states[:, encoder_hidden_states.shape[1] :, ...]
+
+
+FBCACHE_PROXY = FBCacheFlux2Transformer  # teacache.fbcache installs it
+
+
 def segmented_predict(transformer):
     """Flux2Klein._predict's closure, telling the proxy which CFG branch each call is; the proxy's segments
     are compiled for this generation and the rest (decision, CFG combination) runs eagerly."""

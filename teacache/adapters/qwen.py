@@ -120,6 +120,76 @@ class TeaCacheQwenTransformer(CachingProxy):
         return hidden_states
 
 
+class FBCacheQwenTransformer(TeaCacheQwenTransformer):
+    """First-Block Cache on Qwen-Image: block 0 runs every call, its image-stream residual is the signal (one
+    decision per step, on the first call), and the body a skipped step replaces is the remaining blocks."""
+
+    @staticmethod
+    def count_blocks(transformer: QwenTransformer) -> int:
+        if not transformer.transformer_blocks:
+            raise NotImplementedError("First-Block Cache on Qwen-Image needs a block; this model has none")
+        return len(transformer.transformer_blocks)
+
+    def __call__(
+        self,
+        t: int,
+        config,
+        hidden_states: mx.array,
+        encoder_hidden_states: mx.array,
+        encoder_hidden_states_mask: mx.array,
+        qwen_image_ids: mx.array | None = None,
+        cond_image_grid=None,
+    ) -> mx.array:
+        if qwen_image_ids is not None or cond_image_grid is not None:
+            raise NotImplementedError(
+                "First-Block Cache on Qwen-Image supports text-to-image only (no edit conditioning)"
+            )
+        self._controller._require_generation()
+        branch = self._branch()
+        tr = self.transformer
+        embedded = tr.img_in(hidden_states)
+        temb = time_embedding(tr, t, config, embedded)
+        encoder_hidden_states = tr.txt_in(tr.txt_norm(encoder_hidden_states))
+        rotary = QwenTransformer._compute_rotary_embeddings(
+            encoder_hidden_states_mask=encoder_hidden_states_mask,
+            pos_embed=tr.pos_embed,
+            config=config,
+            cond_image_grid=None,
+        )
+        encoder_hidden_states, first = QwenTransformer._apply_transformer_block(
+            idx=0,
+            block=tr.transformer_blocks[0],
+            hidden_states=embedded,
+            encoder_hidden_states=encoder_hidden_states,
+            encoder_hidden_states_mask=encoder_hidden_states_mask,
+            text_embeddings=temb,
+            image_rotary_embeddings=rotary,
+        )
+
+        def rest() -> mx.array:
+            return self._rest(first, encoder_hidden_states, encoder_hidden_states_mask, temb, rotary)
+
+        return self.cached_step(first - embedded, first, temb, branch=branch, body=rest)
+
+    def _rest(self, hidden_states, encoder_hidden_states, encoder_hidden_states_mask, temb, rotary) -> mx.array:
+        """TeaCacheQwenTransformer._body after block 0."""
+        tr = self.transformer
+        for idx, block in enumerate(tr.transformer_blocks[1:], start=1):
+            encoder_hidden_states, hidden_states = QwenTransformer._apply_transformer_block(
+                idx=idx,
+                block=block,
+                hidden_states=hidden_states,
+                encoder_hidden_states=encoder_hidden_states,
+                encoder_hidden_states_mask=encoder_hidden_states_mask,
+                text_embeddings=temb,
+                image_rotary_embeddings=rotary,
+            )
+        return hidden_states
+
+
+FBCACHE_PROXY = FBCacheQwenTransformer  # teacache.fbcache installs it
+
+
 def matches(model) -> bool:
     return isinstance(model, QwenImage) and isinstance(original_transformer(model), QwenTransformer)
 

@@ -166,6 +166,78 @@ class TeaCacheZImageTransformer(CachingProxy):
         return -output
 
 
+class FBCacheZImageTransformer(TeaCacheZImageTransformer):
+    """First-Block Cache on Z-Image: the first noise-refiner block (the first that sees the image) runs every step,
+    its residual over the image tokens is the signal, and the body a skipped step replaces is the rest of the noise
+    refiner, the caption's refiner and the main layers. Compiled segments: head, first, rest, tail."""
+
+    @staticmethod
+    def count_blocks(transformer: ZImageTransformer) -> int:
+        if not transformer.noise_refiner:
+            raise NotImplementedError("First-Block Cache on Z-Image runs the first noise-refiner block; none here")
+        return len(transformer.noise_refiner) + len(transformer.context_refiner) + len(transformer.layers)
+
+    def __call__(
+        self,
+        x: mx.array,
+        timestep,
+        sigmas: mx.array,
+        cap_feats: mx.array,
+        controlnet_block_samples=None,
+        branch: int = 0,
+    ) -> mx.array:
+        if controlnet_block_samples is not None:
+            raise NotImplementedError("First-Block Cache on Z-Image supports text-to-image without ControlNet")
+        embedded, t_emb, x_freqs_cis, *caption = self.segment("head", self._fb_head)(x, timestep, sigmas, cap_feats)
+        signal, first = self.segment("first", self._first)(embedded, t_emb, x_freqs_cis)
+
+        def rest() -> mx.array:
+            return self.segment("rest", self._rest)(first, t_emb, x_freqs_cis, *caption)
+
+        tail = TailInputs(t_emb=t_emb, x_size=tuple(x.shape[1:]))
+        return self.cached_step(signal, first, tail, branch=branch, body=rest)
+
+    def segment_functions(self) -> dict:
+        return {"head": self._fb_head, "first": self._first, "rest": self._rest, "tail": self._final_layer}
+
+    def _fb_head(self, x: mx.array, timestep, sigmas: mx.array, cap_feats: mx.array):
+        """The embeddings of ``zimage_signal`` without TeaCache's modulated input."""
+        tr = self.transformer
+        t_emb = time_embedding(tr, timestep, sigmas)
+        embedded, x_freqs_cis, patches = embed_image(tr, x, cap_feats)
+        return embedded, t_emb, x_freqs_cis, patches["cap_emb"], patches["cap_pos_ids"], patches["cap_pad_mask"]
+
+    def _first(self, x_emb, t_emb, x_freqs_cis):
+        """The first noise-refiner block: (its residual, its output)."""
+        x_attn_mask = mx.ones((1, x_emb.shape[1]), dtype=mx.bool_)
+        first = self.transformer.noise_refiner[0](x=x_emb, attn_mask=x_attn_mask, freqs_cis=x_freqs_cis, t_emb=t_emb)
+        return first - x_emb, first
+
+    def _rest(self, x_emb, t_emb, x_freqs_cis, cap_patches, cap_pos_ids, cap_pad_mask) -> mx.array:
+        """TeaCacheZImageTransformer._body after the first noise-refiner block."""
+        tr = self.transformer
+        x_attn_mask = mx.ones((1, x_emb.shape[1]), dtype=mx.bool_)
+        for layer in tr.noise_refiner[1:]:
+            x_emb = layer(x=x_emb, attn_mask=x_attn_mask, freqs_cis=x_freqs_cis, t_emb=t_emb)
+        cap_emb = tr.cap_embedder[1](tr.cap_embedder[0](cap_patches))
+        cap_emb = mx.where(cap_pad_mask[:, None], tr.cap_pad_token, cap_emb)
+        cap_freqs_cis = tr.rope_embedder(cap_pos_ids)
+        cap_attn_mask = mx.ones((1, cap_emb.shape[0]), dtype=mx.bool_)
+        cap_emb = mx.expand_dims(cap_emb, axis=0)
+        for layer in tr.context_refiner:
+            cap_emb = layer(x=cap_emb, attn_mask=cap_attn_mask, freqs_cis=cap_freqs_cis)
+        x_len = x_emb.shape[1]
+        unified = mx.concatenate([x_emb, cap_emb], axis=1)
+        unified_freqs_cis = mx.concatenate([x_freqs_cis, cap_freqs_cis], axis=0)
+        unified_attn_mask = mx.ones((1, unified.shape[1]), dtype=mx.bool_)
+        for layer in tr.layers:
+            unified = layer(x=unified, attn_mask=unified_attn_mask, freqs_cis=unified_freqs_cis, t_emb=t_emb)
+        return unified[:, :x_len]
+
+
+FBCACHE_PROXY = FBCacheZImageTransformer  # teacache.fbcache installs it
+
+
 def segmented_predict(transformer):
     """ZImage._predict's closure, telling the proxy which CFG branch each call is; the proxy's segments are
     compiled for this generation and the rest (decision, CFG combination) runs eagerly."""

@@ -114,6 +114,23 @@ REFUSED = {
         ["--teacache-rule", "magcache", "--teacache-speedup", "20"],
         r"--teacache-speedup 20: .*nearest: --teacache-speedup",
     ),
+    "fbcache negative threshold": (
+        ["--teacache-rule", "fbcache", "--teacache-threshold", "-1"],
+        r"--teacache-threshold: threshold: expected a finite number >= 0",
+    ),
+    "fbcache nan threshold": (
+        ["--teacache-rule", "fbcache", "--teacache-threshold", "nan"],
+        r"--teacache-threshold: threshold: expected a finite number >= 0",
+    ),
+    "fbcache beside a speedup target": (
+        ["--teacache-rule", "fbcache", "--teacache-speedup", "2"],
+        r"--teacache-speedup: not used with --teacache-rule fbcache \(it is uncalibrated",
+    ),
+    "fbcache beside a rescale function": (
+        ["--teacache-rule", "fbcache", "--teacache-coefficients", "1,0"],
+        r"--teacache-coefficients: not used with --teacache-rule fbcache",
+    ),
+    "fbcache too short a schedule": (["--teacache-rule", "fbcache", "--steps", "2"], r"--steps 2: .*nothing to skip"),
     "unreachable speedup": (["--teacache-speedup", "10"], r"--teacache-speedup 10: .*nearest: --teacache-speedup 5\.6"),
     "unreachable floor": (["--teacache-ssim", "0.9999"], r"--teacache-ssim 0\.9999: .*nearest: --teacache-ssim"),
     "too short a schedule": (["--steps", "3"], r"--steps 3: .*nothing to skip"),
@@ -256,3 +273,16 @@ def test_magcache_takes_its_schedule_from_the_committed_curve_and_the_image_says
     assert meta["teacache_rule"] == "magcache" and meta["teacache_skipped_steps"] == expected.skipped_steps
     assert abs(meta["teacache_skipped"] - 14) <= 1 and meta["teacache_target"] == "speedup 2x at 28 steps"
     assert "MagCache" in capsys.readouterr().out
+
+
+def test_fbcache_runs_first_block_cache_at_its_threshold_and_the_image_says_so(tmp_path, capsys):
+    out = tmp_path / "f.png"
+    argv = ["--model", "tiny-shapes", "--prompt", PROMPT, "--teacache-rule", "fbcache", "--teacache-threshold", "0.2",
+            "--seed", "0", "--output", str(out)]  # fmt: skip
+    assert command.main(argv) == 0
+    meta = metadata(out)
+    assert meta["teacache_rule"] == "fbcache" and meta["teacache_threshold"] == 0.2
+    assert meta["teacache_threshold_source"] == "--teacache-threshold" and meta["teacache_rescale"].startswith("none")
+    assert 0 < meta["teacache_skipped"] < 28 and meta["teacache_max_consecutive_skips"] == 8
+    said = capsys.readouterr().out
+    assert "First-Block Cache threshold 0.2" in said and f"skipped {meta['teacache_skipped']} of 28" in said
