@@ -10,7 +10,6 @@ stops with one line naming what differs.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -76,6 +75,12 @@ def _folder_digest(folder: Path) -> str:
     return digest.hexdigest()
 
 
+def embedded_weight_files(name: str) -> list[Path]:
+    """A trained embedded model's committed weights files (none: its weights are drawn from a seed)."""
+    weights = project_root() / "teacache" / "models" / "weights"
+    return sorted(weights.glob(f"{name}.safetensors")) + sorted((weights / name).glob("*.safetensors"))
+
+
 def weights_identity(model: str, base_model: str | None = None, blocks: int | None = None) -> dict:
     """Which weights a model name stands for, without loading them (``blocks``: of a random-<variant> build)."""
     if model.startswith(RANDOM_PREFIX) and base_model is None:
@@ -85,10 +90,9 @@ def weights_identity(model: str, base_model: str | None = None, blocks: int | No
         return {"folder": str(path.resolve()), "files_sha256": _folder_digest(path)}
     spec = resolve_spec(model)
     if spec.embedded:  # random weights come from the builder and a seed; trained ones from its weights file
-        module = importlib.import_module(spec.builder.split(":")[0])
-        weights = getattr(module, "DEFAULT_WEIGHTS", None)
+        files = embedded_weight_files(spec.name)
         identity = {"embedded": spec.name, "builder": spec.builder}
-        return {**identity, "weights_sha256": file_sha256(weights)} if weights else {**identity, "seed": 0}
+        return {**identity, "weights_sha256": file_sha256(files[0])} if files else {**identity, "seed": 0}
     repo = spec.mflux_names[0]
     return {"repo": repo, "revision": local_revision(repo)}
 
@@ -113,8 +117,7 @@ def weights_text(model: str, base_model: str | None = None) -> str:
     spec = variants.find(model)
     if spec is None or not spec.embedded:
         return f"name {model}"
-    weights = project_root() / "teacache" / "models" / "weights"
-    files = sorted(weights.glob(f"{spec.name}.safetensors")) + sorted((weights / spec.name).glob("*.safetensors"))
+    files = embedded_weight_files(spec.name)
     if files:
         return "embedded " + ",".join(f"{f.name}:{file_sha256(f)[:16]}" for f in files)
     return f"embedded {spec.name} (random weights from {spec.builder}, seed 0)"

@@ -280,3 +280,15 @@ def test_a_resume_keeps_the_measured_overhead_and_judges_an_unjudged_one(tmp_pat
     kept = json.loads(path.read_text())["recording_overhead"]
     assert kept["reliable"] is False and kept["median"] is None and "-11.7%" in kept["reason"]
     assert kept["pairs"] == 3
+
+
+@pytest.mark.parametrize("model", ["tiny-open-flux2", "tiny-open-flux1", "tiny-shapes", "tiny-scenes"])
+def test_a_trained_embedded_model_is_identified_by_its_weights_file(model):
+    """A folder recorded from one training's weights never resumes with another's: the fingerprint holds the file's
+    SHA-256 (a random-weight embedded model's holds its seed)."""
+    from calib.run.fingerprint import embedded_weight_files, weights_identity
+    from teacache.io import file_sha256
+
+    (weights,) = embedded_weight_files(model)
+    assert weights_identity(model)["weights_sha256"] == file_sha256(weights)
+    assert weights_identity("tiny-flux1")["seed"] == 0 and not embedded_weight_files("tiny-flux1")
