@@ -6,7 +6,8 @@ independent per pixel), every pixel within COLOR_RADIUS of the named colour is a
 largest connected region of candidates is the object: present if it covers at least MIN_AREA_SHARE of
 the smallest object the recipe draws; its shape the nearest of the three fill ratios of its bounding
 box (triangle ~0.5, circle ~0.79, square 1); its position the anchor nearest to its centroid. The
-other objects never have the named colour, so they cannot be mistaken for it.
+other objects never have the named colour, so they cannot be mistaken for it. A caption that leaves the
+shape open ("a red shape") is not scored on shape, as one that leaves the position open is not on position.
 """
 
 from __future__ import annotations
@@ -14,7 +15,16 @@ from __future__ import annotations
 import numpy as np
 from scipy import ndimage
 
-from teacache.models.open_data import COLORS, POSITIONS, SHAPES, SIZE_RANGE, OpenSpec, parse_prompt, shape_masks
+from teacache.models.open_data import (
+    COLORS,
+    POSITIONS,
+    SHAPES,
+    SIZE_RANGE,
+    OpenSpec,
+    captions_of,
+    parse_prompt,
+    shape_masks,
+)
 
 COLOR_RADIUS = 0.3  # Euclidean distance in RGB [0, 1] after smoothing (measured on rendered images)
 MIN_AREA_SHARE = 0.35
@@ -41,7 +51,7 @@ def best_shape(region: np.ndarray, cx: float, cy: float) -> str:
 
 
 def check(image, spec: OpenSpec) -> dict[str, bool | None]:
-    """{"color", "shape", "position", "all"}: True/False; position None when the caption leaves it open."""
+    """{"color", "shape", "position", "all"}: True/False; shape or position None when the caption leaves it open."""
     rgb = ndimage.uniform_filter(_rgb01(image), size=(3, 3, 1), mode="nearest")
     size = rgb.shape[0]
     target = np.array(COLORS[spec.color], dtype=np.float64) / 255.0
@@ -49,7 +59,7 @@ def check(image, spec: OpenSpec) -> dict[str, bool | None]:
     min_area = MIN_AREA_SHARE * 0.5 * (2 * SIZE_RANGE[0] * size) ** 2  # half the smallest bounding square
     result: dict[str, bool | None] = {
         "color": False,
-        "shape": False,
+        "shape": None if spec.shape is None else False,
         "position": None if spec.position is None else False,
     }
     if count:
@@ -59,7 +69,8 @@ def check(image, spec: OpenSpec) -> dict[str, bool | None]:
         if areas[best - 1] >= min_area:
             result["color"] = True
             rows, cols = np.nonzero(region)
-            result["shape"] = best_shape(region, cols.mean() + 0.5, rows.mean() + 0.5) == spec.shape
+            if spec.shape is not None:
+                result["shape"] = best_shape(region, cols.mean() + 0.5, rows.mean() + 0.5) == spec.shape
             if spec.position is not None:
                 centre = np.array([cols.mean() + 0.5, rows.mean() + 0.5]) / size
                 nearest = min(POSITIONS, key=lambda p: np.sum((np.array(POSITIONS[p]) - centre) ** 2))
@@ -69,7 +80,7 @@ def check(image, spec: OpenSpec) -> dict[str, bool | None]:
 
 
 def summarize(results: list[dict[str, bool | None]]) -> dict[str, float]:
-    """Share passed per check (position over the captions that name one) and overall."""
+    """Share passed per check (shape and position over the captions that name one; NaN: none does) and overall."""
     out = {}
     for key in (*CHECKS, "all"):
         values = [r[key] for r in results if r[key] is not None]
@@ -79,7 +90,10 @@ def summarize(results: list[dict[str, bool | None]]) -> dict[str, float]:
 
 def score_adherence(image, spec_or_prompt: OpenSpec | str) -> dict:
     """The checks of :func:`check` and ``score``, the share of the applicable ones passed (the sweep's scorer)."""
-    spec = parse_prompt(spec_or_prompt) if isinstance(spec_or_prompt, str) else spec_or_prompt
+    if isinstance(spec_or_prompt, str):
+        spec = parse_prompt(spec_or_prompt, captions=captions_of(spec_or_prompt))
+    else:
+        spec = spec_or_prompt
     result = check(image, spec)
     applicable = [result[k] for k in CHECKS if result[k] is not None]
     return {**result, "score": float(sum(applicable)) / len(applicable)}

@@ -30,7 +30,7 @@ from teacache.models import open_data, open_models
 
 PROG = "teacache-bench open-card"
 NAMES = {layout.name: family for family, layout in open_models.FAMILIES.items()}
-DIVERSITY_PROMPT = "a red circle at the left"
+DIVERSITY_SPEC = ("red", "circle", "left")  # the caption shown across seeds (its shape word where captions name one)
 DIVERSITY_SEEDS = 8
 TRAIN_CAPTIONS_SEED = 2027  # the training-split captions scored beside the held-out ones
 
@@ -68,6 +68,27 @@ def _scores(images: list, specs: list) -> dict[str, float]:
     return open_adherence.summarize([open_adherence.check(im, s) for im, s in zip(images, specs, strict=True)])
 
 
+def diversity_prompt(captions: open_data.Captions) -> str:
+    color, shape, position = DIVERSITY_SPEC
+    return open_data.OpenSpec(color, shape if captions.names_shape else None, position).prompt
+
+
+def _share(value: float) -> str:
+    return "not named" if value != value else f"{value:.1%}"  # NaN: no caption names it
+
+
+def _history(training: dict) -> str:
+    """How the weights came to be, stage by stage back to fresh weights (the manifest's ``started_from`` chain)."""
+    stages, stage = [], training
+    while stage is not None:
+        what = "guidance distillation from the stage before" if stage.get("distill_guidance") else "flow matching"
+        stages.append(f"`{stage.get('command') or stage['provenance']['command']}` ({what}, {stage['steps']} steps)")
+        stage = stage.get("started_from")
+    if len(stages) == 1:
+        return "These weights come from one run."
+    return "These weights come from " + ", after ".join(stages) + "."
+
+
 def spread_across_seeds(images: np.ndarray) -> float:
     """Mean over pixels of the standard deviation across images, in [0, 1] units."""
     return float((images.astype(np.float64) / 255.0).std(axis=0).mean())
@@ -97,8 +118,8 @@ def plot_samples(rows: list[list[np.ndarray]], titles: list[str], path: Path) ->
 CARD = """# {name}
 
 A small trained text-to-image model embedded in this package as a test subject for TeaCache: mflux's own
-{transformer} trained with flow matching on the open-scenes recipe (`teacache.models.open_data`). Its
-captions name one object (colour, shape, and in {named_pct} % of training captions its position); the background's
+{transformer} trained with flow matching on the open-scenes recipe (`teacache.models.open_data`){distilled}. Its
+captions name one object ({names}, and in {named_pct} % of training captions its position); the background's
 tone, tint and multi-scale field, a lighting gradient, up to two unnamed objects, every object's texture and
 a grain of varying strength are drawn at random. So the model's estimate of the clean image commits during
 sampling, as a real model's does, and its output changes from step to step about as much as real models'
@@ -123,7 +144,7 @@ by design: what the caption leaves open cannot be predicted) |
 
 Training is resumable: the same command continues from `DIR/checkpoint/` after a time limit or Ctrl-C, and a resumed
 run gives the same weights as an uninterrupted one (the data and the noise depend on the seed and the step index
-alone). These weights come from one uninterrupted run.
+alone). {history}
 
 ![training loss](loss.png)
 
@@ -175,22 +196,24 @@ def main(argv: list[str] | None = None) -> int:
     from teacache.provenance import device_info
 
     start = time.perf_counter()
-    specs = open_data.evaluation_specs(args.prompts)
-    train_specs = open_data.sample_specs(np.random.default_rng(TRAIN_CAPTIONS_SEED), args.prompts)
+    captions = layout.captions
+    specs = open_data.evaluation_specs(args.prompts, captions=captions)
+    train_specs = open_data.sample_specs(np.random.default_rng(TRAIN_CAPTIONS_SEED), args.prompts, captions=captions)
     generated = [_generate(pipeline, family, s.prompt, i) for i, s in enumerate(specs)]
     scores = _scores(generated, specs)
     train_generated = [_generate(pipeline, family, s.prompt, i) for i, s in enumerate(train_specs)]
     train_scores = _scores(train_generated, train_specs)
     rendered = open_data.render_batch(specs + train_specs, np.random.default_rng(0), layout.image_size)
     ceiling = _scores([open_data.to_uint8(im) for im in rendered], specs + train_specs)
-    spec = open_data.parse_prompt(DIVERSITY_PROMPT)
-    seeds = np.stack([_generate(pipeline, family, DIVERSITY_PROMPT, s) for s in range(DIVERSITY_SEEDS)])
+    div_prompt = diversity_prompt(captions)
+    spec = open_data.parse_prompt(div_prompt, layout.name, captions)
+    seeds = np.stack([_generate(pipeline, family, div_prompt, s) for s in range(DIVERSITY_SEEDS)])
     truth = open_data.to_uint8(
         open_data.render_batch([spec] * DIVERSITY_SEEDS, np.random.default_rng(1), layout.image_size)
     )
     # rows: one caption across seeds; held-out captions; training captions (seed = index)
     rows = [list(seeds), generated[:8], train_generated[:8]]
-    titles = [[f"{DIVERSITY_PROMPT.removeprefix('a ')}\nseed {s}" for s in range(DIVERSITY_SEEDS)]] + [
+    titles = [[f"{div_prompt.removeprefix('a ')}\nseed {s}" for s in range(DIVERSITY_SEEDS)]] + [
         [f"{sp.prompt.removeprefix('a ').replace(' at the ', ' ')}\n{what}" for sp in group[:8]]
         for group, what in ((specs, "held out"), (train_specs, "training caption"))
     ]
@@ -201,12 +224,12 @@ def main(argv: list[str] | None = None) -> int:
         "what": "vanilla generate_image, seed = index, held-out captions, no TeaCache",
         "scorer": "bench.quality.open_adherence",
         "n_prompts": len(specs),
-        "held_out_combinations": len(open_data.split_specs("held_out")),
+        "held_out_combinations": len(open_data.split_specs("held_out", captions)),
         "adherence": scores,
         "adherence_training_captions": train_scores,
         "checker_on_rendered": ceiling,
         "diversity": {
-            "prompt": DIVERSITY_PROMPT,
+            "prompt": div_prompt,
             "seeds": DIVERSITY_SEEDS,
             "model": spread_across_seeds(seeds),
             "rendered": spread_across_seeds(truth),
@@ -219,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
 
         measured = dynamics.parts(load_traces([args.traces], require=("x_rel_l1", "y_rel_l1")).frame)
         evaluation["profile"] = measured
-        profile = (f"Recorded with `teacache-calib record --model {args.model} --prompts tiny-open-sweep --seeds 0,1`"
+        prompt_set = variants.get(args.model).campaign_sizes.sweep_prompts
+        profile = (f"Recorded with `teacache-calib record --model {args.model} --prompts {prompt_set} --seeds 0,1`"
                    " (8 captions x 2 seeds, 28 steps), medians of y by part of the schedule; the real models' rows are "
                    "mlx-teacache's published traces (`teacache-bench dynamics`):\n\n"
                    + dynamics.markdown({args.model: measured}))  # fmt: skip
@@ -229,6 +253,11 @@ def main(argv: list[str] | None = None) -> int:
     arch = manifest["architecture"]
     card = CARD.format(
         name=args.model, named_pct=round(100 * open_data.NAMED_POSITION_SHARE),
+        names="colour and shape" if captions.names_shape else "its colour; its shape is drawn at random",
+        history=_history(tr),
+        distilled=(", then taught to follow its guidance input as FLUX.1-dev does (guidance distillation: one pass at "
+                   "guidance g follows the caption as classifier-free guidance at scale g would)"
+                   if tr.get("distill_guidance") else ""),
         transformer="FLUX.1 `Transformer`" if family == "flux1" else "`Flux2Transformer`",
         arch=", ".join(f"{k}={v}" for k, v in arch["transformer"].items()), vocab=arch["text_encoder"]["vocab_size"],
         text_dim=arch["text_encoder"]["dim"], text_len=arch["text_encoder"]["text_len"], size=layout.image_size,
@@ -246,10 +275,10 @@ def main(argv: list[str] | None = None) -> int:
         date=tr["provenance"].get("date_utc", "?"), n_prompts=len(specs),
         eval_device=evaluation["device"].get("device_name", "this machine"),
         generation=_generation_text(layout.name),
-        adherence_rows="\n".join(f"| {k} | {scores[k]:.1%} | {train_scores[k]:.1%} | {ceiling[k]:.1%} |"
+        adherence_rows="\n".join(f"| {k} | {_share(scores[k])} | {_share(train_scores[k])} | {_share(ceiling[k])} |"
                                   for k in ("color", "shape", "position", "all")),
-        n_held=len(open_data.split_specs("held_out")),
-        div_prompt=DIVERSITY_PROMPT, div_seeds=DIVERSITY_SEEDS, div_model=evaluation["diversity"]["model"],
+        n_held=len(open_data.split_specs("held_out", captions)),
+        div_prompt=div_prompt, div_seeds=DIVERSITY_SEEDS, div_model=evaluation["diversity"]["model"],
         div_truth=evaluation["diversity"]["rendered"], profile=profile, weights=layout.weights_name, sha=w["sha256"],
     )  # fmt: skip
     write_text(folder / "MODEL_CARD.md", card)

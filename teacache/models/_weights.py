@@ -37,9 +37,10 @@ def read_checked_manifest(
         )
     trained_recipe = manifest.get("data_recipe", {})
     if trained_recipe.get("version") != recipe_version or trained_recipe.get("vocab") != list(vocab):
+        trained = f"{trained_recipe.get('name', '?')} v{trained_recipe.get('version')}"
         raise WeightsError(
-            f"weights file {weights_path} was trained on data recipe {trained_recipe.get('version')!r}, this code "
-            f"reads recipe {recipe_version} (vocabulary or rendering changed): retrain the model"
+            f"weights file {weights_path} was trained on data recipe {trained} with another vocabulary or rendering "
+            f"than this code's (recipe v{recipe_version}, {len(vocab)} words): retrain the model ({retrain})"
         )
     return manifest
 

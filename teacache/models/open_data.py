@@ -1,12 +1,14 @@
 """The open-scenes data: captions that name one object and leave the rest of the picture to chance.
 
 A caption names an object's colour and shape, and sometimes its position ("a red circle at the left",
-"a blue triangle"). Everything else is drawn at random for each image: the background's tone and tint,
-a smooth multi-scale field over it, a lighting gradient, up to two unnamed objects, the named object's
-size, the texture of every object and a fine grain. Content at every scale is left open, so a model's
-estimate of the clean image commits during sampling, coarse features first and fine ones last, as a
-real text-to-image model's does (DESIGN.md, "Test subjects"); a caption that fixed the whole image
-would give a nearly straight flow whose output hardly changes from step to step.
+"a blue triangle"); under the ``ANY_SHAPE`` captions (``train_open --captions any-shape``) it names colour and
+sometimes position and leaves the shape open too ("a red shape at the left"). Everything else is drawn at random
+for each image: the background's tone and tint, a smooth multi-scale field over it, a lighting gradient,
+up to two unnamed objects, the named object's size, the texture of every object and a fine grain.
+Content at every scale is left open, so a model's estimate of the clean image commits during sampling,
+coarse features first and fine ones last, as a real text-to-image model's does (DESIGN.md, "Test
+subjects"); a caption that fixed the whole image would give a nearly straight flow whose output hardly
+changes from step to step.
 
 Pure numpy, at any image size (32 px for the FLUX.2 layout, 64 px for FLUX.1's), so drawing training
 data or checking a prompt's adherence is cheap. The models that use it: ``teacache.models.open_models``.
@@ -61,23 +63,51 @@ GRAIN_RANGE = (0.03, 0.45)  # per-pixel grain whose spread varies smoothly over 
 LATENT_SCALE = 2.5  # latents = LATENT_SCALE x pixels, as a VAE's scaling factor: content spread ~ noise spread
 
 FILLER_WORDS: tuple[str, ...] = ("a", "at", "the")
+OPEN_SHAPE_WORD = "shape"  # what an ANY_SHAPE caption calls its object: the shape is left to chance
 VOCAB: tuple[str, ...] = (PAD, *FILLER_WORDS, *COLORS, *SHAPES, *POSITIONS)
 TOKEN_IDS: dict[str, int] = {word: i for i, word in enumerate(VOCAB)}
 HELD_OUT_MODULUS = 9
 
 
 @dataclasses.dataclass(frozen=True)
+class Captions:
+    """What a recipe's captions may name: the shape too (``NAMED_SHAPE``), or colour and position only
+    (``ANY_SHAPE``: every object's shape is drawn at random). Each has its own vocabulary and recipe name,
+    so weights trained on one are refused under the other."""
+
+    name: str
+    version: int
+    names_shape: bool
+
+    @property
+    def nouns(self) -> tuple[str, ...]:
+        return SHAPES if self.names_shape else (OPEN_SHAPE_WORD,)
+
+    @property
+    def vocab(self) -> tuple[str, ...]:
+        return (PAD, *FILLER_WORDS, *COLORS, *self.nouns, *POSITIONS)
+
+    @property
+    def token_ids(self) -> dict[str, int]:
+        return {word: i for i, word in enumerate(self.vocab)}
+
+
+NAMED_SHAPE = Captions(NAME, RECIPE_VERSION, names_shape=True)
+ANY_SHAPE = Captions("open-scenes-any-shape", 1, names_shape=False)
+
+
+@dataclasses.dataclass(frozen=True)
 class OpenSpec:
-    """What a caption names: a colour, a shape and, or not, a position."""
+    """What a caption names: a colour, a shape or not (None: any shape), a position or not."""
 
     color: str
-    shape: str
+    shape: str | None
     position: str | None = None
 
     def __post_init__(self) -> None:
         if self.color not in COLORS:
             raise ValueError(f"color: unknown {self.color!r}; expected one of {', '.join(COLORS)}")
-        if self.shape not in SHAPES:
+        if self.shape is not None and self.shape not in SHAPES:
             raise ValueError(f"shape: unknown {self.shape!r}; expected one of {', '.join(SHAPES)}")
         if self.position is not None and self.position not in POSITIONS:
             raise ValueError(f"position: unknown {self.position!r}; expected one of {', '.join(POSITIONS)}")
@@ -85,56 +115,66 @@ class OpenSpec:
     @property
     def prompt(self) -> str:
         where = f" at the {self.position}" if self.position else ""
-        return f"a {self.color} {self.shape}{where}"
+        return f"a {self.color} {self.shape or OPEN_SHAPE_WORD}{where}"
 
     @property
     def held_out(self) -> bool:
         return is_held_out(self)
 
 
-def tokenize(text: str, model: str = NAME) -> np.ndarray:
+def tokenize(text: str, model: str = NAME, captions: Captions = NAMED_SHAPE) -> np.ndarray:
     """Prompt -> ``TEXT_LEN`` int32 ids, right-padded with 0 (``<pad>``); the empty prompt is all padding."""
-    return tokenize_caption(text, TOKEN_IDS, TEXT_LEN, model)
+    return tokenize_caption(text, captions.token_ids, TEXT_LEN, model)
 
 
-def parse_prompt(text: str, model: str = NAME) -> OpenSpec:
-    """Read a caption back into what it names: one colour, one shape, at most one position."""
-    words = caption_words(text, TOKEN_IDS, model, TEXT_LEN)
+def parse_prompt(text: str, model: str = NAME, captions: Captions = NAMED_SHAPE) -> OpenSpec:
+    """Read a caption back into what it names: one colour, one shape (or the open shape), at most one position."""
+    words = caption_words(text, captions.token_ids, model, TEXT_LEN)
     colors = [w for w in words if w in COLORS]
-    shapes = [w for w in words if w in SHAPES]
+    nouns = [w for w in words if w in captions.nouns]
     positions = [w for w in words if w in POSITIONS]
-    if len(colors) != 1 or len(shapes) != 1 or len(positions) > 1:
+    if len(colors) != 1 or len(nouns) != 1 or len(positions) > 1:
+        example = OpenSpec("red", "circle" if captions.names_shape else None, "left").prompt
         raise ValueError(
-            f"prompt: needs one colour ({', '.join(COLORS)}), one shape ({', '.join(SHAPES)}) and at most one "
-            f"position ({', '.join(POSITIONS)}): {text!r}; e.g. {OpenSpec('red', 'circle', 'left').prompt!r}"
+            f"prompt: needs one colour ({', '.join(COLORS)}), one of {', '.join(captions.nouns)} and at most one "
+            f"position ({', '.join(POSITIONS)}): {text!r}; e.g. {example!r}"
         )
-    return OpenSpec(colors[0], shapes[0], positions[0] if positions else None)
+    shape = nouns[0] if captions.names_shape else None
+    return OpenSpec(colors[0], shape, positions[0] if positions else None)
+
+
+def captions_of(text: str) -> Captions:
+    """The captions a prompt is written in: ``ANY_SHAPE`` when it calls its object "shape"."""
+    return ANY_SHAPE if OPEN_SHAPE_WORD in text.lower().split() else NAMED_SHAPE
 
 
 def is_held_out(spec: OpenSpec) -> bool:
     """A fixed ~1 in 9 of all combinations, by hash: never drawn for training, used for evaluation."""
-    key = f"{spec.color}|{spec.shape}|{spec.position or '-'}".encode()
+    key = f"{spec.color}|{spec.shape or OPEN_SHAPE_WORD}|{spec.position or '-'}".encode()
     return int.from_bytes(hashlib.sha256(key).digest()[:8], "big") % HELD_OUT_MODULUS == 0
 
 
-def all_specs() -> list[OpenSpec]:
-    """Every combination (6 colours x 3 shapes x 6 positions, one of them unnamed = 108), in a fixed order."""
-    return [OpenSpec(c, s, p) for c in COLORS for s in SHAPES for p in (*POSITIONS, None)]
+def all_specs(captions: Captions = NAMED_SHAPE) -> list[OpenSpec]:
+    """Every combination (6 colours x 3 shapes, or any shape, x 6 positions, one of them unnamed), fixed order."""
+    shapes = SHAPES if captions.names_shape else (None,)
+    return [OpenSpec(c, s, p) for c in COLORS for s in shapes for p in (*POSITIONS, None)]
 
 
-def split_specs(split: str) -> list[OpenSpec]:
+def split_specs(split: str, captions: Captions = NAMED_SHAPE) -> list[OpenSpec]:
     """``"train"``, ``"held_out"`` or ``"all"``."""
     if split == "all":
-        return all_specs()
+        return all_specs(captions)
     if split not in ("train", "held_out"):
         raise ValueError(f"split: unknown {split!r}; expected train, held_out or all")
     want = split == "held_out"
-    return [s for s in all_specs() if is_held_out(s) == want]
+    return [s for s in all_specs(captions) if is_held_out(s) == want]
 
 
-def sample_specs(rng: np.random.Generator, n: int, split: str = "train") -> list[OpenSpec]:
+def sample_specs(
+    rng: np.random.Generator, n: int, split: str = "train", captions: Captions = NAMED_SHAPE
+) -> list[OpenSpec]:
     """``n`` specs of a split; a caption names its position with probability NAMED_POSITION_SHARE."""
-    specs = split_specs(split)
+    specs = split_specs(split, captions)
     named = [s for s in specs if s.position is not None]
     unnamed = [s for s in specs if s.position is None]
     pick_named = rng.random(n) < NAMED_POSITION_SHARE
@@ -144,9 +184,9 @@ def sample_specs(rng: np.random.Generator, n: int, split: str = "train") -> list
     return [pool[int(u * len(pool))] for pool, u in zip(pools, index, strict=True)]
 
 
-def evaluation_specs(n: int = 64, seed: int = 0) -> list[OpenSpec]:
+def evaluation_specs(n: int = 64, seed: int = 0, captions: Captions = NAMED_SHAPE) -> list[OpenSpec]:
     """``n`` held-out combinations in a fixed order (repeating the split when n exceeds it)."""
-    specs = split_specs("held_out")
+    specs = split_specs("held_out", captions)
     order = np.random.default_rng(seed).permutation(len(specs))
     return [specs[order[i % len(specs)]] for i in range(n)]
 
@@ -213,7 +253,10 @@ def render_batch(specs: Sequence[OpenSpec], rng: np.random.Generator, size: int)
     jitter = rng.uniform(-JITTER, JITTER, size=(n, 2))
     centres = np.where(np.isnan(anchors), free, anchors + jitter) * size
     radii = rng.uniform(*SIZE_RANGE, size=n) * size
-    shape_ids = np.array([SHAPES.index(s.shape) for s in specs])
+    shape_ids = np.array([SHAPES.index(s.shape) if s.shape else 0 for s in specs])
+    open_shape = np.array([s.shape is None for s in specs])
+    if open_shape.any():  # drawn only then, so a batch of named shapes keeps the stream it always had
+        shape_ids[open_shape] = rng.integers(len(SHAPES), size=int(open_shape.sum()))
     masks = shape_masks(shape_ids, centres[:, 0], centres[:, 1], radii, size)
     _paint(images, masks, np.stack([rgb[s.color] for s in specs]), rng, size)
     low, high = np.log(GRAIN_RANGE[0]), np.log(GRAIN_RANGE[1])
@@ -228,14 +271,15 @@ def to_uint8(images) -> np.ndarray:
     return (np.clip(array / 2.0 + 0.5, 0.0, 1.0) * 255.0).round().astype(np.uint8)
 
 
-def recipe(size: int) -> dict:
+def recipe(size: int, captions: Captions = NAMED_SHAPE) -> dict:
     """The data recipe as data: stored in the manifest, compared on load."""
     return {
-        "name": NAME,
-        "version": RECIPE_VERSION,
+        "name": captions.name,
+        "version": captions.version,
         "image_size": size,
         "text_len": TEXT_LEN,
-        "vocab": list(VOCAB),
+        "vocab": list(captions.vocab),
+        "caption_names_shape": captions.names_shape,
         "colors": {k: list(v) for k, v in COLORS.items()},
         "shapes": list(SHAPES),
         "positions": {k: list(v) for k, v in POSITIONS.items()},
@@ -256,6 +300,6 @@ def recipe(size: int) -> dict:
         "grain_spread_field": "log-spread = logistic(2 x field), field ~ 1/f^1.5",
         "latent_scale": LATENT_SCALE,
         "held_out": f"sha256('color|shape|position or -')[:8] % {HELD_OUT_MODULUS} == 0",
-        "n_combinations": len(all_specs()),
-        "n_held_out": len(split_specs("held_out")),
+        "n_combinations": len(all_specs(captions)),
+        "n_held_out": len(split_specs("held_out", captions)),
     }

@@ -5,6 +5,10 @@ same mflux transformers and token layouts as ``tiny-shapes`` (FLUX.2: 32 px, 2x2
 ``tiny-scenes`` (FLUX.1: 64 px as a 16-channel latent); only the data, the vocabulary and the latent
 scale differ. Pixels are multiplied by ``open_data.LATENT_SCALE`` on the way in and divided on the way
 out, as a VAE's scaling factor: content then spreads as widely as the noise, as in a real latent space.
+
+At this width mflux's FLUX.1 transformer never learned to draw a named shape
+(results/cuda-nvidia-h200/flux1-layout-study): ``train_open --captions any-shape`` trains it on captions that
+leave the shape open (``open_data.ANY_SHAPE``), docs/test-subjects.md says what that gave so far.
 """
 
 from __future__ import annotations
@@ -39,13 +43,14 @@ TEXT_DIM = 64
 
 @dataclasses.dataclass(frozen=True)
 class OpenLayout:
-    """What differs between the two families: the name, the image size, the architecture, the tokens."""
+    """What differs between the two families: the name, the image size, the architecture, the tokens, the captions."""
 
     name: str
     family: str
     image_size: int
     architecture: dict
     to_tokens: Callable[[np.ndarray], np.ndarray]
+    captions: open_data.Captions = open_data.NAMED_SHAPE
 
     @property
     def weights_name(self) -> str:
@@ -68,14 +73,17 @@ def _flux1_tokens(images: np.ndarray) -> np.ndarray:
     return scenes_data.pack(scenes_data.to_latents(images)) * open_data.LATENT_SCALE
 
 
-_TEXT = {"vocab_size": len(open_data.VOCAB), "dim": TEXT_DIM, "text_len": open_data.TEXT_LEN}
+def _text(captions: open_data.Captions) -> dict:
+    return {"vocab_size": len(captions.vocab), "dim": TEXT_DIM, "text_len": open_data.TEXT_LEN}
+
+
 FAMILIES: dict[str, OpenLayout] = {
     "flux2": OpenLayout(
         name="tiny-open-flux2",
         family="flux2",
         image_size=shapes_data.IMAGE_SIZE,
         architecture={
-            "text_encoder": _TEXT,
+            "text_encoder": _text(open_data.NAMED_SHAPE),
             "transformer": {
                 "patch_size": 1,
                 "in_channels": shapes_data.LATENT_CHANNELS,
@@ -98,7 +106,7 @@ FAMILIES: dict[str, OpenLayout] = {
         family="flux1",
         image_size=scenes_data.IMAGE_SIZE,
         architecture={
-            "text_encoder": _TEXT,
+            "text_encoder": _text(open_data.NAMED_SHAPE),
             "transformer": {
                 "class": "mflux Transformer (FLUX.1)",
                 "model_config": "dev",
@@ -111,6 +119,19 @@ FAMILIES: dict[str, OpenLayout] = {
         to_tokens=_flux1_tokens,
     ),
 }
+
+
+CAPTIONS = {"named-shape": open_data.NAMED_SHAPE, "any-shape": open_data.ANY_SHAPE}
+
+
+def layout_with(family: str, captions: str | None = None) -> OpenLayout:
+    """The family's layout under other captions (``CAPTIONS``; None: its own): their vocabulary sizes the text table."""
+    layout = FAMILIES[family]
+    if captions is None or CAPTIONS[captions] == layout.captions:
+        return layout
+    words = CAPTIONS[captions]
+    architecture = {**layout.architecture, "text_encoder": _text(words)}
+    return dataclasses.replace(layout, captions=words, architecture=architecture)
 
 
 def build(family: str, seed: int = 0, architecture: dict | None = None) -> nn.Module:
@@ -184,15 +205,16 @@ def _checked(family: str, weights_path: str | Path | None, manifest_path: str | 
         beside = path.with_suffix(".json")
         manifest_path = beside if beside.exists() else layout.folder / layout.manifest_name
     retrain = f"python -m teacache.models.train_open --family {family}"
-    manifest = read_checked_manifest(path, Path(manifest_path), open_data.RECIPE_VERSION, open_data.VOCAB, retrain)
+    captions = layout.captions
+    manifest = read_checked_manifest(path, Path(manifest_path), captions.version, captions.vocab, retrain)
     model = build(family, architecture=manifest.get("architecture", layout.architecture))
     load_checked_weights(model, path, layout.name)
     return model, manifest
 
 
-def _tokenizer(name: str) -> Callable[[str], np.ndarray]:
+def _tokenizer(layout: OpenLayout) -> Callable[[str], np.ndarray]:
     def tokenize(prompt: str) -> np.ndarray:
-        return open_data.tokenize(prompt, name)
+        return open_data.tokenize(prompt, layout.name, layout.captions)
 
     return tokenize
 
@@ -206,7 +228,7 @@ def load_tiny_open_flux2(weights_path: str | Path | None = None, manifest_path: 
     class OpenFlux2Pipeline(TinyShapesPipeline):
         teacache_variant = name
         default_guidance = 2.0  # CFG against the empty caption, as the variant's generation settings say
-        _tokenize = staticmethod(_tokenizer(name))
+        _tokenize = staticmethod(_tokenizer(FAMILIES["flux2"]))
         _text_ids = staticmethod(flux2_text_ids)
 
         @staticmethod
@@ -221,6 +243,8 @@ def load_tiny_open_flux1(weights_path: str | Path | None = None, manifest_path: 
     """``tiny-open-flux1`` as mflux's ``Flux1`` (FLUX.1-dev config); generate at 256x256, the image is 64x64."""
     from teacache.models.scenes import as_pipeline
 
-    name = FAMILIES["flux1"].name
+    layout = FAMILIES["flux1"]
     model, manifest = _checked("flux1", weights_path, manifest_path)
-    return as_pipeline(model, manifest, variant=name, tokenizer=_tokenizer(name), latent_scale=open_data.LATENT_SCALE)
+    return as_pipeline(
+        model, manifest, variant=layout.name, tokenizer=_tokenizer(layout), latent_scale=open_data.LATENT_SCALE
+    )

@@ -51,7 +51,8 @@ LOG_NAME = "train.log"
 SIGMA_MIN = 0.001
 GUIDANCE_RANGE = (1.0, 5.0)  # FLUX.1's guidance input, drawn independently of the image
 SETTINGS = ("family", "steps", "batch", "seed", "lr", "warmup", "weight_decay", "sigma_loc", "sigma_scale",
-            "prompt_dropout", "no_compile", "init_sha256", "distill_guidance", "guidance_max", "heads")  # fmt: skip
+            "prompt_dropout", "no_compile", "init_sha256", "distill_guidance", "guidance_max", "heads",
+            "captions")  # fmt: skip
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -90,29 +91,71 @@ def setup_arg_parser() -> argparse.ArgumentParser:
         help="--family flux1: attention heads at the same width 128 (1 of 128, FLUX.1's head width; 4 of 32)",
     )
     p.add_argument("--guidance-max", type=float, default=GUIDANCE_RANGE[1], help="largest guidance drawn (1..this)")
+    p.add_argument(
+        "--captions",
+        choices=sorted(open_models.CAPTIONS),
+        help="what the captions name (default: the model's own): any-shape leaves the shape open as well "
+        "(open_data.ANY_SHAPE, its own vocabulary; weights of another vocabulary start word for word)",
+    )
     p.add_argument("--out", type=Path, required=True, help="output folder")
     p.set_defaults(samples=0)
     return p
 
 
-def draw_batch(index: int, seed: int, batch: int, family: str, dropout: float) -> tuple[np.ndarray, np.ndarray]:
+def draw_batch(
+    index: int, seed: int, batch: int, family: str, dropout: float, captions: str | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Batch ``index`` of the train split: latent tokens and caption ids (a share of them empty)."""
     rng = np.random.default_rng([seed, index])
-    layout = open_models.FAMILIES[family]
-    specs = open_data.sample_specs(rng, batch, split="train")
+    layout = open_models.layout_with(family, captions)
+    specs = open_data.sample_specs(rng, batch, split="train", captions=layout.captions)
     tokens = layout.to_tokens(open_data.render_batch(specs, rng, layout.image_size))
-    captions = np.stack([open_data.tokenize(s.prompt) for s in specs])
+    captions = np.stack([open_data.tokenize(s.prompt, layout.name, layout.captions) for s in specs])
     captions[rng.random(batch) < dropout] = 0  # all padding = the empty prompt
     return tokens.astype(np.float32), captions
 
 
 def architecture(args: argparse.Namespace) -> dict:
     """The layout's architecture, with ``--heads`` (flux1: at width 128, each head 128 / heads wide)."""
-    arch = open_models.FAMILIES[args.family].architecture
+    arch = open_models.layout_with(args.family, args.captions).architecture
     if args.heads is None:
         return arch
     width = arch["transformer"]["width"]
     return {**arch, "transformer": {**arch["transformer"], "heads": args.heads, "head_dim": width // args.heads}}
+
+
+def init_weights(model: nn.Module, path: Path, vocab: tuple[str, ...]) -> None:
+    """Load ``path`` into ``model``. Weights trained on another vocabulary (the manifest beside them names it)
+    keep each word's rows; a word they lack starts as the mean of the nouns they had (the open shape's
+    word thus starts as the mean of the three shapes')."""
+    arrays = mx.load(str(path))
+    manifest = path.with_suffix(".json")
+    old_vocab = json.loads(manifest.read_text(encoding="utf-8"))["data_recipe"]["vocab"] if manifest.exists() else None
+    if old_vocab is not None and tuple(old_vocab) != vocab:
+        fresh = dict(tree_flatten(model.parameters()))
+        nouns = [old_vocab.index(w) for w in open_data.SHAPES + (open_data.OPEN_SHAPE_WORD,) if w in old_vocab]
+        for name, table in list(arrays.items()):
+            if name.startswith("text_encoder.") and table.shape[0] == len(old_vocab) and name in fresh:
+                rows = [table[old_vocab.index(w)] if w in old_vocab else table[nouns].mean(axis=0) for w in vocab]
+                arrays[name] = mx.stack(rows)
+    model.load_weights(list(arrays.items()), strict=True)
+
+
+def earlier_training(init: Path) -> dict | None:
+    """What the manifest beside ``--init`` says of the run that made those weights (and of its own start),
+    so a model's card can trace every stage back to fresh weights; None when no manifest lies beside them."""
+    manifest = init.with_suffix(".json")
+    if not manifest.exists():
+        return None
+    training = json.loads(manifest.read_text(encoding="utf-8"))["training"]
+    keep = ("steps", "batch", "lr", "seed", "prompt_dropout", "distill_guidance", "final_loss", "init_sha256")
+    return {
+        **{k: training.get(k) for k in keep},
+        "command": training["provenance"]["command"],
+        "date_utc": training["provenance"].get("date_utc"),
+        "device_name": training["provenance"].get("device_name"),
+        "started_from": training.get("started_from"),
+    }
 
 
 def guided_target(teacher: nn.Module, family: str, batch: int) -> Callable:
@@ -216,9 +259,10 @@ class Checkpoint:
 def train(args: argparse.Namespace, checkpoint: Checkpoint) -> tuple[nn.Module, list[float], dict, str | None]:
     """The model, every step's loss, timings, and why it stopped early ("interrupted", "time limit"; None: done)."""
     mx.random.seed(args.seed)
+    layout = open_models.layout_with(args.family, args.captions)
     model = open_models.build(args.family, seed=args.seed, architecture=architecture(args))
     if args.init is not None:
-        model.load_weights(str(args.init), strict=True)
+        init_weights(model, args.init, layout.captions.vocab)
     mx.eval(model.parameters())
     optimizer = optim.AdamW(learning_rate=learning_rate(args), weight_decay=args.weight_decay)
     optimizer.init(model.trainable_parameters())
@@ -227,16 +271,17 @@ def train(args: argparse.Namespace, checkpoint: Checkpoint) -> tuple[nn.Module, 
     mx.eval(model.parameters(), optimizer.state)
     teacher = None
     if args.distill_guidance:
-        teacher = open_models.build(args.family, seed=args.seed)  # the --init model's: the layout's heads
-        teacher.load_weights(str(args.init), strict=True)
+        teacher = open_models.build(args.family, seed=args.seed, architecture=layout.architecture)  # its own heads
+        init_weights(teacher, args.init, layout.captions.vocab)  # word for word, as the student starts
         teacher.freeze()
         mx.eval(teacher.parameters())
     step, state = make_train_step(model, optimizer, args, teacher)
-    name = open_models.FAMILIES[args.family].name
+    name = layout.name
     say = partial(_say, args.out / LOG_NAME)
     say(f"{name}: {open_models.parameter_count(model) / 1e6:.2f} M parameters on {mx.default_device()}, "
         f"steps {done}..{args.steps} x {args.batch}" + (" (resumed)" if resumed else ""))  # fmt: skip
-    draw = partial(draw_batch, seed=args.seed, batch=args.batch, family=args.family, dropout=args.prompt_dropout)
+    draw = partial(draw_batch, seed=args.seed, batch=args.batch, family=args.family, dropout=args.prompt_dropout,
+                   captions=args.captions)  # fmt: skip
     pool = multiprocessing.get_context("spawn").Pool(args.workers) if args.workers > 0 else None
     batches = pool.imap(draw, range(done, args.steps), chunksize=2) if pool else map(draw, range(done, args.steps))
     stop = {"signal": False}
@@ -307,22 +352,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: {mismatch}", file=sys.stderr)
         return 2
     ModelConfig.precision = mx.float32  # trained in float32 on every backend
-    layout = open_models.FAMILIES[args.family]
+    layout = open_models.layout_with(args.family, args.captions)
     model, losses, timing, stopped = train(args, checkpoint)
     if stopped is not None:
         return 130 if stopped == "interrupted" else 0
-    weights = save_weights(model, args.out / layout.weights_name, layout.name, open_data.RECIPE_VERSION)
+    weights = save_weights(model, args.out / layout.weights_name, layout.name, layout.captions.version)
     training = training_record(args, losses, timing, "teacache.models.train_open", argv, family=args.family,
                                prompt_dropout=args.prompt_dropout, distill_guidance=args.distill_guidance,
                                guidance_range=[GUIDANCE_RANGE[0], args.guidance_max],
-                               init_sha256=args.init_sha256)  # fmt: skip
+                               init_sha256=args.init_sha256,
+                               started_from=earlier_training(args.init) if args.init else None)  # fmt: skip
     print(f"{layout.name}: final loss {training['final_loss']:.4f} (last {training['final_loss_window']} steps)")
     manifest = {
         "format_version": FORMAT_VERSION,
         "name": layout.name,
         "weights": weights,
         "architecture": architecture(args),
-        "data_recipe": open_data.recipe(layout.image_size),
+        "data_recipe": open_data.recipe(layout.image_size, layout.captions),
         "sampling": open_models.sampling_record(args.family),
         "training": training,
         "evaluation": None,

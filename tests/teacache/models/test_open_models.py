@@ -26,6 +26,46 @@ def test_captions_parse_back_and_the_held_out_split_is_never_drawn():
         open_data.parse_prompt("a red blue circle")
 
 
+def test_any_shape_captions_name_no_shape_and_draw_every_shape():
+    captions = open_data.ANY_SHAPE
+    for spec in open_data.all_specs(captions):
+        assert spec.shape is None and spec.prompt.split()[2] == "shape"
+        assert open_data.parse_prompt(spec.prompt, captions=captions) == spec
+    held = set(open_data.split_specs("held_out", captions))
+    assert held and held.isdisjoint(open_data.split_specs("train", captions))
+    with pytest.raises(ValueError, match="unknown word 'circle'"):
+        open_data.tokenize("a red circle", "tiny-open-flux1", captions)
+    with pytest.raises(ValueError, match="unknown word 'shape'"):
+        open_data.tokenize("a red shape")
+    assert open_data.captions_of("a red shape at the left") is captions
+    assert open_data.captions_of("a red square at the left") is open_data.NAMED_SHAPE
+    # the named object's shape is chance: all three come out of one caption (checker on rendered images)
+    images = open_data.render_batch([OpenSpec("red", None, "left")] * 24, np.random.default_rng(0), 64)
+    found = set()
+    for image in images:
+        rgb = open_adherence._rgb01(image)
+        region = np.linalg.norm(rgb - np.array(open_data.COLORS["red"]) / 255.0, axis=-1) < open_adherence.COLOR_RADIUS
+        rows, cols = np.nonzero(region)
+        found.add(open_adherence.best_shape(region, cols.mean() + 0.5, rows.mean() + 0.5))
+    assert found == set(open_data.SHAPES)
+    result = open_adherence.check(images[0], OpenSpec("red", None, "left"))
+    assert result["shape"] is None and result["color"] is True
+    assert np.isnan(open_adherence.summarize([result])["shape"])
+    assert open_adherence.score_adherence(images[0], "a red shape at the left")["score"] == 1.0
+
+
+def test_named_shape_batches_keep_the_stream_they_were_trained_on():
+    """tiny-open-flux2 is reproducible from its seed: a batch of named shapes renders as before open shapes came
+    (the SHA-256 of this batch as uint8, computed with the recipe as it was when tiny-open-flux2 was trained)."""
+    import hashlib
+
+    specs = open_data.evaluation_specs(24, seed=1) + open_data.sample_specs(np.random.default_rng(4), 40)
+    batch = open_data.to_uint8(open_data.render_batch(specs, np.random.default_rng(7), 32))
+    assert hashlib.sha256(batch.tobytes()).hexdigest() == (
+        "90faec19465f04b22f4e4865ab6b4750f4ef5cffa72996800ab0c6316672fb4a"
+    )
+
+
 def test_one_caption_leaves_the_picture_open_and_the_rng_fixes_it():
     spec = OpenSpec("red", "circle", "left")
     a = open_data.render_batch([spec] * 4, np.random.default_rng(3), 32)
@@ -231,3 +271,39 @@ def test_a_four_head_flux1_trains_and_loads_from_its_manifest(tmp_path, monkeypa
     attention = pipeline.transformer.transformer_blocks[0].attn
     assert (attention.num_heads, attention.head_dimension) == (4, 32)
     assert train_open.main([*argv[:2], "--family", "flux2", "--heads", "4", "--out", str(tmp_path / "x")]) == 2
+
+
+def test_weights_of_another_vocabulary_start_a_run_word_for_word_and_the_chain_is_recorded(tmp_path, monkeypatch):
+    """tiny-open-flux1 moves from named shapes to any shape (--captions any-shape): the earlier weights keep each
+    word's rows, the open shape's word starts as the mean of the three shapes', a distillation's teacher starts the
+    same way, and the manifest traces every stage back to fresh weights."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    from teacache.models import train_open
+
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    argv = ["--family", "flux1", "--steps", "2", "--batch", "2", "--warmup", "1", "--no-compile"]
+    assert train_open.main([*argv, "--out", str(tmp_path / "named")]) == 0
+    start = tmp_path / "named" / "tiny-open-flux1.safetensors"
+    old, new = open_data.NAMED_SHAPE.vocab, open_data.ANY_SHAPE.vocab
+    before = {k: v for k, v in mx.load(str(start)).items() if k.startswith("text_encoder.")}
+    layout = open_models.layout_with("flux1", "any-shape")
+    model = open_models.build("flux1", architecture=layout.architecture)
+    train_open.init_weights(model, start, new)
+    for name, table in dict(tree_flatten(model.text_encoder.parameters())).items():
+        if table.shape[0] != len(new):
+            continue  # the position table
+        old_table = np.array(before[f"text_encoder.{name}"])
+        assert np.array_equal(np.array(table[new.index("red")]), old_table[old.index("red")])
+        shapes = old_table[[old.index(s) for s in open_data.SHAPES]].mean(axis=0)
+        np.testing.assert_allclose(np.array(table[new.index("shape")]), shapes, rtol=1e-6)
+    distil = [*argv, "--captions", "any-shape", "--distill-guidance", "--init", str(start)]
+    assert train_open.main([*distil, "--out", str(tmp_path / "student")]) == 0
+    manifest = json.loads((tmp_path / "student" / "tiny-open-flux1.json").read_text())
+    assert manifest["data_recipe"]["vocab"] == list(new) and not manifest["data_recipe"]["caption_names_shape"]
+    record = manifest["training"]
+    assert record["distill_guidance"] and not record["started_from"]["distill_guidance"]
+    assert record["started_from"]["steps"] == 2 and record["started_from"]["started_from"] is None
+    with pytest.raises(WeightsError, match="open-scenes-any-shape v1 with another vocabulary"):
+        open_models.load_tiny_open_flux1(tmp_path / "student" / start.name)  # the model's own captions name shapes
