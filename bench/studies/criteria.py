@@ -31,8 +31,10 @@ import pandas as pd
 
 from bench.studies import decision_check
 from bench.sweep import command as sweep_command
-from calib.fit import command as fit_command
+from calib.fit import FitOptions
+from calib.fit import fit as fit_traces
 from calib.fit.file import same_selection
+from calib.fit.options import flags
 from calib.fit.result import FitResult
 from calib.run.arguments import CommandParser, Writes, check_out_dir, path_argument
 from calib.run.command import command
@@ -47,22 +49,23 @@ LABEL = re.compile(r"^poly(\d)(?:\+(step|sigma)(\d)(?:\+x\*(?:step|sigma)(\d))?)
 MONO_STEP_LABEL = re.compile(r"^mono(\d+)\+step(\d+)$")  # pieces in x, pieces in the step fraction
 
 
-def fit_arguments(label: str) -> list[str]:
-    """A candidate's label -> the ``teacache-calib fit`` options that fit it alone."""
+def fit_options(label: str) -> dict:
+    """A candidate's label -> the ``calib.fit.FitOptions`` fields that fit it alone (``flags`` renders them as the
+    ``teacache-calib fit`` options)."""
     mono = MONO_STEP_LABEL.match(label)
     if mono is not None:
         pieces, step_pieces = mono.groups()
-        return ["--form", "mono+step", "--degree", pieces, "--time-degree", step_pieces, "--mode", "monotone"]
+        return {"form": "mono+step", "degree": int(pieces), "time_degree": int(step_pieces), "mode": "monotone"}
     match = LABEL.match(label)
     if match is None:
         raise InputError(f"candidate label {label!r} is not one of teacache-calib fit's")
     degree, time_name, time_degree, interaction, mode = match.groups()
     if time_name is None:
-        return ["--form", "poly", "--degree", degree, "--mode", mode or "free"]
-    return [
-        "--form", f"poly+{time_name}", "--degree", degree, "--time-degree", time_degree,
-        "--interaction-degree", interaction or "0", "--mode", mode or "free",
-    ]  # fmt: skip
+        return {"form": "poly", "degree": int(degree), "mode": mode or "free"}
+    return {
+        "form": f"poly+{time_name}", "degree": int(degree), "time_degree": int(time_degree),
+        "interaction_degree": int(interaction or 0), "mode": mode or "free",
+    }  # fmt: skip
 
 
 def choose_candidates(fit: dict, named: list[str] | None = None) -> dict[str, str]:
@@ -187,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     if fit.get("variant") not in (None, spec.name):
         raise InputError(f"--fit: {args.fit} was fitted for {fit['variant']!r}, not --model {spec.name!r}")
     chosen = choose_candidates(fit, args.candidate)
-    options = {label: fit_arguments(label) for label in chosen}
+    options = {label: fit_options(label) for label in chosen}
     prompts = args.prompts or f"{args.model}-sweep"
     settings = {"model": spec.name, "fit_sha256": file_sha256(args.fit), "traces_sha256": file_sha256(args.traces),
                 "prompts": prompts, "seeds": args.seeds, "levels": sorted(levels)}  # fmt: skip
@@ -201,17 +204,17 @@ def main(argv: list[str] | None = None) -> int:
 def _compare(args, spec, fit: dict, chosen: dict, options: dict, prompts: str, settings: dict, levels) -> int:
     """Refit each chosen candidate, sweep it at the thresholds that reach ``levels`` and run the decision check."""
     write_json(args.out / SETTINGS_NAME, settings)
-    min_step = str(fit["options"].get("min_step", spec.skip_first_n_steps))
+    min_step = int(fit["options"].get("min_step", spec.skip_first_n_steps))
     traces = pd.read_parquet(args.traces)
     traces_sha = settings["traces_sha256"]
     plan, candidate_args = [], []
     for label, why in chosen.items():
         folder = args.out / "candidates" / label
         if not kept_fit(folder / "fit.json", label, traces_sha):
-            code = fit_command.main([str(args.traces), "--out", str(folder), *options[label], "--min-step",
-                                     min_step, "--no-plots"])  # fmt: skip
-            if code != 0:
-                return code
+            given = {**options[label], "min_step": min_step, "no_plots": True}
+            command = [str(args.traces), "--out", str(folder), *flags(given)]  # the same fit's command line
+            folder.mkdir(parents=True, exist_ok=True)
+            fit_traces(args.traces, FitOptions(**given), command=command).write(folder / "fit.json")
         refit = FitResult.read(folder / "fit.json")
         if refit.selected.label != label:
             print(f"{PROG}: refitting {label} alone selected {refit.selected.label}", file=sys.stderr)

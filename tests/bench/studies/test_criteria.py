@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from bench.studies import across_models, criteria, decision_check
+from calib.fit import FitOptions
 from calib.fit.candidates import CandidateSpec, candidate_specs
 from calib.fit.result import rescale_from_fit
 from teacache.gate import GateConfig, replay
@@ -21,15 +22,15 @@ def test_every_candidate_label_maps_back_to_its_fit_options():
     specs = candidate_specs(True, True, with_splines=True)
     assert any(spec.form == "mono+step" for spec in specs)
     for spec in specs:
-        options = dict(zip(*[iter(criteria.fit_arguments(spec.label))] * 2, strict=True))
+        options = criteria.fit_options(spec.label)
+        FitOptions(**options)  # fields the fit API takes
         rebuilt = CandidateSpec(
-            form=options["--form"], degree=int(options["--degree"]), mode=options["--mode"],
-            time_degree=int(options.get("--time-degree", 0)),
-            interaction_degree=int(options.get("--interaction-degree", 0)),
+            form=options["form"], degree=options["degree"], mode=options["mode"],
+            time_degree=options.get("time_degree", 0), interaction_degree=options.get("interaction_degree", 0),
         )  # fmt: skip
         assert rebuilt.label == spec.label
     with pytest.raises(ValueError, match="not one of"):
-        criteria.fit_arguments("spline3")
+        criteria.fit_options("spline3")
 
 
 def _candidate(label: str, cv: float, excess: float, safe: bool = True) -> dict:
