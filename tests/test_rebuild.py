@@ -33,7 +33,8 @@ MODULES = [m for m in generated_modules() if (RESULTS / m.hardware).is_dir()]
 
 
 def _newest_sweep(hardware: str, variant: str) -> Path:
-    sweeps = [p.parent for p in (RESULTS / hardware / variant).glob("*/sweep/runs.parquet")]
+    # committed ones only: a journey's sweep under a newer mflux (untracked) is not what the module was derived from
+    sweeps = [p.parent for p in committed(f"results/{hardware}/{variant}/*/sweep/runs.parquet")]
     assert sweeps, f"the {hardware} module derives {variant}, but results/{hardware}/{variant} has no sweep"
     return max(sweeps, key=lambda p: version_key(p.parent.name))
 
