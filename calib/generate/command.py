@@ -234,13 +234,13 @@ def _mflux_guidance() -> float:
     return ui_defaults.GUIDANCE_SCALE
 
 
-def check_schedule(spec: variants.VariantSpec, steps: int, config) -> None:
-    """A schedule whose forced first and last steps leave the gate nothing it may skip is refused."""
+def check_schedule(spec: variants.VariantSpec, steps: int, config, rule: str = "TeaCache") -> None:
+    """A schedule whose forced first and last steps leave the rule nothing it may skip is refused."""
     lo, hi = max(config.skip_first_n_steps, 1), steps - 1 - config.skip_last_n_steps
     if hi < lo:
         raise Refusal(
             f"--steps {steps}: {spec.name} always computes its first {config.skip_first_n_steps} and last "
-            f"{config.skip_last_n_steps} steps, which leaves TeaCache nothing to skip; expected --steps >= "
+            f"{config.skip_last_n_steps} steps, which leaves {rule} nothing to skip; expected --steps >= "
             f"{lo + 1 + config.skip_last_n_steps} (a distilled few-step model gains nothing from it)"
         )
 
@@ -334,7 +334,7 @@ def resolve_fbcache(spec: variants.VariantSpec, args: argparse.Namespace):
         config = FBCacheConfig(**({} if args.teacache_threshold is None else {"threshold": args.teacache_threshold}))
     except TeaCacheError as exc:
         raise Refusal(f"--teacache-threshold: {exc}") from None
-    check_schedule(spec, args.steps, config)
+    check_schedule(spec, args.steps, config, "First-Block Cache")
     return config
 
 

@@ -130,7 +130,10 @@ REFUSED = {
         ["--teacache-rule", "fbcache", "--teacache-coefficients", "1,0"],
         r"--teacache-coefficients: not used with --teacache-rule fbcache",
     ),
-    "fbcache too short a schedule": (["--teacache-rule", "fbcache", "--steps", "2"], r"--steps 2: .*nothing to skip"),
+    "fbcache too short a schedule": (
+        ["--teacache-rule", "fbcache", "--steps", "2"],
+        r"--steps 2: .*leaves First-Block Cache nothing to skip",
+    ),
     "unreachable speedup": (["--teacache-speedup", "10"], r"--teacache-speedup 10: .*nearest: --teacache-speedup 5\.6"),
     "unreachable floor": (["--teacache-ssim", "0.9999"], r"--teacache-ssim 0\.9999: .*nearest: --teacache-ssim"),
     "too short a schedule": (["--steps", "3"], r"--steps 3: .*nothing to skip"),
