@@ -39,13 +39,11 @@ from teacache.gate import (
     DEFAULT_SKIP_FIRST,
     DEFAULT_SKIP_LAST,
     REASON_CAP,
-    REASON_DISABLED,
-    REASON_FIRST,
-    REASON_LAST,
     REASON_NO_ANCHOR,
     REASON_NON_FINITE,
     REASON_SKIP,
     REASON_THRESHOLD,
+    ForcedSteps,
     GateConfig,
     StepDecision,
     check_count,
@@ -90,7 +88,7 @@ def ideal_speedup(num_steps: int, skipped: int, num_blocks: int) -> float:
     return n / (n - k * (1.0 - 1.0 / b))
 
 
-class FBCacheGate:
+class FBCacheGate(ForcedSteps):
     """The rule for one generation at a time: ``decide()`` per step with the change of block 0's residual against
     the anchor (:attr:`anchor_step`, the last computed step); ``reset()`` starts a new generation."""
 
@@ -104,20 +102,6 @@ class FBCacheGate:
         self.consecutive_skips = 0
         self.anchor_step: int | None = None  # the step the next change is measured against
         self.log: list[StepDecision] = []
-
-    def forced_reason(self, step: int, num_steps: int) -> str | None:
-        cfg = self.config
-        if not cfg.enabled:
-            return REASON_DISABLED
-        if step < cfg.skip_first_n_steps:
-            return REASON_FIRST
-        if step >= num_steps - cfg.skip_last_n_steps:
-            return REASON_LAST
-        return None
-
-    def reads_signal(self, step: int, num_steps: int) -> bool:
-        """Whether the decision for ``step`` needs the change's value now (else it is logged after the step)."""
-        return self.forced_reason(step, num_steps) is None
 
     def decide(self, step: int, num_steps: int, x: float | None, sigma: float | None = None) -> StepDecision:
         """Compute ``step`` or skip it, given ``x``, the change against the anchor (None: no anchor yet)."""

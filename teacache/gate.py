@@ -122,17 +122,9 @@ class StepDecision:
         return asdict(self)
 
 
-class Gate:
-    """Stateful skip rule for one generation at a time; ``reset()`` starts a new generation."""
-
-    def __init__(self, config: GateConfig) -> None:
-        self.config = config
-        self.reset()
-
-    def reset(self) -> None:
-        self.accumulated = 0.0
-        self.consecutive_skips = 0
-        self.log: list[StepDecision] = []
+class ForcedSteps:
+    """The steps a gate computes whatever its signal says, for a ``config`` with ``enabled``,
+    ``skip_first_n_steps`` and ``skip_last_n_steps`` (TeaCache's gate and First-Block Cache's)."""
 
     def forced_reason(self, step: int, num_steps: int) -> str | None:
         """Why ``step`` is computed whatever the signal says (disabled, first, last); None when the signal decides."""
@@ -148,6 +140,19 @@ class Gate:
     def reads_signal(self, step: int, num_steps: int) -> bool:
         """Whether the decision for ``step`` needs the signal's value (else it may be read after the step)."""
         return self.forced_reason(step, num_steps) is None
+
+
+class Gate(ForcedSteps):
+    """Stateful skip rule for one generation at a time; ``reset()`` starts a new generation."""
+
+    def __init__(self, config: GateConfig) -> None:
+        self.config = config
+        self.reset()
+
+    def reset(self) -> None:
+        self.accumulated = 0.0
+        self.consecutive_skips = 0
+        self.log: list[StepDecision] = []
 
     def decide(self, step: int, num_steps: int, x: float | None, sigma: float | None = None) -> StepDecision:
         """Decide whether ``step`` of ``num_steps`` must be computed, given the signal ``x``."""

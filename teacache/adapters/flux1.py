@@ -68,7 +68,18 @@ class TeaCacheFlux1Transformer(CachingProxy):
         tr = self.transformer
         encoder_hidden_states = tr.context_embedder(prompt_embeds)
         rotary = Transformer.compute_rotary_embeddings(prompt_embeds, tr.pos_embed, config, kontext_image_ids)
-        for idx, block in enumerate(tr.transformer_blocks):
+        return self._blocks(
+            hidden_states, encoder_hidden_states, temb, rotary, controlnet_block_samples,
+            controlnet_single_block_samples,
+        )  # fmt: skip
+
+    def _blocks(
+        self, hidden_states, encoder_hidden_states, temb, rotary, controlnet_block_samples,
+        controlnet_single_block_samples, first_joint: int = 0,
+    ) -> mx.array:  # fmt: skip
+        """The joint blocks from ``first_joint`` on, then every single block; the image tokens before norm_out."""
+        tr = self.transformer
+        for idx, block in enumerate(tr.transformer_blocks[first_joint:], start=first_joint):
             encoder_hidden_states, hidden_states = tr._apply_joint_transformer_block(
                 idx=idx,
                 block=block,
@@ -127,41 +138,13 @@ class FBCacheFlux1Transformer(TeaCacheFlux1Transformer):
             controlnet_block_samples=controlnet_block_samples,
         )
 
-        def rest() -> mx.array:
-            return self._rest(
-                first, encoder_hidden_states, temb, rotary, controlnet_block_samples, controlnet_single_block_samples
-            )
+        def rest() -> mx.array:  # the joint blocks after the first, then every single block
+            return self._blocks(
+                first, encoder_hidden_states, temb, rotary, controlnet_block_samples, controlnet_single_block_samples,
+                first_joint=1,
+            )  # fmt: skip
 
         return self.cached_step(first - embedded, first, temb, branch=0, body=rest)
-
-    def _rest(
-        self, hidden_states, encoder_hidden_states, temb, rotary, controlnet_block_samples,
-        controlnet_single_block_samples,
-    ) -> mx.array:  # fmt: skip
-        """TeaCacheFlux1Transformer._body after the first joint block."""
-        tr = self.transformer
-        for idx, block in enumerate(tr.transformer_blocks[1:], start=1):
-            encoder_hidden_states, hidden_states = tr._apply_joint_transformer_block(
-                idx=idx,
-                block=block,
-                hidden_states=hidden_states,
-                encoder_hidden_states=encoder_hidden_states,
-                text_embeddings=temb,
-                image_rotary_embeddings=rotary,
-                controlnet_block_samples=controlnet_block_samples,
-            )
-        hidden_states = mx.concatenate([encoder_hidden_states, hidden_states], axis=1)
-        for idx, block in enumerate(tr.single_transformer_blocks):
-            hidden_states = tr._apply_single_transformer_block(
-                idx=idx,
-                block=block,
-                hidden_states=hidden_states,
-                encoder_hidden_states=encoder_hidden_states,
-                text_embeddings=temb,
-                image_rotary_embeddings=rotary,
-                controlnet_single_block_samples=controlnet_single_block_samples,
-            )
-        return hidden_states[:, encoder_hidden_states.shape[1] :, ...]
 
 
 FBCACHE_PROXY = FBCacheFlux1Transformer  # teacache.fbcache installs it

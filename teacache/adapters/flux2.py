@@ -87,6 +87,11 @@ class TeaCacheFlux2Transformer(CachingProxy):
 
     def _body(self, hidden_states, encoder_hidden_states, temb, mod_img, img_ids, txt_ids) -> mx.array:
         """Flux2Transformer.__call__ from the context embedder to the slice before norm_out."""
+        encoder_hidden_states, mod_txt, rotary = self._text_and_rotary(encoder_hidden_states, temb, img_ids, txt_ids)
+        return self._blocks(hidden_states, encoder_hidden_states, temb, mod_img, mod_txt, rotary)
+
+    def _text_and_rotary(self, encoder_hidden_states, temb, img_ids, txt_ids):
+        """The embedded text, its modulation and the joint rotary embedding: (encoder, mod_txt, rotary)."""
         tr = self.transformer
         encoder_hidden_states = tr.context_embedder(encoder_hidden_states)
         if img_ids.ndim == 3:
@@ -99,8 +104,12 @@ class TeaCacheFlux2Transformer(CachingProxy):
             mx.concatenate([text_rotary_emb[0], image_rotary_emb[0]], axis=0),
             mx.concatenate([text_rotary_emb[1], image_rotary_emb[1]], axis=0),
         )
-        mod_txt = tr.double_stream_modulation_txt(temb)
-        for idx, block in enumerate(tr.transformer_blocks):
+        return encoder_hidden_states, tr.double_stream_modulation_txt(temb), rotary
+
+    def _blocks(self, hidden_states, encoder_hidden_states, temb, mod_img, mod_txt, rotary, first_double: int = 0):
+        """The double blocks from ``first_double`` on, then every single block; the image tokens before norm_out."""
+        tr = self.transformer
+        for idx, block in enumerate(tr.transformer_blocks[first_double:], start=first_double):
             encoder_hidden_states, hidden_states = block(
                 hidden_states=hidden_states,
                 encoder_hidden_states=encoder_hidden_states,
@@ -171,20 +180,8 @@ class FBCacheFlux2Transformer(TeaCacheFlux2Transformer):
     def _first(self, embedded, encoder_hidden_states, temb, mod_img, img_ids, txt_ids):
         """TeaCacheFlux2Transformer._body up to and through block 0: (block 0's image residual, its image output,
         its text output, the text modulation, the rotary embedding)."""
-        tr = self.transformer
-        encoder_hidden_states = tr.context_embedder(encoder_hidden_states)
-        if img_ids.ndim == 3:
-            img_ids = img_ids[0]
-        if txt_ids.ndim == 3:
-            txt_ids = txt_ids[0]
-        image_rotary_emb = tr.pos_embed(img_ids)
-        text_rotary_emb = tr.pos_embed(txt_ids)
-        rotary = (
-            mx.concatenate([text_rotary_emb[0], image_rotary_emb[0]], axis=0),
-            mx.concatenate([text_rotary_emb[1], image_rotary_emb[1]], axis=0),
-        )
-        mod_txt = tr.double_stream_modulation_txt(temb)
-        encoder_hidden_states, first = tr.transformer_blocks[0](
+        encoder_hidden_states, mod_txt, rotary = self._text_and_rotary(encoder_hidden_states, temb, img_ids, txt_ids)
+        encoder_hidden_states, first = self.transformer.transformer_blocks[0](
             hidden_states=embedded,
             encoder_hidden_states=encoder_hidden_states,
             temb_mod_params_img=mod_img,
@@ -197,28 +194,7 @@ class FBCacheFlux2Transformer(TeaCacheFlux2Transformer):
 
     def _rest(self, hidden_states, encoder_hidden_states, temb, mod_img, mod_txt, rotary) -> mx.array:
         """TeaCacheFlux2Transformer._body after block 0."""
-        tr = self.transformer
-        for idx, block in enumerate(tr.transformer_blocks[1:], start=1):
-            encoder_hidden_states, hidden_states = block(
-                hidden_states=hidden_states,
-                encoder_hidden_states=encoder_hidden_states,
-                temb_mod_params_img=mod_img,
-                temb_mod_params_txt=mod_txt,
-                image_rotary_emb=rotary,
-                kv_cache=None,
-                kv_cache_layer_idx=idx,
-            )
-        hidden_states = mx.concatenate([encoder_hidden_states, hidden_states], axis=1)
-        mod_single = tr.single_stream_modulation(temb)[0]
-        for idx, block in enumerate(tr.single_transformer_blocks):
-            hidden_states = block(
-                hidden_states=hidden_states,
-                temb_mod_params=mod_single,
-                image_rotary_emb=rotary,
-                kv_cache=None,
-                kv_cache_layer_idx=idx,
-            )
-        return hidden_states[:, encoder_hidden_states.shape[1] :, ...]
+        return self._blocks(hidden_states, encoder_hidden_states, temb, mod_img, mod_txt, rotary, first_double=1)
 
 
 FBCACHE_PROXY = FBCacheFlux2Transformer  # teacache.fbcache installs it

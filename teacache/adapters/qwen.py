@@ -99,6 +99,11 @@ class TeaCacheQwenTransformer(CachingProxy):
 
     def _body(self, hidden_states, encoder_hidden_states, encoder_hidden_states_mask, temb, config) -> mx.array:
         """QwenTransformer.__call__ from the text embedder through the last block (image stream)."""
+        encoder_hidden_states, rotary = self._text_and_rotary(encoder_hidden_states, encoder_hidden_states_mask, config)
+        return self._blocks(hidden_states, encoder_hidden_states, encoder_hidden_states_mask, temb, rotary)
+
+    def _text_and_rotary(self, encoder_hidden_states, encoder_hidden_states_mask, config):
+        """The embedded text and the rotary embedding of text and image: (encoder_hidden_states, rotary)."""
         tr = self.transformer
         encoder_hidden_states = tr.txt_in(tr.txt_norm(encoder_hidden_states))
         rotary = QwenTransformer._compute_rotary_embeddings(
@@ -107,7 +112,13 @@ class TeaCacheQwenTransformer(CachingProxy):
             config=config,
             cond_image_grid=None,
         )
-        for idx, block in enumerate(tr.transformer_blocks):
+        return encoder_hidden_states, rotary
+
+    def _blocks(
+        self, hidden_states, encoder_hidden_states, encoder_hidden_states_mask, temb, rotary, first: int = 0
+    ) -> mx.array:
+        """The blocks from ``first`` on; the image stream after the last."""
+        for idx, block in enumerate(self.transformer.transformer_blocks[first:], start=first):
             encoder_hidden_states, hidden_states = QwenTransformer._apply_transformer_block(
                 idx=idx,
                 block=block,
@@ -149,13 +160,7 @@ class FBCacheQwenTransformer(TeaCacheQwenTransformer):
         tr = self.transformer
         embedded = tr.img_in(hidden_states)
         temb = time_embedding(tr, t, config, embedded)
-        encoder_hidden_states = tr.txt_in(tr.txt_norm(encoder_hidden_states))
-        rotary = QwenTransformer._compute_rotary_embeddings(
-            encoder_hidden_states_mask=encoder_hidden_states_mask,
-            pos_embed=tr.pos_embed,
-            config=config,
-            cond_image_grid=None,
-        )
+        encoder_hidden_states, rotary = self._text_and_rotary(encoder_hidden_states, encoder_hidden_states_mask, config)
         encoder_hidden_states, first = QwenTransformer._apply_transformer_block(
             idx=0,
             block=tr.transformer_blocks[0],
@@ -166,25 +171,10 @@ class FBCacheQwenTransformer(TeaCacheQwenTransformer):
             image_rotary_embeddings=rotary,
         )
 
-        def rest() -> mx.array:
-            return self._rest(first, encoder_hidden_states, encoder_hidden_states_mask, temb, rotary)
+        def rest() -> mx.array:  # the blocks after block 0
+            return self._blocks(first, encoder_hidden_states, encoder_hidden_states_mask, temb, rotary, first=1)
 
         return self.cached_step(first - embedded, first, temb, branch=branch, body=rest)
-
-    def _rest(self, hidden_states, encoder_hidden_states, encoder_hidden_states_mask, temb, rotary) -> mx.array:
-        """TeaCacheQwenTransformer._body after block 0."""
-        tr = self.transformer
-        for idx, block in enumerate(tr.transformer_blocks[1:], start=1):
-            encoder_hidden_states, hidden_states = QwenTransformer._apply_transformer_block(
-                idx=idx,
-                block=block,
-                hidden_states=hidden_states,
-                encoder_hidden_states=encoder_hidden_states,
-                encoder_hidden_states_mask=encoder_hidden_states_mask,
-                text_embeddings=temb,
-                image_rotary_embeddings=rotary,
-            )
-        return hidden_states
 
 
 FBCACHE_PROXY = FBCacheQwenTransformer  # teacache.fbcache installs it

@@ -127,11 +127,14 @@ class TeaCacheZImageTransformer(CachingProxy):
         caption = (patches["cap_emb"], patches["cap_pos_ids"], patches["cap_pad_mask"])
         return modulated, embedded, t_emb, x_freqs_cis, *caption
 
-    def _body(self, x_emb, t_emb, x_freqs_cis, cap_patches, cap_pos_ids, cap_pad_mask) -> mx.array:
-        """ZImageTransformer.__call__ l.108-159: refiners and main layers; returns the image tokens."""
+    def _body(
+        self, x_emb, t_emb, x_freqs_cis, cap_patches, cap_pos_ids, cap_pad_mask, first_noise: int = 0
+    ) -> mx.array:
+        """ZImageTransformer.__call__ l.108-159: refiners (the noise refiner from ``first_noise`` on) and main
+        layers; returns the image tokens."""
         tr = self.transformer
         x_attn_mask = mx.ones((1, x_emb.shape[1]), dtype=mx.bool_)
-        for layer in tr.noise_refiner:
+        for layer in tr.noise_refiner[first_noise:]:
             x_emb = layer(x=x_emb, attn_mask=x_attn_mask, freqs_cis=x_freqs_cis, t_emb=t_emb)
         cap_emb = tr.cap_embedder[1](tr.cap_embedder[0](cap_patches))
         cap_emb = mx.where(cap_pad_mask[:, None], tr.cap_pad_token, cap_emb)
@@ -215,24 +218,7 @@ class FBCacheZImageTransformer(TeaCacheZImageTransformer):
 
     def _rest(self, x_emb, t_emb, x_freqs_cis, cap_patches, cap_pos_ids, cap_pad_mask) -> mx.array:
         """TeaCacheZImageTransformer._body after the first noise-refiner block."""
-        tr = self.transformer
-        x_attn_mask = mx.ones((1, x_emb.shape[1]), dtype=mx.bool_)
-        for layer in tr.noise_refiner[1:]:
-            x_emb = layer(x=x_emb, attn_mask=x_attn_mask, freqs_cis=x_freqs_cis, t_emb=t_emb)
-        cap_emb = tr.cap_embedder[1](tr.cap_embedder[0](cap_patches))
-        cap_emb = mx.where(cap_pad_mask[:, None], tr.cap_pad_token, cap_emb)
-        cap_freqs_cis = tr.rope_embedder(cap_pos_ids)
-        cap_attn_mask = mx.ones((1, cap_emb.shape[0]), dtype=mx.bool_)
-        cap_emb = mx.expand_dims(cap_emb, axis=0)
-        for layer in tr.context_refiner:
-            cap_emb = layer(x=cap_emb, attn_mask=cap_attn_mask, freqs_cis=cap_freqs_cis)
-        x_len = x_emb.shape[1]
-        unified = mx.concatenate([x_emb, cap_emb], axis=1)
-        unified_freqs_cis = mx.concatenate([x_freqs_cis, cap_freqs_cis], axis=0)
-        unified_attn_mask = mx.ones((1, unified.shape[1]), dtype=mx.bool_)
-        for layer in tr.layers:
-            unified = layer(x=unified, attn_mask=unified_attn_mask, freqs_cis=unified_freqs_cis, t_emb=t_emb)
-        return unified[:, :x_len]
+        return self._body(x_emb, t_emb, x_freqs_cis, cap_patches, cap_pos_ids, cap_pad_mask, first_noise=1)
 
 
 FBCACHE_PROXY = FBCacheZImageTransformer  # teacache.fbcache installs it
