@@ -83,7 +83,9 @@ def _history(training: dict) -> str:
     while stage is not None:
         what = "guidance distillation from the stage before" if stage.get("distill_guidance") else "flow matching"
         stages.append(f"`{stage.get('command') or stage['provenance']['command']}` ({what}, {stage['steps']} steps)")
-        stage = stage.get("started_from")
+        last, stage = stage, stage.get("started_from")
+    if last.get("init_sha256"):  # a start from weights whose own run the manifest does not record
+        stages.append(f"a run that made the weights with SHA-256 `{last['init_sha256']}` (not recorded here)")
     if len(stages) == 1:
         return "These weights come from one run."
     return "These weights come from " + ", after ".join(stages) + "."

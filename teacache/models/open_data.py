@@ -17,6 +17,7 @@ data or checking a prompt's adherence is cheap. The models that use it: ``teacac
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 from collections.abc import Sequence
 
@@ -64,8 +65,6 @@ LATENT_SCALE = 2.5  # latents = LATENT_SCALE x pixels, as a VAE's scaling factor
 
 FILLER_WORDS: tuple[str, ...] = ("a", "at", "the")
 OPEN_SHAPE_WORD = "shape"  # what an ANY_SHAPE caption calls its object: the shape is left to chance
-VOCAB: tuple[str, ...] = (PAD, *FILLER_WORDS, *COLORS, *SHAPES, *POSITIONS)
-TOKEN_IDS: dict[str, int] = {word: i for i, word in enumerate(VOCAB)}
 HELD_OUT_MODULUS = 9
 
 
@@ -83,12 +82,12 @@ class Captions:
     def nouns(self) -> tuple[str, ...]:
         return SHAPES if self.names_shape else (OPEN_SHAPE_WORD,)
 
-    @property
+    @functools.cached_property
     def vocab(self) -> tuple[str, ...]:
         return (PAD, *FILLER_WORDS, *COLORS, *self.nouns, *POSITIONS)
 
-    @property
-    def token_ids(self) -> dict[str, int]:
+    @functools.cached_property
+    def token_ids(self) -> dict[str, int]:  # read for every caption tokenized: built once
         return {word: i for i, word in enumerate(self.vocab)}
 
 

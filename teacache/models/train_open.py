@@ -124,13 +124,19 @@ def architecture(args: argparse.Namespace) -> dict:
     return {**arch, "transformer": {**arch["transformer"], "heads": args.heads, "head_dim": width // args.heads}}
 
 
+def manifest_beside(weights: Path) -> dict | None:
+    """The manifest train_open wrote beside ``weights`` (None: none there, e.g. a checkpoint's exported weights)."""
+    manifest = weights.with_suffix(".json")
+    return json.loads(manifest.read_text(encoding="utf-8")) if manifest.exists() else None
+
+
 def init_weights(model: nn.Module, path: Path, vocab: tuple[str, ...]) -> None:
     """Load ``path`` into ``model``. Weights trained on another vocabulary (the manifest beside them names it)
     keep each word's rows; a word they lack starts as the mean of the nouns they had (the open shape's
     word thus starts as the mean of the three shapes')."""
     arrays = mx.load(str(path))
-    manifest = path.with_suffix(".json")
-    old_vocab = json.loads(manifest.read_text(encoding="utf-8"))["data_recipe"]["vocab"] if manifest.exists() else None
+    manifest = manifest_beside(path)
+    old_vocab = manifest["data_recipe"]["vocab"] if manifest else None
     if old_vocab is not None and tuple(old_vocab) != vocab:
         fresh = dict(tree_flatten(model.parameters()))
         nouns = [old_vocab.index(w) for w in open_data.SHAPES + (open_data.OPEN_SHAPE_WORD,) if w in old_vocab]
@@ -144,10 +150,10 @@ def init_weights(model: nn.Module, path: Path, vocab: tuple[str, ...]) -> None:
 def earlier_training(init: Path) -> dict | None:
     """What the manifest beside ``--init`` says of the run that made those weights (and of its own start),
     so a model's card can trace every stage back to fresh weights; None when no manifest lies beside them."""
-    manifest = init.with_suffix(".json")
-    if not manifest.exists():
+    manifest = manifest_beside(init)
+    if manifest is None:
         return None
-    training = json.loads(manifest.read_text(encoding="utf-8"))["training"]
+    training = manifest["training"]
     keep = ("steps", "batch", "lr", "seed", "prompt_dropout", "distill_guidance", "final_loss", "init_sha256")
     return {
         **{k: training.get(k) for k in keep},

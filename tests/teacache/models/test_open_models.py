@@ -307,3 +307,15 @@ def test_weights_of_another_vocabulary_start_a_run_word_for_word_and_the_chain_i
     assert record["started_from"]["steps"] == 2 and record["started_from"]["started_from"] is None
     with pytest.raises(WeightsError, match="open-scenes-any-shape v1 with another vocabulary"):
         open_models.load_tiny_open_flux1(tmp_path / "student" / start.name)  # the model's own captions name shapes
+
+
+def test_the_card_tells_every_stage_of_the_weights_and_a_start_it_cannot_trace():
+    from bench.quality.open_card import _history
+
+    first = {"command": "train A", "steps": 10, "distill_guidance": False, "init_sha256": None, "started_from": None}
+    second = {"provenance": {"command": "train B"}, "steps": 5, "distill_guidance": True, "started_from": first}
+    assert _history({**first, "provenance": {"command": "train A"}}) == "These weights come from one run."
+    told = _history(second)
+    assert "`train B` (guidance distillation" in told and told.endswith("after `train A` (flow matching, 10 steps).")
+    untraced = _history({"provenance": {"command": "train C"}, "steps": 3, "init_sha256": "ab12", "started_from": None})
+    assert "weights with SHA-256 `ab12` (not recorded here)" in untraced
