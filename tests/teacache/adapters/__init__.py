@@ -11,6 +11,13 @@ FAMILY_FIXTURES = {
 }
 
 
+def untouched(model, original) -> bool:
+    """The pipeline as mflux built it: its transformer, no predict of ours, no controller in its callbacks."""
+    from teacache.core import is_applied
+
+    return model.transformer is original and "_predict" not in vars(model) and not is_applied(model)
+
+
 def measured_settings(tolerances, variant: str) -> dict:
     """The settings a trained model's tolerances were measured at; a module without them fails the test."""
     import pytest

@@ -14,18 +14,13 @@ from teacache.adapters.flux2 import TeaCacheFlux2Transformer
 from teacache.adapters.zimage import TeaCacheZImageTransformer
 from teacache.coefficients import load_packaged, load_recipe
 from teacache.core import is_applied
-from tests.teacache.adapters import FAMILY_FIXTURES, IDENTITY, STEPS
+from tests.teacache.adapters import FAMILY_FIXTURES, IDENTITY, STEPS, untouched
 
 EVERY_FAMILY = pytest.mark.parametrize("family", list(FAMILY_FIXTURES), indirect=True)
 # the families whose mflux predict is compiled: the proxy runs its head, body and tail as compiled segments
 COMPILED_PROXIES = {"tiny-flux2": TeaCacheFlux2Transformer, "tiny-z-image": TeaCacheZImageTransformer}
 # the largest rounding of one buffer by MLX's allocators (CUDA and Metal round to 16 KiB pages; CPU is exact)
 ALLOCATOR_PAGE = 16384
-
-
-def _untouched(model, original) -> bool:
-    """The pipeline as mflux built it: its transformer, no predict of ours, no controller in its callbacks."""
-    return model.transformer is original and "_predict" not in vars(model) and not is_applied(model)
 
 
 @EVERY_FAMILY
@@ -83,7 +78,7 @@ def test_restore_is_exact_after_an_exception_inside_the_loop(family):
             generate(seed=6)
     finally:
         model.callbacks.in_loop.remove(boom)
-    assert _untouched(model, original)
+    assert untouched(model, original)
     assert mx.array_equal(vanilla, generate(seed=6)).item()
 
 
@@ -95,7 +90,7 @@ def test_applying_twice_raises_and_leaves_the_first_in_place(family):
         with pytest.raises(RuntimeError, match="already applied"):
             apply_teacache(model, rel_l1_thresh=0.3, coefficients=IDENTITY)
         assert first.active and is_applied(model)
-    assert _untouched(model, original)
+    assert untouched(model, original)
 
 
 @pytest.mark.parametrize("family", ["tiny-qwen-image", "tiny-z-image"], indirect=True)

@@ -7,16 +7,11 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from teacache.core import is_applied
 from teacache.fbcache import FBCacheConfig, apply_fbcache, ideal_speedup, replay
 from teacache.signal import rel_l1
-from tests.teacache.adapters import FAMILY_FIXTURES, STEPS
+from tests.teacache.adapters import FAMILY_FIXTURES, STEPS, untouched
 
 EVERY_FAMILY = pytest.mark.parametrize("family", list(FAMILY_FIXTURES), indirect=True)
-
-
-def _untouched(model, original) -> bool:
-    return model.transformer is original and "_predict" not in vars(model) and not is_applied(model)
 
 
 @EVERY_FAMILY
@@ -31,7 +26,7 @@ def test_threshold_zero_swaps_nothing_and_is_bit_exact(family):
     after = generate(seed=1)
     assert mx.array_equal(before, wrapped).item() and mx.array_equal(before, after).item()
     assert handle.stats.computed == STEPS and handle.stats.skipped == 0 and handle.ideal_speedup == 1.0
-    assert _untouched(model, original)
+    assert untouched(model, original)
 
 
 def _spy_signals(handle) -> dict[int, mx.array]:
@@ -57,10 +52,10 @@ def test_the_live_rule_is_its_replay_and_restore_is_exact(family):
         generate(seed=4)
     threshold = float(np.median([d.x for d in probe.stats.log if d.x is not None]))
     with apply_fbcache(model, threshold=threshold, max_consecutive_skips=3) as handle:
-        assert not _untouched(model, original)
+        assert not untouched(model, original)
         signals = _spy_signals(handle)
         cached = generate(seed=4)
-    assert _untouched(model, original)  # restored exactly
+    assert untouched(model, original)  # restored exactly
     assert mx.array_equal(generate(seed=4), vanilla).item()  # and nothing of it left behind
     log = handle.stats.log
     assert sorted(signals) == list(range(STEPS)) and 0 < handle.stats.skipped < STEPS
@@ -83,7 +78,7 @@ def test_forecast_extrapolates_the_remaining_blocks_residual(flux1):
     with apply_fbcache(model, threshold=10.0, max_consecutive_skips=2, forecast=True) as forecast:
         forecast_out = generate(seed=2)
     assert [d.compute for d in reuse.stats.log] == [d.compute for d in forecast.stats.log]  # the cap decides
-    assert forecast.stats.skipped > 0 and _untouched(model, original)
+    assert forecast.stats.skipped > 0 and untouched(model, original)
     assert not mx.array_equal(reused, forecast_out).item() and mx.all(mx.isfinite(forecast_out)).item()
 
 
@@ -94,4 +89,4 @@ def test_a_second_rule_on_the_same_pipeline_is_refused(flux1):
     original = model.transformer
     with apply_fbcache(model, threshold=0.5), pytest.raises(StateError, match="already applied"):
         apply_fbcache(model, threshold=0.5)
-    assert _untouched(model, original)
+    assert untouched(model, original)
