@@ -77,7 +77,7 @@ def apply_teacache(
     recipe = spec.recipe() if from_packaged else None
     if from_packaged:
         warn_if_past_numeric_change(spec.name)
-    if recipe is not None and getattr(model, "lora_paths", None):
+    if recipe is not None and getattr(model, "lora_paths", None) and not calibrate:  # a recording reads no rescale
         recipe = {**recipe, "lora": "none"}
         warn(
             f"the packaged {spec.name} coefficients were fitted without LoRA and this pipeline has "

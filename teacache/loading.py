@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import mlx.core as mx
@@ -20,6 +21,7 @@ from teacache import variants
 from teacache._compat import check_mflux_version
 from teacache._platform import use_float32_on_cpu
 from teacache.errors import InputError, InputTypeError, TeaCacheError
+from teacache.lora import Loras
 
 
 class ModelFolderError(TeaCacheError, ValueError):
@@ -32,6 +34,7 @@ def model_defaults(name_or_path: str, base_model: str | None = None) -> dict:
 
 
 RANDOM_PREFIX = variants.RANDOM_PREFIX
+FULL_TRANSFORMER = variants.ZOO + ".fullsize:full_transformer"  # a released variant's transformer, weights lazy
 
 
 def resolve_spec(name_or_path: str, base_model: str | None = None) -> variants.VariantSpec:
@@ -115,7 +118,15 @@ def check_cached(name: str, spec: variants.VariantSpec, base_model: str | None =
         )
 
 
-def load_model(name_or_path: str, *, base_model: str | None = None, quantize: int | None = None, seed: int = 0):
+def load_model(
+    name_or_path: str,
+    *,
+    base_model: str | None = None,
+    quantize: int | None = None,
+    seed: int = 0,
+    lora_paths: Sequence[str | os.PathLike] | None = None,
+    lora_scales: Sequence[float] | None = None,
+):
     """Return an mflux pipeline.
 
     An embedded model (``tiny-open-flux2``, the trained default; random-weight ``tiny-flux1`` etc. from
@@ -124,6 +135,10 @@ def load_model(name_or_path: str, *, base_model: str | None = None, quantize: in
     architecture (a variant or mflux name), or ``random-<variant>``: the variant's full-size transformer with
     weights drawn from ``seed`` (nothing downloaded; for time and memory, its images mean nothing). The
     pipeline carries ``teacache_variant``.
+
+    ``lora_paths`` (local ``.safetensors`` files) with ``lora_scales`` (default 1.0 each) are loaded by mflux's
+    own LoRA code: passed to its pipeline's constructor, or for a model built here applied with the loader and
+    mapping that constructor uses. A file that does not fit the model is refused (``LoraError``) before it loads.
     """
     if not isinstance(name_or_path, str | os.PathLike):
         raise InputTypeError(
@@ -132,10 +147,11 @@ def load_model(name_or_path: str, *, base_model: str | None = None, quantize: in
     name_or_path = os.fspath(name_or_path)
     check_mflux_version()
     spec = resolve_spec(name_or_path, base_model)
+    loras = Loras.of(lora_paths, lora_scales)
     if name_or_path.startswith(RANDOM_PREFIX) and base_model is None:
         use_float32_on_cpu()
         builder = variants.random_builder(spec.family)
-        return builder(spec.name, seed=seed, quantize=quantize)
+        return _with_loras(builder(spec.name, seed=seed, quantize=quantize), spec, loras)
     path = Path(name_or_path).expanduser()
     is_folder = base_model is not None
     if is_folder:
@@ -144,22 +160,60 @@ def load_model(name_or_path: str, *, base_model: str | None = None, quantize: in
         check_cached(name_or_path, spec)
     use_float32_on_cpu()
     if spec.embedded:
-        builder = variants.zoo(spec.builder)
-        takes_seed = "seed" in inspect.signature(builder).parameters
-        build = (lambda: builder(seed=seed)) if takes_seed else builder
+        build = _embedded_builder(spec, seed)
         if is_folder:
-            return _load_transformer_folder(build, spec, path, quantize)
-        return _quantized(build(), spec, quantize)
+            return _with_loras(_load_transformer_folder(build, spec, path, quantize), spec, loras)
+        return _with_loras(_quantized(build(), spec, quantize), spec, loras)
     # heavy (mflux): loaded only when this runs
     from mflux.models.common.config.model_config import ModelConfig
 
+    if loras:  # mflux's constructor would find a misfit only part way through its load, or not at all (shapes)
+        loras.check_fit(architecture(spec, seed), spec.family, spec.name)
     config = ModelConfig.from_name(
         model_name=str(path) if is_folder else spec.mflux_names[0],
         base_model=spec.mflux_names[0] if is_folder else None,
     )
     pipeline = variants.attribute(variants.family(spec.family).pipeline)
-    model = pipeline(model_config=config, quantize=quantize, model_path=str(path) if is_folder else None)
+    model_path = str(path) if is_folder else None
+    model = pipeline(model_config=config, quantize=quantize, model_path=model_path, **loras.kwargs())
     model.teacache_variant = spec.name
+    return model
+
+
+def check_loras(
+    name_or_path: str,
+    base_model: str | None = None,
+    lora_paths: Sequence[str | os.PathLike] | None = None,
+    lora_scales: Sequence[float] | None = None,
+) -> Loras:
+    """The LoRAs ``load_model`` would load, checked against the model's architecture (its transformer's layers,
+    built without its weights where it is not embedded): a command refuses a misfit before it writes anything."""
+    loras = Loras.of(lora_paths, lora_scales)
+    if loras:
+        spec = resolve_spec(name_or_path, base_model)
+        use_float32_on_cpu()
+        loras.check_fit(architecture(spec), spec.family, spec.name)
+    return loras
+
+
+def architecture(spec: variants.VariantSpec, seed: int = 0) -> nn.Module:
+    """The transformer a LoRA is applied to: an embedded model's as built, else mflux's class at the variant's
+    config with its initial weights left lazy (nothing evaluated, nothing downloaded)."""
+    if spec.embedded:
+        return _embedded_builder(spec, seed)().transformer
+    return variants.zoo(FULL_TRANSFORMER)(spec.name)
+
+
+def _embedded_builder(spec: variants.VariantSpec, seed: int):
+    builder = variants.zoo(spec.builder)
+    takes_seed = "seed" in inspect.signature(builder).parameters
+    return (lambda: builder(seed=seed)) if takes_seed else builder
+
+
+def _with_loras(model, spec: variants.VariantSpec, loras: Loras):
+    """A pipeline built here with the LoRAs applied as mflux's constructors apply them (after quantization)."""
+    if loras:
+        loras.apply(model, spec.family, spec.name)
     return model
 
 

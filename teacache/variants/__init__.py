@@ -80,6 +80,7 @@ class Family:
     pipeline: str  # "module:Class" of mflux's txt2img pipeline
     weights: str  # "module:Class" of mflux's weight definition (how a saved folder is laid out)
     transformer: str  # "module:Class" of mflux's transformer
+    lora_mapping: str  # "module:Class" of mflux's LoRA mapping (what its pipeline's constructor applies LoRAs by)
     random_builder: str | None = None  # zoo "module:function" building a full-size random-weight model
     # How the transformer's constructor takes a ModelConfig: "model_config" (as model_config=), "overrides"
     # (its transformer_overrides as keywords), or "" (the constructor's defaults are the released config).

@@ -9,6 +9,7 @@ FAMILY = Family(
     pipeline="mflux.models.flux.variants.txt2img.flux:Flux1",
     weights="mflux.models.flux.weights.flux_weight_definition:FluxWeightDefinition",
     transformer="mflux.models.flux.model.flux_transformer.transformer:Transformer",
+    lora_mapping="mflux.models.flux.weights.flux_lora_mapping:FluxLoRAMapping",
     random_builder="teacache.models.fullsize:build_random_flux1",
     transformer_config="model_config",
     block_keywords=("num_transformer_blocks", "num_single_transformer_blocks"),

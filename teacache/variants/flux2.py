@@ -9,6 +9,7 @@ FAMILY = Family(
     pipeline="mflux.models.flux2.variants.txt2img.flux2_klein:Flux2Klein",
     weights="mflux.models.flux2.weights.flux2_weight_definition:Flux2KleinWeightDefinition",
     transformer="mflux.models.flux2.model.flux2_transformer.transformer:Flux2Transformer",
+    lora_mapping="mflux.models.flux2.weights.flux2_lora_mapping:Flux2LoRAMapping",
     random_builder="teacache.models.fullsize:build_random_flux2",
     transformer_config="overrides",
     block_keywords=("num_layers", "num_single_layers"),

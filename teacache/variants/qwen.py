@@ -13,6 +13,7 @@ FAMILY = Family(
     pipeline="mflux.models.qwen.variants.txt2img.qwen_image:QwenImage",
     weights="mflux.models.qwen.weights.qwen_weight_definition:QwenWeightDefinition",
     transformer="mflux.models.qwen.model.qwen_transformer.qwen_transformer:QwenTransformer",
+    lora_mapping="mflux.models.qwen.weights.qwen_lora_mapping:QwenLoRAMapping",
     random_builder="teacache.models.fullsize:build_random_qwen",
     block_keywords=("num_layers",),
     numeric_changes=(

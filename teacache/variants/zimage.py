@@ -9,6 +9,7 @@ FAMILY = Family(
     pipeline="mflux.models.z_image.variants.z_image:ZImage",
     weights="mflux.models.z_image.weights.z_image_weight_definition:ZImageWeightDefinition",
     transformer="mflux.models.z_image.model.z_image_transformer.transformer:ZImageTransformer",
+    lora_mapping="mflux.models.z_image.weights.z_image_lora_mapping:ZImageLoRAMapping",
     random_builder="teacache.models.fullsize:build_random_zimage",
     block_keywords=("n_layers", "n_refiner_layers"),
     numeric_changes=(
