@@ -86,6 +86,7 @@ def setup_arg_parser(prog: str = PROG) -> argparse.ArgumentParser:
     )
     parser.add_argument("--repeats", type=int, default=None, help="default: the model's campaign repeats")
     parser.add_argument("--ssim-floor", type=float, default=0.95, help="quality floor of the recommendation")
+    arguments.add_lora_arguments(parser)
     parser.add_argument(
         "--force-new", action="store_true", help="discard earlier traces and sweep in OUT and start them afresh"
     )
@@ -125,7 +126,8 @@ def _named(stage_arg: str, campaign_arg: str):
 
 def plan_campaign(model: str, out: Path, thresholds=None, record_seeds=None, sweep_seeds=None, repeats=None,
                   ssim_floor: float = 0.95, sweep_prompts=None, force_new: bool = False,
-                  yes: bool = False) -> Campaign:  # fmt: skip
+                  yes: bool = False, lora_paths: list[str] | None = None,
+                  lora_scales: list[str] | None = None) -> Campaign:  # fmt: skip
     """Check the arguments of every stage at once; raise InputError naming the first bad one.
 
     The record stage's timed run also checks the sweep's size (under ``--yes``, the campaign's own option), so a
@@ -145,6 +147,8 @@ def plan_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swe
             seeds=record_seeds or cfg.record_seeds,
             force_new=force_new,
             yes=yes,
+            lora_paths=lora_paths,
+            lora_scales=lora_scales,
         )
     with outputs.granted(out), _named("--seeds", "--sweep-seeds"), _named("--prompts", "--sweep-prompts"):
         sweep = sweep_settings.plan(
@@ -160,6 +164,7 @@ def plan_campaign(model: str, out: Path, thresholds=None, record_seeds=None, swe
             force_new=force_new,
             yes=yes,
         )
+    sweep = dataclasses.replace(sweep, loras=record.loras)  # checked once, by the record stage's plan
     default = variants.get(model).default_threshold
     if default not in sweep.thresholds:  # teacache-bench tolerances derives its constants there
         raise InputError(
@@ -287,15 +292,17 @@ def share_inputs(world: ranks.World, paths: list[Path], error: BaseException | N
 
 def run_campaign(model: str, out: Path, thresholds=None, record_seeds=None, sweep_seeds=None, repeats=None,
                  ssim_floor: float = 0.95, sweep_prompts=None, force_new: bool = False,
-                 yes: bool = False) -> dict | None:  # fmt: skip
+                 yes: bool = False, lora_paths: list[str] | None = None,
+                 lora_scales: list[str] | None = None) -> dict | None:  # fmt: skip
     """Run every stage; return the report summary (with the stage timings); None on ranks other than 0.
 
     Under ``mlx.launch`` the record and sweep stages are shared over the ranks; the fit and the report run
     on rank 0, which sends fit.json and the traces to the others before the sweep.
     """
     campaign = plan_campaign(
-        model, out, thresholds, record_seeds, sweep_seeds, repeats, ssim_floor, sweep_prompts, force_new, yes
-    )
+        model, out, thresholds, record_seeds, sweep_seeds, repeats, ssim_floor, sweep_prompts, force_new, yes,
+        lora_paths, lora_scales,
+    )  # fmt: skip
     from bench.report import command as report  # after the checks: plotting libraries take seconds to import
 
     out = campaign.out
@@ -350,11 +357,17 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
 
 def _main(argv: list[str] | None, prog: str) -> int:
     args = setup_arg_parser(prog).parse_args(argv)
+    if args.lora_paths and args.out is None:
+        raise InputError(
+            "--out: a campaign with --lora-paths needs a folder of its own; the default "
+            "results/<hardware>/<variant>/<mflux>/ holds the model's campaign without a LoRA"
+        )
     start = time.perf_counter()
     try:
         summary = run_campaign(
             args.model, args.out or default_out(args.model), args.thresholds, args.record_seeds, args.sweep_seeds,
-            args.repeats, args.ssim_floor, args.sweep_prompts, args.force_new, args.yes,
+            args.repeats, args.ssim_floor, args.sweep_prompts, args.force_new, args.yes, args.lora_paths,
+            args.lora_scales,
         )  # fmt: skip
     except TeaCacheError:  # matched first, so a refusal does not import mflux to look up its interruptions
         raise

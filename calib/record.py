@@ -25,6 +25,7 @@ from calib.run.interleave import Turn, interleave
 from calib.run.prompts import pair_id, parse_seeds
 from teacache import apply_teacache, variants
 from teacache.io import FORMAT_VERSION, append_log, write_json, write_parquet
+from teacache.lora import Loras
 from teacache.provenance import authorship, collect, read_previous
 
 PROG = "teacache-calib record"
@@ -46,6 +47,7 @@ WRITES = arguments.Writes(PROG, names=(*OUTPUTS, fingerprint.FILE), marker=finge
 def setup_arg_parser() -> argparse.ArgumentParser:
     parser = arguments.CommandParser(prog=PROG, description=__doc__.split("\n\n")[0])
     arguments.add_model_arguments(parser)
+    arguments.add_lora_arguments(parser)
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated or ranges, e.g. 0-4")
     parser.add_argument("--steps", type=int, default=None, help="default: the model's own")
     parser.add_argument("--size", default=None, help="WIDTHxHEIGHT (default: the model's own)")
@@ -75,6 +77,7 @@ class RecordSettings:
     out: Path
     base_model: str | None = None
     quantize: int | None = None
+    loras: Loras = Loras()  # LoRA files applied to the model (their SHA-256 and scales join the fingerprint)
     overhead_pairs: int = 3
     force_new: bool = False
     yes: bool = False  # run work estimated over an hour (calib.run.estimate)
@@ -102,6 +105,8 @@ def plan(
     overhead_pairs: int = 3,
     force_new: bool = False,
     yes: bool = False,
+    lora_paths: list[str] | None = None,
+    lora_scales: list[str] | None = None,
 ) -> RecordSettings:
     """Check every argument (nothing loads); raise InputError with one line naming the argument."""
     steps, width, height, guidance = arguments.generation_settings(
@@ -114,6 +119,7 @@ def plan(
         " steps (the first and last are always computed: fewer leave no step the gate could skip)",
     )
     arguments.check_at_least(overhead_pairs, 0, "--overhead-pairs")
+    loras = arguments.check_loras(model, base_model, lora_paths, lora_scales)
     return RecordSettings(
         model=model,
         prompts=arguments.read_prompts(prompts, model, base_model),
@@ -125,6 +131,7 @@ def plan(
         out=arguments.check_out_dir(out, writes=WRITES),
         base_model=base_model,
         quantize=quantize,
+        loras=loras,
         overhead_pairs=overhead_pairs,
         force_new=force_new,
         yes=bool(yes),
@@ -135,7 +142,8 @@ def settings_from_args(args: argparse.Namespace) -> RecordSettings:
     return plan(
         model=args.model, out=args.out, prompts=args.prompts, seeds=args.seeds, steps=args.steps, size=args.size,
         guidance=args.guidance, base_model=args.base_model, quantize=args.quantize,
-        overhead_pairs=args.overhead_pairs, force_new=args.force_new, yes=args.yes,
+        overhead_pairs=args.overhead_pairs, force_new=args.force_new, yes=args.yes, lora_paths=args.lora_paths,
+        lora_scales=args.lora_scales,
     )  # fmt: skip
 
 
@@ -188,8 +196,9 @@ def _todo(settings: RecordSettings, folder: Path | None = None, runs=None) -> li
 
 
 def describe_plan(settings: RecordSettings, todo: list) -> str:
+    with_loras = f" with LoRA {settings.loras.describe()}" if settings.loras else ""
     return (
-        f"record {settings.model}: {len(settings.prompts)} prompts x {len(settings.seeds)} seeds = "
+        f"record {settings.model}{with_loras}: {len(settings.prompts)} prompts x {len(settings.seeds)} seeds = "
         f"{len(settings.runs)} runs ({len(settings.runs) - len(todo)} already done), {settings.steps} steps, "
         f"{settings.width}x{settings.height}, guidance {settings.guidance} -> {settings.out}"
     )
@@ -249,7 +258,7 @@ def _record(settings: RecordSettings, run: shard.ShardedRun) -> dict:
                 print(line)
     if world.size > 1:
         print(f"rank {world.rank} of {world.size} ({world.backend}): {len(todo)} runs: {', '.join(run.share)}")
-    model = arguments.load_model(settings.model, settings.base_model, settings.quantize)
+    model = arguments.load_model(settings.model, settings.base_model, settings.quantize, settings.loras)
     variant = variants.variant_of(model)
     fp = fingerprint_settings(settings, variant)
     state = FOLDER.begin(folder, fp)
@@ -325,6 +334,7 @@ def _write_traces(settings: RecordSettings, run: shard.ShardedRun, measured: dic
         columns=COLUMNS,
         settings_fingerprint=fingerprint.digest(recorded),
         history=recorded["history"],
+        **settings.loras.recorded(),
         **sharding,
     )
     provenance.update(authorship(previous, provenance, added, len(ids)))

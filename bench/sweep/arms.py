@@ -138,7 +138,7 @@ def isolated_times(settings, pair, order: list, rows: list[dict]) -> None:
 
     def run(turn: Turn) -> list[float]:
         spec = job(settings.model, order[turn.arm], prompt, seed, *settings.generation, base_model=settings.base_model,
-                   quantize=settings.quantize, warmups=1, repeats=1)  # fmt: skip
+                   quantize=settings.quantize, warmups=1, repeats=1, **settings.loras.kwargs())  # fmt: skip
         result = run_isolated(spec)
         if result["skipped_steps"] != json.loads(rows[turn.arm]["skipped_steps"]):
             what = rows[turn.arm]["run_id"]

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 def setup_arg_parser() -> argparse.ArgumentParser:
     parser = arguments.CommandParser(prog=PROG, description=__doc__.split("\n\n")[0])
     arguments.add_model_arguments(parser)
+    arguments.add_lora_arguments(parser)
     parser.add_argument("--thresholds", required=True, help="comma-separated, e.g. 0,0.1,0.2")
     parser.add_argument("--seeds", default="0,1", help="comma-separated or ranges, e.g. 0-4")
     parser.add_argument("--steps", type=int, default=None, help="default: the model's own")
@@ -78,6 +79,7 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
         coefficients=args.coefficients, traces=args.traces, base_model=args.base_model, quantize=args.quantize,
         save_images=args.save_images, force_new=args.force_new, x_range=args.x_range, baselines=args.baselines,
         compare_coefficients=args.compare_coefficients, isolate=args.isolate, yes=args.yes,
+        lora_paths=args.lora_paths, lora_scales=args.lora_scales,
     )  # fmt: skip
 
 

@@ -42,6 +42,8 @@ def job(
     quantize: int | None = None,
     warmups: int = 1,
     repeats: int = 1,
+    lora_paths: list[str] | None = None,
+    lora_scales: list[float] | None = None,
 ) -> dict:
     """The JSON-ready description of one isolated timing (``arm``: a :class:`bench.sweep.baselines.Arm`)."""
     if warmups < 0 or repeats < 1:
@@ -50,6 +52,7 @@ def job(
         "model": model, "base_model": base_model, "quantize": quantize, "arm": arm.to_dict(),
         "prompt": prompt, "seed": seed, "steps": steps, "width": width, "height": height, "guidance": guidance,
         "warmups": warmups, "repeats": repeats,
+        **({"lora_paths": lora_paths, "lora_scales": lora_scales} if lora_paths else {}),
     }  # fmt: skip
 
 
@@ -83,7 +86,8 @@ def run_isolated(spec: dict, timeout_s: float | None = None, python: str = sys.e
 
 def _run(spec: dict) -> dict:
 
-    model = load_model(spec["model"], base_model=spec.get("base_model"), quantize=spec.get("quantize"))
+    loras = {"lora_paths": spec.get("lora_paths"), "lora_scales": spec.get("lora_scales")}
+    model = load_model(spec["model"], base_model=spec.get("base_model"), quantize=spec.get("quantize"), **loras)
     arm = Arm.from_dict(spec["arm"])
     args = (spec["prompt"], spec["seed"], spec["steps"], spec["width"], spec["height"], spec["guidance"])
     for _ in range(spec["warmups"]):

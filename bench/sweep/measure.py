@@ -60,7 +60,9 @@ def _announce(settings: SweepSettings, run: shard.ShardedRun, todo: list) -> Non
     extending = sum(1 for (pid, _t, seed), _m in todo if part_path(parts, pair_id(pid, seed), "runs").is_file())
     if world.rank == 0:
         print(
-            f"sweep {settings.model}: {len(settings.pairs)} pairs ({len(settings.pairs) - len(run.todo)} done"
+            f"sweep {settings.model}"
+            + (f" with LoRA {settings.loras.describe()}" if settings.loras else "")
+            + f": {len(settings.pairs)} pairs ({len(settings.pairs) - len(run.todo)} done"
             + (f", {extending} to extend" if extending and world.size == 1 else "")
             + f") x (vanilla + {len(settings.thresholds)} thresholds) x {settings.repeats} repeats, "
             f"{settings.steps} steps"
@@ -125,7 +127,7 @@ def measure_share(
     by_id = {pair_id(p, seed): (p, text, seed) for p, text, seed in settings.pairs}
     todo = todo_pairs(settings, folder, [by_id[k] for k in run.share])
     _announce(settings, run, todo)
-    model = arguments.load_model(settings.model, settings.base_model, settings.quantize)
+    model = arguments.load_model(settings.model, settings.base_model, settings.quantize, settings.loras)
     spec = variants.get(variants.variant_of(model))
     variant, default_threshold, skip_first = spec.name, spec.default_threshold, spec.skip_first_n_steps
     rescale = fixed_rescale or variants.get(variant).rescale()

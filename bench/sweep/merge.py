@@ -89,6 +89,7 @@ def write_tables(
         skip_first_n_steps=measured.skip_first,
         max_consecutive_skips=configs[thresholds[-1]].max_consecutive_skips,
         quantization=settings.quantize,
+        **settings.loras.recorded(),
         timing="denoising loop, before_loop to after_loop callbacks, after a warm-up"
         + (f"; {TIMING_ISOLATED}" if settings.isolate else ""),
         traces=str(settings.traces) if settings.traces else None,

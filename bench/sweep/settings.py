@@ -18,6 +18,7 @@ from calib.run import arguments
 from calib.run.generation import settings_fingerprint
 from calib.run.prompts import parse_seeds
 from teacache.errors import InputError
+from teacache.lora import Loras
 
 if TYPE_CHECKING:
     from calib.run.folder import RunFolder
@@ -45,6 +46,7 @@ class SweepSettings:
     x_range: tuple[float, float] | None = None
     base_model: str | None = None
     quantize: int | None = None
+    loras: Loras = Loras()  # LoRA files applied to the model (their SHA-256 and scales join the fingerprint)
     save_images: bool = False
     force_new: bool = False
     baselines: tuple[str, ...] = ()  # bench.sweep.baselines arms besides TeaCache
@@ -101,6 +103,8 @@ def plan(
     compare_coefficients: str | None = None,
     isolate: bool = False,
     yes: bool = False,
+    lora_paths: list[str] | None = None,
+    lora_scales: list[str] | None = None,
 ) -> SweepSettings:
     """Check every argument (nothing is read but the prompt file, nothing loads); raise InputError."""
     steps, width, height, guidance = arguments.generation_settings(
@@ -113,6 +117,7 @@ def plan(
     compare = _parse_compare(compare_coefficients)
     if compare and x_range is not None:
         raise InputError("--x-range: applies to --coefficients numbers only; give files to --compare-coefficients")
+    loras = arguments.check_loras(model, base_model, lora_paths, lora_scales)
     return SweepSettings(
         model=model,
         thresholds=parse_thresholds(thresholds),
@@ -129,6 +134,7 @@ def plan(
         x_range=_parse_x_range(x_range),
         base_model=base_model,
         quantize=quantize,
+        loras=loras,
         save_images=save_images,
         force_new=force_new,
         baselines=arms,

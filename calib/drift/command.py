@@ -87,6 +87,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     mine.add_argument("--size", help="WIDTHxHEIGHT (default: the model's own)")
     mine.add_argument("--guidance", type=float, help="default: the model's own")
     mine.add_argument("--quantize", type=int, choices=(3, 4, 5, 6, 8))
+    arguments.add_lora_arguments(mine)
     return parser
 
 
@@ -156,7 +157,7 @@ def plan(args: argparse.Namespace, command: list[str] | None = None) -> Plan:
         raise InputError("--code-only: runs no model, so --against, --save, --fullsize and --model do not apply")
     given = [o for o in effect_plan.GENERATION_OPTIONS if getattr(args, o) is not None]
     if args.model is None and (given or args.base_model):
-        name = (given or ["base-model"])[0]
+        name = (given or ["base-model"])[0].replace("_", "-")
         raise InputError(f"--{name}: only with --model (your own model's runs)")
     if args.model is not None:
         if args.fullsize:

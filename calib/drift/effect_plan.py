@@ -14,7 +14,7 @@ from teacache._compat import NEWEST_MFLUX
 from teacache.errors import InputError
 from teacache.io import read_json_object
 
-GENERATION_OPTIONS = ("prompts", "seeds", "steps", "size", "guidance", "quantize")
+GENERATION_OPTIONS = ("prompts", "seeds", "steps", "size", "guidance", "quantize", "lora_paths", "lora_scales")
 DATA = Path(__file__).with_name("data")
 
 
@@ -122,4 +122,5 @@ def own_effect(args: argparse.Namespace) -> tuple:
     recipe = {
         f: getattr(wanted, f) for f in given if f in model_runs.RECIPE and getattr(wanted, f) != getattr(previous, f)
     }
-    return ((dataclasses.replace(previous, **recipe), folder),)
+    here = {"lora_paths": wanted.lora_paths, "lora_scales": wanted.lora_scales}  # the same files, found here
+    return ((dataclasses.replace(previous, **recipe, **here), folder),)

@@ -46,10 +46,21 @@ class ModelRuns:
     base_model: str | None = None
     quantize: int | None = None
     dtype: str = "float32"
+    # LoRA files loaded with the model: where they lie on this machine (their SHA-256 and scales are in
+    # ``weights``, which a repeat must match)
+    lora_paths: tuple[str, ...] = ()
+    lora_scales: tuple[float, ...] = ()
 
     @property
     def runs(self) -> list[tuple[str, str, int]]:
         return [(pid, text, seed) for pid, text in self.prompts.items() for seed in self.seeds]
+
+    @property
+    def loras(self):
+        """The LoRA files, read again (their SHA-256 checked against ``weights`` by whoever planned the runs)."""
+        from teacache.lora import Loras
+
+        return Loras.of(self.lora_paths, self.lora_scales) if self.lora_paths else Loras()
 
     def to_dict(self) -> dict:
         return {"format_version": SETTINGS_FORMAT, **asdict(self)}
@@ -57,6 +68,9 @@ class ModelRuns:
     @classmethod
     def from_dict(cls, data: dict) -> ModelRuns:
         fields = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        for key in ("lora_paths", "lora_scales"):  # JSON lists, as the dataclass holds them
+            if isinstance(fields.get(key), list):
+                fields[key] = tuple(fields[key])
         return cls(**fields)
 
 
@@ -69,6 +83,8 @@ def plan_model(
     guidance: float | None = None,
     base_model: str | None = None,
     quantize: int | None = None,
+    lora_paths: list[str] | None = None,
+    lora_scales: list[str] | None = None,
 ) -> ModelRuns:
     """Every argument checked (record's checks), nothing loaded; InputError naming the argument."""
     from calib.run import arguments, fingerprint
@@ -83,10 +99,12 @@ def plan_model(
         chosen = dict(list(chosen.items())[:DEFAULT_PROMPTS])
     spec = resolve_spec(model, base_model)
     name = spec.name if spec.embedded or Path(model).expanduser().exists() is False else Path(model).name
+    loras = arguments.check_loras(model, base_model, lora_paths, lora_scales)
     return ModelRuns(
-        name=_slug(name), model=model, variant=spec.name, weights=fingerprint.weights_text(model, base_model),
+        name=_slug(name), model=model, variant=spec.name, weights=fingerprint.weights_text(model, base_model, loras),
         prompts=chosen, seeds=parse_seeds(seeds or DEFAULT_SEEDS), steps=steps_, width=width, height=height,
         guidance=guidance_, base_model=base_model, quantize=quantize, dtype=compute_dtype(),
+        lora_paths=tuple(str(p) for p in loras.paths), lora_scales=loras.scales,
     )  # fmt: skip
 
 
@@ -217,7 +235,7 @@ def record(runs: ModelRuns, folder: Path, log: Callable[[str], None], rerun: boo
     if not todo and not want_rerun:
         return
     try:
-        model = arguments.load_model(runs.model, runs.base_model, runs.quantize)
+        model = arguments.load_model(runs.model, runs.base_model, runs.quantize, runs.loras)
     except Exception as exc:  # noqa: BLE001 - whatever keeps the weights from loading under this release
         raise ModelUnavailable(f"{runs.name}: does not load under this release ({type(exc).__name__}: {exc})") from exc
     jobs = [(r, "runs") for r in todo] + ([(runs.runs[0], "rerun")] if want_rerun else [])
@@ -293,7 +311,8 @@ def conclude(folder: Path, runs: ModelRuns, log: Callable[[str], None], command:
     tolerance = effect.measure_tolerance(gate, before, thresholds, rerun, fresh)
     tolerance["provenance"] = collect(command, model=runs.model, variant=runs.variant, steps=runs.steps,
                                       resolution=f"{runs.width}x{runs.height}", guidance=runs.guidance,
-                                      seeds=runs.seeds, prompts=list(runs.prompts), n=len(runs.runs))  # fmt: skip
+                                      seeds=runs.seeds, prompts=list(runs.prompts), n=len(runs.runs),
+                                      **runs.loras.recorded())  # fmt: skip
     write_parquet(folder / "traces.parquet", table)
     write_json(folder / "gate.json", gate.to_dict())
     write_json(folder / "tolerance.json", tolerance)

@@ -33,7 +33,6 @@ PROG = "teacache-generate"
 EXIT_INTERRUPTED = 130
 STEP_CACHE_FLAGS = ("--step-cache-ratio", "--teacache-ratio")  # mflux's own step reuse (a fixed schedule)
 _NO_EMBEDDED = {  # mflux flags an embedded model cannot honour: (attribute, what it would need)
-    "lora_paths": "LoRA adapters (they are made for a released model)",
     "image_path": "image-to-image pipeline",
     "pid_decode": "VAE decoder",
 }
@@ -165,6 +164,7 @@ def parse(argv: list[str]) -> tuple[variants.VariantSpec, argparse.Namespace]:
                 "together: drop one of them"
             )
     spec = pick_spec(argv)
+    check_lora_files(argv)
     with _argv(argv):
         args = build_parser(spec).parse_args()
     if getattr(args, "step_cache_ratio", None) is not None:
@@ -176,6 +176,36 @@ def parse(argv: list[str]) -> tuple[variants.VariantSpec, argparse.Namespace]:
     check_seeds(args.seed)
     args.output = _seed_once(args.output)
     return spec, args
+
+
+def check_lora_files(argv: list[str]) -> None:
+    """The LoRA files named on the command line are local safetensors files: said in one line here, before mflux's
+    parser would look for a missing one on the Hugging Face Hub."""
+    from teacache.lora import LoraError, check_file
+
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--lora-paths", nargs="*", default=[])
+    pre.add_argument("--lora", action="append", nargs="+", default=[])
+    known, _ = pre.parse_known_args(argv)
+    named = [("--lora-paths", p) for p in known.lora_paths] + [("--lora", group[0]) for group in known.lora]
+    for flag, path in named:
+        try:
+            check_file(path, flag)
+        except LoraError as exc:
+            raise Refusal(str(exc)) from None
+
+
+def check_loras(spec: variants.VariantSpec, args: argparse.Namespace) -> None:
+    """The LoRAs (however mflux's parser gathered them: --lora, --lora-paths, a sidecar) fit the model, with one
+    finite scale each; an embedded model takes them baked in, as mflux's constructors do by default."""
+    from calib.run.arguments import check_loras as check
+
+    paths = getattr(args, "lora_paths", None)
+    if not paths and not getattr(args, "lora_scales", None):
+        return
+    if spec.embedded and getattr(args, "bake_lora", True) is False:
+        raise Refusal(f"--no-bake-lora: {spec.name} takes its LoRAs baked into its weights (mflux's default)")
+    args.lora_scales = list(check(args.model, args.base_model, paths, args.lora_scales).scales)
 
 
 def check_seeds(seeds: list[int]) -> None:
@@ -211,6 +241,7 @@ def check_generation(spec: variants.VariantSpec, args: argparse.Namespace) -> No
                 f"--{flag.replace('_', '-')}: only --{needs.replace('_', '-')} reads it; drop it or pass "
                 f"--{needs.replace('_', '-')}"
             )
+    check_loras(spec, args)
     if spec.embedded:
         given = [flag for attr, flag in _NO_EMBEDDED.items() if getattr(args, attr, None)]
         if given:
@@ -361,7 +392,8 @@ def load(spec: variants.VariantSpec, args: argparse.Namespace):
     from teacache.loading import load_model
 
     if spec.embedded:
-        return load_model(spec.name, quantize=args.quantize, seed=0), None
+        loras = {"lora_paths": args.lora_paths, "lora_scales": args.lora_scales} if args.lora_paths else {}
+        return load_model(spec.name, quantize=args.quantize, seed=0, **loras), None
     try:
         model = families.load_released(spec.family, args)
     except (OSError, ValueError, RuntimeError) as exc:  # the Hub (network, cache, disk) and mflux's weight loader

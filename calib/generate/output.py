@@ -158,6 +158,8 @@ def as_generated_image(image, model, args: argparse.Namespace):
         height=image.image.height,
         width=image.image.width,
         negative_prompt=image.negative_prompt or None,
+        lora_paths=getattr(model, "lora_paths", None) or None,
+        lora_scales=getattr(model, "lora_scales", None) or None,
     )
 
 

@@ -17,7 +17,9 @@ from calib.run.prompts import SETS, default_set, load_prompts, parse_size
 from teacache import load_model as _load
 from teacache import variants
 from teacache.errors import InputError, TeaCacheError
+from teacache.loading import check_loras as check_model_loras
 from teacache.loading import model_defaults, resolve_spec
+from teacache.lora import LoraError, Loras
 from teacache.outputs import Writes, check_out_dir, check_out_file  # noqa: F401  (the output rule, re-exported)
 
 EXIT_BAD_INPUT = TeaCacheError.exit_status  # argparse's own errors exit 2 too
@@ -64,6 +66,57 @@ def add_model_arguments(parser: argparse.ArgumentParser, prompts: bool = True) -
             help=f"a built-in set ({', '.join(SETS)}) or a .txt/.json/.csv file (default: the model's own set, "
             "from its variant spec)",
         )
+
+
+def add_lora_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """--lora-paths and --lora-scales, spelled as mflux's commands spell them."""
+    parser.add_argument(
+        "--lora-paths",
+        nargs="+",
+        default=None,
+        metavar="PATH",
+        help="LoRA .safetensors files (mflux's format), loaded by mflux's LoRA code; their SHA-256 and scales are "
+        "recorded with the results",
+    )
+    parser.add_argument(
+        "--lora-scales",
+        nargs="+",
+        default=None,
+        metavar="SCALE",
+        help="one scale per --lora-paths file, space- or comma-separated (default: 1.0 each)",
+    )
+
+
+LORA_ARGS = {"lora_paths:": "--lora-paths:", "lora_scales:": "--lora-scales:"}  # the API's names -> the options'
+
+
+def check_loras(model: str, base_model: str | None, paths: list[str] | None, scales: list[str] | None) -> Loras:
+    """--lora-paths and --lora-scales read and checked against the model's layers, before anything is written."""
+    try:
+        return check_model_loras(model, base_model, paths, _numbers(scales))
+    except LoraError as exc:
+        raise LoraError(_named(str(exc), LORA_ARGS)) from None
+
+
+def _numbers(scales: list[str] | None) -> list[float] | None:
+    """--lora-scales' words as numbers (each word may hold several, comma-separated)."""
+    if scales is None:
+        return None
+    values = []
+    for word in (part.strip() for text in scales for part in str(text).split(",")):
+        try:
+            values.append(float(word))
+        except ValueError:
+            raise LoraError(f"--lora-scales: expected finite numbers, got {shown(word)}") from None
+    return values
+
+
+def _named(message: str, names: dict[str, str]) -> str:
+    """A message of the API (``lora_paths: ...``) as the command's option names it (``--lora-paths: ...``)."""
+    for field, arg in names.items():
+        if message.startswith(field):
+            return arg + message[len(field) :]
+    return message
 
 
 def path_argument(text: str) -> Path:
@@ -146,10 +199,12 @@ def check_prompts(prompts: dict[str, str], model: str, base_model: str | None = 
             raise InputError(f"--prompts: {prompt_id}: {str(exc).removeprefix('prompt: ')}") from None
 
 
-def load_model(name: str, base_model: str | None, quantize: int | None):
+def load_model(name: str, base_model: str | None, quantize: int | None, loras: Loras | None = None):
     """teacache.load_model, with a failure to get the weights (network, disk, format) said in one line."""
     try:
-        return _load(name, base_model=base_model, quantize=quantize)
+        return _load(name, base_model=base_model, quantize=quantize, **(loras or Loras()).kwargs())
+    except LoraError as exc:
+        raise LoraError(_named(str(exc), LORA_ARGS)) from None
     except TeaCacheError:
         raise
     except Exception as exc:  # noqa: BLE001 - mflux and the Hub raise many types (network, disk, format)

@@ -21,6 +21,7 @@ from teacache import variants
 from teacache.errors import TeaCacheError
 from teacache.io import FORMAT_VERSION, file_sha256, portable, project_root
 from teacache.loading import RANDOM_PREFIX, resolve_spec
+from teacache.lora import Loras
 from teacache.provenance import DISTRIBUTION, hardware_slug, installed_version
 from teacache.revisions import local_revision
 
@@ -81,8 +82,17 @@ def embedded_weight_files(name: str) -> list[Path]:
     return sorted(weights.glob(f"{name}.safetensors")) + sorted((weights / name).glob("*.safetensors"))
 
 
-def weights_identity(model: str, base_model: str | None = None, blocks: int | None = None) -> dict:
-    """Which weights a model name stands for, without loading them (``blocks``: of a random-<variant> build)."""
+def weights_identity(
+    model: str, base_model: str | None = None, blocks: int | None = None, loras: Loras | None = None
+) -> dict:
+    """Which weights a model name stands for, without loading them (``blocks``: of a random-<variant> build),
+    with the LoRAs applied to them (each file's SHA-256 and scale; the key is there only with LoRAs, so a folder
+    recorded without any keeps its fingerprint)."""
+    identity = _base_weights(model, base_model, blocks)
+    return {**identity, "loras": loras.identity()} if loras else identity
+
+
+def _base_weights(model: str, base_model: str | None, blocks: int | None) -> dict:
     if model.startswith(RANDOM_PREFIX) and base_model is None:
         return {"random": model, "seed": 0, "blocks": blocks}
     path = Path(model).expanduser()
@@ -97,11 +107,19 @@ def weights_identity(model: str, base_model: str | None = None, blocks: int | No
     return {"repo": repo, "revision": local_revision(repo)}
 
 
-def weights_text(model: str, base_model: str | None = None) -> str:
+def weights_text(model: str, base_model: str | None = None, loras: Loras | None = None) -> str:
     """The weights' identity in one line, as a drift save records and compares it (:mod:`calib.drift.model_runs`):
     a local folder's safetensors by name, size and both ends; an embedded model's committed weights files; else
-    the name (a Hub name is pinned by mflux's own resolution). Committed saves hold this form, so it stays beside
-    :func:`weights_identity`, which committed fingerprints hold."""
+    the name (a Hub name is pinned by mflux's own resolution); then the LoRAs' SHA-256 and scales, if any.
+    Committed saves hold this form, so it stays beside :func:`weights_identity`, which committed fingerprints
+    hold."""
+    text = _base_weights_text(model, base_model)
+    if not loras:
+        return text
+    return text + " + LoRA " + ", ".join(f"sha256:{i['sha256']} scale {i['scale']!r}" for i in loras.identity())
+
+
+def _base_weights_text(model: str, base_model: str | None) -> str:
     path = Path(model).expanduser()
     if base_model is not None and path.is_dir():
         digest = hashlib.sha256()
@@ -123,9 +141,11 @@ def weights_text(model: str, base_model: str | None = None) -> str:
     return f"embedded {spec.name} (random weights from {spec.builder}, seed 0)"
 
 
-def environment(model: str, base_model: str | None = None) -> dict:
-    """The settings every fingerprint holds besides the command's own: weights, versions, hardware."""
-    return {"weights": weights_identity(model, base_model), "versions": versions(), "hardware": hardware_slug()}
+def environment(model: str, base_model: str | None = None, loras: Loras | None = None) -> dict:
+    """The settings every fingerprint holds besides the command's own: weights (LoRAs included), versions,
+    hardware."""
+    weights = weights_identity(model, base_model, loras=loras)
+    return {"weights": weights, "versions": versions(), "hardware": hardware_slug()}
 
 
 # ---------------------------------------------------------------------------------------- comparison

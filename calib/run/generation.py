@@ -127,7 +127,7 @@ def settings_fingerprint(settings, variant: str | None = None, **extra) -> dict:
         "prompts": settings.prompts,
         "seeds": settings.seeds,
         **extra,
-        **fingerprint.environment(settings.model, settings.base_model),
+        **fingerprint.environment(settings.model, settings.base_model, settings.loras),
     }
     if variant is not None:
         fp["variant"] = variant

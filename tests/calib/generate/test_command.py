@@ -153,7 +153,7 @@ REFUSED = {
     "a report without an ssim": (["--teacache-report", "r"], r"--teacache-report: only --teacache-ssim reads it"),
     "another size": (["--width", "64"], r"--width/--height: tiny-shapes makes 32x32"),
     "a prompt it cannot draw": (["--prompt", "a cat"], r"--prompt: "),
-    "a LoRA": (["--lora", "x.safetensors"], r"--model tiny-shapes: an embedded model has no LoRA"),
+    "an empty LoRA file": (["--lora", "x.safetensors"], r"--lora: x\.safetensors is not a readable safetensors file"),
 }
 
 
@@ -163,7 +163,7 @@ def test_bad_input_is_one_line_exit_2_before_a_model_loads_and_writes_nothing(
 ):
     flags, pattern = REFUSED[case]
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "x.safetensors").write_bytes(b"")  # mflux itself refuses a LoRA file that is not there
+    (tmp_path / "x.safetensors").write_bytes(b"")  # there, but no safetensors file
     argv = ["--model", "tiny-shapes", "--output", str(tmp_path / "out" / "x.png")]
     if "--prompt" not in flags:
         argv += ["--prompt", PROMPT]
