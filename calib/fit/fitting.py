@@ -152,6 +152,7 @@ def _fit_document(options: FitOptions, command: Sequence[str] | None, traces: Tr
             "provenance": traces.provenance,
             "variants": traces.variants,
             "num_steps": traces.num_steps,
+            **({"loras": traces.loras} if traces.loras else {}),  # the LoRAs the traces were recorded with
         },
         provenance=collect(None if command is None else ["teacache-calib", "fit", *command]),
     )

@@ -14,6 +14,7 @@ from calib.fit import safety
 from calib.fit.decision_folds import report_lines
 from calib.fit.plots import SHOWN_BEST
 from calib.fit.result import thaw
+from calib.traces.runs import loras_note
 
 
 def print_summary(fit: Mapping, path: Path) -> None:
@@ -63,6 +64,9 @@ def print_summary(fit: Mapping, path: Path) -> None:
         highlight=False,
     )
     console.print(_safety_line(fit), highlight=False)
+    loras = loras_note((fit.get("input") or {}).get("loras") or [], len((fit.get("input") or {}).get("files") or []))
+    if loras:
+        console.print(f"traces: {loras}", highlight=False)
     if "ceiling" in fit:
         console.print(ceiling_line(fit["ceiling"]), highlight=False)
     comp = fit.get("comparison")

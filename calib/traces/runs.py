@@ -55,6 +55,17 @@ class Traces:
         return None
 
     @property
+    def loras(self) -> list[dict]:
+        """Per input whose provenance names LoRAs (``teacache-calib record --lora-paths``): its name and those
+        LoRAs (path, SHA-256, scale). Empty when the traces were recorded without any, or say nothing of them."""
+        found = []
+        for info in self.files:
+            loras = (info.get("provenance") or {}).get("loras")
+            if loras:
+                found.append({"file": info.get("name"), "loras": loras})
+        return found
+
+    @property
     def num_steps(self) -> dict:
         """Where num_steps came from and the values it took, for provenance files."""
         values = sorted(int(n) for n in self.frame["num_steps"].unique())
@@ -98,6 +109,18 @@ def _seed(value) -> int | None:
     except (TypeError, ValueError):
         return None
     return int(number) if np.isfinite(number) and number == round(number) else None
+
+
+def loras_note(found: list[dict], n_files: int | None = None) -> str | None:
+    """The LoRAs traces were recorded with (:attr:`Traces.loras`), in one clause; None when none were."""
+    from teacache.lora import describe
+
+    if not found:
+        return None
+    said = {describe(entry["loras"]) for entry in found}
+    if len(said) == 1 and (n_files is None or len(found) == n_files):
+        return f"recorded with LoRA {said.pop()}"
+    return "recorded with LoRAs per table: " + "; ".join(f"{e['file']}: {describe(e['loras'])}" for e in found)
 
 
 def run_key_columns(frame: pd.DataFrame) -> list[str]:

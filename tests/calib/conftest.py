@@ -43,11 +43,11 @@ def traces(shift_per_step: float = 0.0, n_prompts: int = 5, n_steps: int = 10) -
     return pd.DataFrame(rows)
 
 
-def make_fit(root: Path, frame: pd.DataFrame, *extra: str) -> Path:
+def make_fit(root: Path, frame: pd.DataFrame, *extra: str, provenance: dict | None = None) -> Path:
     rec = root / "rec"
     rec.mkdir(parents=True, exist_ok=True)
     frame.to_parquet(rec / "traces.parquet", index=False)
-    (rec / "provenance.json").write_text(json.dumps(TRACE_PROVENANCE))
+    (rec / "provenance.json").write_text(json.dumps(TRACE_PROVENANCE if provenance is None else provenance))
     out = root / "fit"
     assert fitmod.main([str(rec / "traces.parquet"), "--out", str(out), "--no-plots", *extra]) == 0
     return out / "fit.json"

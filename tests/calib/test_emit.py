@@ -95,6 +95,20 @@ def test_provenance_comments_sit_next_to_each_constant(tmp_path, capsys, fit_pat
     compile(path.read_text(), str(path), "exec")
 
 
+def test_a_fit_and_its_module_name_the_lora_the_traces_were_recorded_with(tmp_path, capsys, fit_path):
+    lora = {"path": "/loras/style.safetensors", "sha256": "0123456789abcdef" * 4, "scale": 0.5}
+    with_lora = make_fit(tmp_path, traces(), "--form", "poly", "--mode", "free",
+                         provenance={**TRACE_PROVENANCE, "loras": [lora]})  # fmt: skip
+    said = "recorded with LoRA style.safetensors (sha256 0123456789ab, scale 0.5)"
+    assert f"traces: {said}" in capsys.readouterr().out  # the fit's summary
+    fit = json.loads(with_lora.read_text())
+    assert fit["input"]["loras"] == [{"file": "traces.parquet", "loras": [lora]}]
+    notes = " ".join(line.lstrip("# ") for line in emitmod.emit_module(fit, "tiny-flux1").splitlines())
+    assert f"LoRA: the traces were {said}" in notes
+    without = emitmod.emit_module(json.loads(fit_path.read_text()), "tiny-flux1")
+    assert "LoRA" not in without and "loras" not in json.loads(fit_path.read_text())["input"]
+
+
 def test_time_aware_fit_emits_an_equal_rescale(tmp_path, capsys):
     fit_path = make_fit(tmp_path, traces(shift_per_step=0.2), "--form", "poly+step")
     fit = json.loads(fit_path.read_text())
