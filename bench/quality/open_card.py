@@ -140,8 +140,7 @@ realistic step dynamics, not how much TeaCache speeds up a real model.
 | parameters | {params:,} (float32, {bytes:,} bytes) |
 | training | `{command}`; {steps} steps x batch {batch}, seed {seed}, AdamW lr {lr}, \
 logit-normal sigma (loc {sigma_loc}, scale {sigma_scale}), {dropout:.0%} empty captions |
-{init}| final loss | {loss:.4f} (mean of the last {window} steps; the floor is high \
-by design: what the caption leaves open cannot be predicted) |
+{init}| final loss | {loss:.4f} (mean of the last {window} steps; {loss_meaning}) |
 | trained on | {device}; {versions}; {date} |
 
 Training is resumable: the same command continues from `DIR/checkpoint/` after a time limit or Ctrl-C, and a resumed
@@ -257,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
         name=args.model, named_pct=round(100 * open_data.NAMED_POSITION_SHARE),
         names="colour and shape" if captions.names_shape else "its colour; its shape is drawn at random",
         history=_history(tr),
+        loss_meaning=("the squared distance from the teacher's guided velocity" if tr.get("distill_guidance")
+                      else "the floor is high by design: what the caption leaves open cannot be predicted"),
         distilled=(", then taught to follow its guidance input as FLUX.1-dev does (guidance distillation: one pass at "
                    "guidance g follows the caption as classifier-free guidance at scale g would)"
                    if tr.get("distill_guidance") else ""),

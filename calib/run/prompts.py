@@ -113,6 +113,29 @@ TINY_OPEN = {
 TINY_OPEN_FAST = {k: TINY_OPEN[k] for k in ("open-00", "open-01", "open-03")}
 TINY_OPEN_SWEEP = {k: TINY_OPEN[k] for k in sorted(TINY_OPEN)[:8]}
 
+# tiny-open-flux1's captions call every object "shape" (open_data.ANY_SHAPE); 16 distinct ones drawn from its train
+# split the same way (open_data.sample_specs(numpy.random.default_rng(2026), 1, captions=ANY_SHAPE) in turn).
+TINY_OPEN_ANY = {
+    "open-any-00": "a yellow shape at the bottom",
+    "open-any-01": "a green shape at the center",
+    "open-any-02": "a purple shape at the center",
+    "open-any-03": "a red shape",
+    "open-any-04": "a blue shape",
+    "open-any-05": "a purple shape",
+    "open-any-06": "a orange shape at the left",
+    "open-any-07": "a green shape at the bottom",
+    "open-any-08": "a green shape at the left",
+    "open-any-09": "a blue shape at the right",
+    "open-any-10": "a yellow shape at the top",
+    "open-any-11": "a green shape at the top",
+    "open-any-12": "a orange shape at the right",
+    "open-any-13": "a yellow shape",
+    "open-any-14": "a orange shape at the bottom",
+    "open-any-15": "a purple shape at the left",
+}
+TINY_OPEN_ANY_FAST = {k: TINY_OPEN_ANY[k] for k in ("open-any-00", "open-any-01", "open-any-03")}
+TINY_OPEN_ANY_SWEEP = {k: TINY_OPEN_ANY[k] for k in sorted(TINY_OPEN_ANY)[:8]}
+
 SETS = {
     "default": DEFAULT,
     "fast": FAST,
@@ -125,6 +148,9 @@ SETS = {
     "tiny-open": TINY_OPEN,
     "tiny-open-fast": TINY_OPEN_FAST,
     "tiny-open-sweep": TINY_OPEN_SWEEP,
+    "tiny-open-any": TINY_OPEN_ANY,
+    "tiny-open-any-fast": TINY_OPEN_ANY_FAST,
+    "tiny-open-any-sweep": TINY_OPEN_ANY_SWEEP,
 }
 
 

@@ -142,6 +142,11 @@ def parse_prompt(text: str, model: str = NAME, captions: Captions = NAMED_SHAPE)
     return OpenSpec(colors[0], shape, positions[0] if positions else None)
 
 
+def parse_any_shape_prompt(text: str) -> OpenSpec:
+    """``parse_prompt`` for a model trained on ``ANY_SHAPE`` captions: "a red shape at the left"."""
+    return parse_prompt(text, ANY_SHAPE.name, ANY_SHAPE)
+
+
 def captions_of(text: str) -> Captions:
     """The captions a prompt is written in: ``ANY_SHAPE`` when it calls its object "shape"."""
     return ANY_SHAPE if OPEN_SHAPE_WORD in text.lower().split() else NAMED_SHAPE

@@ -110,16 +110,18 @@ SPECS = (
             "the first step pair changes the output far more than the rest (median y 0.31 on step 1 against "
             "0.04-0.10 on steps 2-27, results/<hardware>/dynamics), so steps 0 and 1 are always computed"
         ),
-        generation=Generation(steps=28, width=256, height=256, guidance=3.5),
+        generation=Generation(steps=28, width=256, height=256, guidance=5.0),
         coefficients="tiny_open_flux1",
-        prompt_set="tiny-open",
+        prompt_set="tiny-open-any",
         # open captions: outputs change per step as a real model's do, so thresholds on a real model's scale
-        campaign_sizes=CampaignSizes("tiny-open", "0,1", "tiny-open-sweep", "0", "0,0.05,0.1,0.2,0.3,0.5,0.8", 2),
+        campaign_sizes=CampaignSizes(
+            "tiny-open-any", "0,1", "tiny-open-any-sweep", "0", "0,0.05,0.1,0.2,0.3,0.5,0.8", 2
+        ),
         builder="teacache.models.open_models:load_tiny_open_flux1",
         trained=True,
         only_its_size=True,
         image_side=64,
-        prompt_check="teacache.models.open_data:parse_prompt",
+        prompt_check="teacache.models.open_data:parse_any_shape_prompt",
         drift_subject=True,
     ),
 )

@@ -138,14 +138,14 @@ def test_ctrl_c_saves_a_checkpoint_says_so_and_exits_130(tmp_path, monkeypatch, 
 @pytest.fixture(scope="module", params=["flux2", "flux1"])
 def open_pipeline(request):
     loader = open_models.load_tiny_open_flux2 if request.param == "flux2" else open_models.load_tiny_open_flux1
-    kwargs = {"height": 256, "width": 256, "guidance": 3.5} if request.param == "flux1" else {}
-    return loader(), kwargs
+    kwargs = {"height": 256, "width": 256, "guidance": 5.0} if request.param == "flux1" else {}
+    prompt = "a blue shape at the top" if request.param == "flux1" else "a blue triangle at the top"
+    return loader(), kwargs, prompt
 
 
 def test_the_committed_models_load_checked_and_threshold_zero_is_a_no_op(open_pipeline, monkeypatch):
     monkeypatch.setenv("TQDM_DISABLE", "1")
-    pipe, kwargs = open_pipeline
-    prompt = "a blue triangle at the top"
+    pipe, kwargs, prompt = open_pipeline
     before = pipe.generate_image(seed=0, prompt=prompt, num_inference_steps=8, **kwargs)
     with apply_teacache(pipe, rel_l1_thresh=0, coefficients=(1.0, 0.0)) as handle:
         wrapped = pipe.generate_image(seed=0, prompt=prompt, num_inference_steps=8, **kwargs)
@@ -231,7 +231,8 @@ def test_the_distillation_target_is_the_teachers_guided_velocity():
     teacher = open_models.build("flux1", seed=1)
     target = train_open.guided_target(teacher, "flux1", batch=2)
     xt = mx.random.normal((2, 256, 64), key=mx.random.key(0))
-    tokens = mx.array(np.stack([open_data.tokenize("a red circle")] * 2))
+    captions = open_models.FAMILIES["flux1"].captions
+    tokens = mx.array(np.stack([open_data.tokenize("a red shape", "tiny-open-flux1", captions)] * 2))
     sigma = mx.array([0.9, 0.3])
     velocity = open_models.batched_velocity(teacher, "flux1", 2)
     caption = velocity(teacher, xt, tokens, sigma, mx.ones((2,)))
@@ -274,7 +275,7 @@ def test_a_four_head_flux1_trains_and_loads_from_its_manifest(tmp_path, monkeypa
 
 
 def test_weights_of_another_vocabulary_start_a_run_word_for_word_and_the_chain_is_recorded(tmp_path, monkeypatch):
-    """tiny-open-flux1 moves from named shapes to any shape (--captions any-shape): the earlier weights keep each
+    """tiny-open-flux1 moved from named shapes to any shape (--captions any-shape): the earlier weights keep each
     word's rows, the open shape's word starts as the mean of the three shapes', a distillation's teacher starts the
     same way, and the manifest traces every stage back to fresh weights."""
     import mlx.core as mx
@@ -284,7 +285,7 @@ def test_weights_of_another_vocabulary_start_a_run_word_for_word_and_the_chain_i
 
     monkeypatch.setenv("TQDM_DISABLE", "1")
     argv = ["--family", "flux1", "--steps", "2", "--batch", "2", "--warmup", "1", "--no-compile"]
-    assert train_open.main([*argv, "--out", str(tmp_path / "named")]) == 0
+    assert train_open.main([*argv, "--captions", "named-shape", "--out", str(tmp_path / "named")]) == 0
     start = tmp_path / "named" / "tiny-open-flux1.safetensors"
     old, new = open_data.NAMED_SHAPE.vocab, open_data.ANY_SHAPE.vocab
     before = {k: v for k, v in mx.load(str(start)).items() if k.startswith("text_encoder.")}
@@ -305,8 +306,9 @@ def test_weights_of_another_vocabulary_start_a_run_word_for_word_and_the_chain_i
     record = manifest["training"]
     assert record["distill_guidance"] and not record["started_from"]["distill_guidance"]
     assert record["started_from"]["steps"] == 2 and record["started_from"]["started_from"] is None
-    with pytest.raises(WeightsError, match="open-scenes-any-shape v1 with another vocabulary"):
-        open_models.load_tiny_open_flux1(tmp_path / "student" / start.name)  # the model's own captions name shapes
+    open_models.load_tiny_open_flux1(tmp_path / "student" / start.name)  # the model's own captions leave it open
+    with pytest.raises(WeightsError, match="another vocabulary"):
+        open_models.load_tiny_open_flux1(start)  # captions that name the shape
 
 
 def test_the_card_tells_every_stage_of_the_weights_and_a_start_it_cannot_trace():
