@@ -29,13 +29,16 @@ def installed_version(dist: str) -> str | None:
 
 
 CHANGED_SHOWN = 20  # the uncommitted paths a provenance block names (n_changed counts them all)
+# Measured data, not code: a run writes here (a campaign's sweep finds its own record and fit uncommitted), and a
+# run that reads data names it by its own fingerprint, so changes under these folders leave the code clean.
+DATA_FOLDERS = ("results/",)
 NO_CHECKOUT = {"commit": None, "dirty": None, "changed": None}
 
 
 def git_commit() -> dict:
-    """Commit of this project and what was uncommitted in its work tree (tracked files only), so a reader sees
-    whether the change could matter; nulls where the sources are not the root of a checkout (copied into a
-    folder of another one, or installed)."""
+    """Commit of this project and what was uncommitted in its work tree (tracked files outside ``DATA_FOLDERS``),
+    so a reader sees whether the change could matter; nulls where the sources are not the root of a checkout
+    (copied into a folder of another one, or installed)."""
 
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=_PROJECT_ROOT, capture_output=True, text=True, check=True).stdout
@@ -47,7 +50,7 @@ def git_commit() -> dict:
         status = git("status", "--porcelain", "--untracked-files=no").splitlines()
     except (OSError, subprocess.CalledProcessError):
         return dict(NO_CHECKOUT)
-    changed = [line[3:] for line in status if line.strip()]
+    changed = [path for path in (line[3:] for line in status if line.strip()) if not path.startswith(DATA_FOLDERS)]
     return {"commit": head, "dirty": bool(changed), "changed": changed[:CHANGED_SHOWN], "n_changed": len(changed)}
 
 

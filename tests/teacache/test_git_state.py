@@ -41,6 +41,18 @@ def test_a_dirty_checkout_says_what_is_uncommitted(checkout):
     assert provenance.describe_git(git) == f"{git['commit']} (uncommitted changes to 1 tracked file: a.py)"
 
 
+def test_measured_data_a_run_writes_leaves_the_code_clean(checkout):
+    """A campaign's sweep finds its own record and fit uncommitted: data, not a change to the code."""
+    (checkout / "results" / "cpu").mkdir(parents=True)
+    (checkout / "results" / "cpu" / "fit.json").write_text("{}")
+    _git(checkout, "add", "results")
+    _git(checkout, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "data")
+    (checkout / "results" / "cpu" / "fit.json").write_text('{"refit": 1}')
+    assert provenance.git_commit()["dirty"] is False
+    (checkout / "a.py").write_text("x = 2\n")
+    assert provenance.git_commit()["changed"] == ["a.py"]
+
+
 def test_sources_inside_another_checkout_record_no_commit(checkout, monkeypatch):
     (checkout / "sub").mkdir()
     monkeypatch.setattr(provenance, "_PROJECT_ROOT", checkout / "sub")
