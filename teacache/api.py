@@ -79,9 +79,12 @@ def apply_teacache(
         warn_if_past_numeric_change(spec.name)
     if recipe is not None and getattr(model, "lora_paths", None) and not calibrate:  # a recording reads no rescale
         recipe = {**recipe, "lora": "none"}
+        scales = " ".join(f"{s:g}" for s in getattr(model, "lora_scales", None) or ())
         warn(
             f"the packaged {spec.name} coefficients were fitted without LoRA and this pipeline has "
-            f"{len(model.lora_paths)}: LoRAs shift the signal; measure with teacache-bench sweep or refit",
+            f"{len(model.lora_paths)}: LoRAs shift the signal; measure whether they still serve it with "
+            f"`teacache-calib drift --model {spec.name} --save DIR`, then `--against DIR --lora-paths "
+            f"{' '.join(map(str, model.lora_paths))} --lora-scales {scales}` (docs/refit-and-drift.md), or refit",
             RecipeMismatchWarning,
         )
     controller = StepController(gate_config, calibrate=calibrate, recipe=recipe, variant=spec.name, forecast=forecast)

@@ -11,10 +11,12 @@ a file fits here exactly when mflux would apply it. Nothing here imports mflux a
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import os
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -103,13 +105,14 @@ class Loras:
         from mflux.models.common.lora.mapping.lora_loader import LoRALoader  # heavy (mflux): when applied
 
         self.check_fit(model.transformer, family, model_name, arg)
-        try:
-            model.lora_paths, model.lora_scales = LoRALoader.load_and_apply_lora(
-                lora_mapping=mapping_of(family).get_mapping(),
-                transformer=model.transformer,
-                lora_paths=self.kwargs()["lora_paths"],
-                lora_scales=list(self.scales),
-            )
+        try:  # mflux's loader prints its progress: to stderr, beside ours, so stdout keeps a command's results
+            with contextlib.redirect_stdout(sys.stderr):
+                model.lora_paths, model.lora_scales = LoRALoader.load_and_apply_lora(
+                    lora_mapping=mapping_of(family).get_mapping(),
+                    transformer=model.transformer,
+                    lora_paths=self.kwargs()["lora_paths"],
+                    lora_scales=list(self.scales),
+                )
         except (ValueError, FileNotFoundError, RuntimeError) as exc:  # what mflux's loader raises for a bad file
             raise LoraError(f"{arg}: mflux could not apply it to {model_name} ({one_line(exc)})") from None
 

@@ -7,11 +7,13 @@ wrote: ``--against``), "moved" meaning above the measured noise floor. Where hoo
 no-op oracles.
 Effect (:mod:`calib.drift.effect`). A few runs of each family's effect model (its drift subject, else the
 trained embedded model where the family has one), or of the user's own ``--model``, recorded and compared
-with the same runs recorded before:
-what a calibrated gate decides on them and how well it fits them, against a tolerance measured on the before
-traces. ``--save DIR`` before an upgrade records them (with their gate and tolerance); ``--against DIR`` after
-it repeats exactly those runs. One verdict line per variant, ``verdict.json`` in ``--out``; exit 0 when nothing
-needs doing, 1 when a variant needs a refit or its integration broke, 2 for bad input.
+with the same runs recorded before: what a calibrated gate decides on them and how well it fits them, against a
+tolerance measured on the before traces. ``--save DIR`` before an upgrade records them (with their gate and
+tolerance); ``--against DIR`` after it repeats exactly those runs, or asks a recipe question: the same runs at
+other steps, size, guidance, quantization or with a LoRA (several LoRA scales: one question each,
+:mod:`calib.drift.questions`), with the quality at the default threshold beside it (:mod:`calib.drift.quality`).
+One verdict line per variant, ``verdict.json`` in ``--out``; exit 0 when nothing needs doing, 1 when a variant
+needs a refit or its integration broke, 2 for bad input.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from calib.drift import against, code, effect_plan, integrity, model_runs, noise, numbers, verdict
+from calib.drift import against, code, effect_plan, integrity, model_runs, noise, numbers, quality, questions, verdict
 from calib.run import arguments
 from calib.run import command as ending
 from calib.run.folder import RunFolder
@@ -73,8 +75,10 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     mine = parser.add_argument_group(
         "your own model (with --save DIR before an upgrade, --against DIR after it)",
         "the runs are recorded at the model's own recipe unless given; --against repeats the saved prompts and "
-        "seeds, at the saved recipe unless --steps, --size, --guidance or --quantize ask another one (then the "
-        "verdict says whether the saved calibration serves that recipe)",
+        "seeds, at the saved recipe unless --steps, --size, --guidance, --quantize or a LoRA (--lora-paths) ask "
+        "another one (then the verdict says whether the saved calibration serves that recipe, and what TeaCache "
+        "costs in SSIM at the default threshold at both); with one LoRA file, a list of --lora-scales asks one "
+        "question per scale, each answered in --out/lora-scale-S/",
     )
     mine.add_argument("--model", help="a variant or mflux name, or a local folder of mflux-format weights")
     mine.add_argument("--base-model", help="the architecture of a local model folder (e.g. dev)")
@@ -93,8 +97,10 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 
 # what drift writes in --out and in --save (teacache.outputs: a folder new, empty or drift's own)
 WRITES = arguments.Writes(
-    PROG, names=("verdict.json", "numbers.json", "noise_floor.json", "effect", "progress.log", integrity.NAME)
-)
+    PROG,
+    names=("verdict.json", "numbers.json", "noise_floor.json", "effect", "progress.log", integrity.NAME,
+           quality.SAVED_ARM, questions.FOLDERS),
+)  # fmt: skip
 SAVED_NUMBERS = ("numbers.json", "noise_floor.json")  # a --save folder's own files, sealed by its integrity.json
 
 
@@ -114,6 +120,7 @@ class Plan:
     command: tuple[str, ...] = (PROG,)
     effect: tuple[tuple[model_runs.ModelRuns, Path | None], ...] = ()  # (runs, the saved folder to judge them by)
     own_model: bool = False
+    shared_out: Path | None = None  # one question of several (a list of LoRA scales): the call's --out
 
 
 def _read_folder(folder: Path, arg: str) -> tuple[dict, dict]:
@@ -181,6 +188,8 @@ def plan(args: argparse.Namespace, command: list[str] | None = None) -> Plan:
         raise InputError(f"--out: {out_dir} is the --against folder; the repeated runs need a folder of their own, "
                          "or drift would compare the save with itself")  # fmt: skip
     out = arguments.check_out_dir(out_dir, writes=WRITES)
+    if args.model is not None and args.against is not None:
+        effect_plan.check_answers(out, effect)
     return Plan(version=version, out=out, baseline=baseline, table=table, dtypes=dtypes, fullsize=args.fullsize,
                 code_only=args.code_only, oracles=args.oracles, against=args.against, save=args.save,
                 floor_processes=args.floor_processes, command=tuple(command or PROG.split()), effect=effect,
@@ -293,12 +302,18 @@ def _effect_of(plan_: Plan, runs: model_runs.ModelRuns, saved: Path | None, root
         return FOLDER.stopped(done, len(runs.runs), folder / "runs", f"runs of {runs.name}")
 
     with FOLDER.interruptible(stopped):
-        model_runs.record(runs, folder, log, rerun=plan_.save is not None)
+        model_runs.record(
+            runs, folder, log, rerun=plan_.save is not None, arg="--out" if plan_.save is None else "--save"
+        )
     if plan_.save is not None:
         model_runs.conclude(folder, runs, log, list(plan_.command))
     if saved is None:
         return None
     effect = model_runs.compare(saved, runs, folder) | {"own_model": plan_.own_model}
+    if effect.get("recipe"):  # the saved runs at another recipe: what the gate costs at each, in images
+        with FOLDER.interruptible(lambda: f"interrupted: the quality runs measured are saved under {root}; run the "
+                                  "same command again to resume"):  # fmt: skip
+            effect["quality"] = quality.of_question(saved, runs, folder, plan_.shared_out or plan_.out, log)
     log(f"{runs.name}: {effect['verdict']}")
     return effect
 
@@ -331,6 +346,14 @@ def _run_drift(plan_: Plan) -> dict:
     code_report = code.installed_report(plan_.table)
     for line in code_report["lines"]:
         print(f"code: {line}")
+    if plan_.own_model and len(plan_.effect) > 1:  # a list of LoRA scales: each answered in a folder of its own
+        provenance = collect(list(plan_.command), hardware=hardware_slug())
+        return questions.answer_each(plan_, lambda one: _judge(one, code_report), provenance)
+    return _judge(plan_, code_report)
+
+
+def _judge(plan_: Plan, code_report: dict) -> dict:
+    """Numbers, effect, oracles and verdicts of one question, written to ``plan_.out``."""
     slug = hardware_slug()
     current = comparison = reference_label = None
     by_release = {}

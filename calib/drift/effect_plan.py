@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from pathlib import Path
 
 from calib.drift import model_runs, numbers
@@ -13,6 +14,7 @@ from teacache._compat import DRIFT_COMMAND as PROG
 from teacache._compat import NEWEST_MFLUX
 from teacache.errors import InputError
 from teacache.io import read_json_object
+from teacache.lora import LoraError
 
 GENERATION_OPTIONS = ("prompts", "seeds", "steps", "size", "guidance", "quantize", "lora_paths", "lora_scales")
 DATA = Path(__file__).with_name("data")
@@ -62,15 +64,26 @@ def family_effect(args: argparse.Namespace) -> tuple:
     return tuple(found)
 
 
-def check_resumable(save: Path, runs: model_runs.ModelRuns) -> None:
-    """A save folder may resume its own recording only."""
+def check_resumable(save: Path, runs: model_runs.ModelRuns, arg: str = "--save") -> None:
+    """A save folder (or the folder --against repeats runs into) may resume its own recording only."""
     path = model_runs.folder_of(save, runs) / "settings.json"
     if path.is_file():
         previous = model_runs.ModelRuns.from_dict(read_json_object(path))
         if (why := model_runs.mismatch(previous, runs)) is not None:
             raise InputError(
-                f"--save: {path.parent} holds another recording of {runs.name} ({why}); choose a new folder"
+                f"{arg}: {path.parent} holds another recording of {runs.name} ({why}); choose a new folder"
             )
+
+
+def check_answers(out: Path, effect: tuple) -> None:
+    """The folders --against answers its questions in (one per scale of a list of LoRA scales) resume their own
+    runs and quality measurements only: refused before anything runs."""
+    from calib.drift import quality, questions
+
+    for runs, saved in effect:
+        answer = questions.out_of(out, runs, len(effect))
+        check_resumable(answer, runs, "--out")
+        quality.check_resumable(out, model_runs.folder_of(answer, runs), runs, saved)
 
 
 def check_quantizable(model: str, base_model: str | None, quantize: int | None) -> None:
@@ -91,13 +104,36 @@ def check_quantizable(model: str, base_model: str | None, quantize: int | None) 
 
 
 def own_effect(args: argparse.Namespace) -> tuple:
-    """The user's model: planned for --save; for --against, the saved runs, checked against what was given."""
+    """The user's model: planned for --save; for --against, the saved runs, checked against what was given, at the
+    recipe asked (one question per scale of a list of LoRA scales)."""
+    scales = lora_scale_list(args)
     options = {o: getattr(args, o) for o in GENERATION_OPTIONS}
+    if scales is not None:  # the file is checked against the model once; each scale is a question of its own
+        options["lora_scales"] = [scales[0]]
     wanted = model_runs.plan_model(args.model, base_model=args.base_model, **options)
     check_quantizable(args.model, args.base_model, args.quantize)
     if args.save is not None:
         check_resumable(args.save, wanted)
         return ((wanted, None),)
+    folder, previous = _saved_runs(args, wanted)
+    fields = {"size": ("width", "height"), "lora_paths": ("lora",), "lora_scales": ("lora",)}
+    given = [f for o, v in options.items() if v is not None for f in fields.get(o, (o,))]
+    # what was not given is taken from the save; the runs themselves (weights, prompts, seeds) must agree with
+    # it; a recipe option given otherwise than saved asks the recipe question: the saved runs at that recipe
+    keep = ("weights", "model", "base_model", "variant", *(f for f in given if f not in model_runs.RECIPE))
+    check = model_runs.ModelRuns(**{**previous.__dict__, **{k: getattr(wanted, k) for k in keep}})
+    if (why := model_runs.mismatch(previous, check)) is not None:
+        raise InputError(f"--against: {folder} holds other runs of {wanted.name}: {why}; repeat them as saved")
+    recipe = {f: getattr(wanted, f) for f in given if f in model_runs.RECIPE and f != "lora"}
+    with_loras = wanted if "lora" in given else _saved_loras_here(previous, folder)
+    asked = dataclasses.replace(previous, **recipe, **{f: getattr(with_loras, f) for f in model_runs.LORA_FIELDS})
+    if scales is None:
+        return ((asked, folder),)
+    return tuple((dataclasses.replace(asked, lora_scales=(scale,)), folder) for scale in scales)
+
+
+def _saved_runs(args: argparse.Namespace, wanted: model_runs.ModelRuns) -> tuple[Path, model_runs.ModelRuns]:
+    """The finished save of the user's model in --against's folder, else one line saying why there is none."""
     if not args.against.is_dir():
         raise InputError(f"--against: {args.against} is not a folder; expected one that {PROG} --model --save wrote")
     saved = model_runs.read_saved(args.against, "--against")
@@ -110,17 +146,47 @@ def own_effect(args: argparse.Namespace) -> tuple:
             )
         held = ", ".join(r.name for _f, r in saved) or "nothing"
         raise InputError(f"--against: {args.against} holds no save of {wanted.name} (it holds {held})")
-    folder, previous = match[0]
-    fields = {"size": ("width", "height")}
-    given = [f for o, v in options.items() if v is not None for f in fields.get(o, (o,))]
-    # what was not given is taken from the save; the runs themselves (weights, prompts, seeds) must agree with
-    # it; a recipe option given otherwise than saved asks the recipe question: the saved runs at that recipe
-    keep = ("weights", "model", "base_model", "variant", *(f for f in given if f not in model_runs.RECIPE))
-    check = model_runs.ModelRuns(**{**previous.__dict__, **{k: getattr(wanted, k) for k in keep}})
-    if (why := model_runs.mismatch(previous, check)) is not None:
-        raise InputError(f"--against: {folder} holds other runs of {wanted.name}: {why}; repeat them as saved")
-    recipe = {
-        f: getattr(wanted, f) for f in given if f in model_runs.RECIPE and getattr(wanted, f) != getattr(previous, f)
-    }
-    here = {"lora_paths": wanted.lora_paths, "lora_scales": wanted.lora_scales}  # the same files, found here
-    return ((dataclasses.replace(previous, **recipe, **here), folder),)
+    return match[0]
+
+
+def _saved_loras_here(previous: model_runs.ModelRuns, folder: Path) -> model_runs.ModelRuns:
+    """A save's runs whose LoRAs are repeated as saved: their files must lie where the save found them, unchanged."""
+    if not previous.lora_paths:
+        return previous
+    try:
+        here = previous.loras.sha256
+    except LoraError:
+        here = None
+    if here != previous.lora_sha256:
+        raise InputError(
+            f"--lora-paths: {folder} was saved with LoRA {model_runs.describe_loras(previous.lora_records)}, whose "
+            f"file {', '.join(previous.lora_paths)} is gone or changed; name it (or another LoRA: the recipe "
+            "question) with --lora-paths"
+        )
+    return previous
+
+
+def lora_scale_list(args: argparse.Namespace) -> list[float] | None:
+    """--lora-scales as a list of questions: several scales for one LoRA file with --against ask one question per
+    scale; None where the scales are one per file (one recording). Any other count is refused in one line."""
+    from calib.run.arguments import lora_scale_numbers
+
+    paths, scales = args.lora_paths or [], lora_scale_numbers(args.lora_scales) or []
+    if not paths or len(scales) <= 1 or len(scales) == len(paths):
+        return None  # one recording: Loras checks the rest
+    if len(paths) > 1:
+        raise LoraError(
+            f"--lora-scales: {len(scales)} scales for {len(paths)} LoRA files; a list of scales asks one question "
+            "per scale of one LoRA file, so with several files give one scale per file"
+        )
+    if args.against is None:
+        raise LoraError(
+            f"--lora-scales: {len(scales)} scale(s) for 1 LoRA file(s); --save records one recording: give one "
+            "scale per file (a list of scales for one file asks one question per scale of --against)"
+        )
+    for i, scale in enumerate(scales):
+        if not math.isfinite(scale):
+            raise LoraError(f"--lora-scales: expected finite numbers, got {scale!r}")
+        if scale in scales[:i]:
+            raise LoraError(f"--lora-scales: {scale:g} is given twice; each scale is one question")
+    return scales

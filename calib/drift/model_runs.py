@@ -2,9 +2,9 @@
 repeated exactly after it.
 
 One folder per model, ``<DIR>/effect/<name>/``: ``settings.json`` (model, weights (``weights_text``), variant,
-prompts, seeds, recipe, dtype), ``runs/<run_id>.parquet`` and ``.json`` (the recorder's rows and the final
-latent's summary, written as each run finishes, so a stopped save resumes), ``rerun/`` (the first run once more
-in the same process: a same-release rerun), and once every run is in, ``traces.parquet``, ``gate.json`` (the
+prompts, seeds, recipe with its LoRAs, dtype), ``runs/<run_id>.parquet`` and ``.json`` (the recorder's rows and the
+final latent's summary, written as each run finishes, so a stopped save resumes), ``rerun/`` (the first run once
+more in the same process: a same-release rerun), and once every run is in, ``traces.parquet``, ``gate.json`` (the
 calibrated gate: the packaged rescale function where it belongs to the model, else one fitted on these traces)
 and ``tolerance.json`` (:func:`calib.drift.effect.measure_tolerance`, with its provenance). Progress goes to the
 terminal and to ``<DIR>/progress.log`` (:class:`calib.run.folder.RunFolder`).
@@ -24,9 +24,12 @@ from teacache.io import read_json_object, write_json, write_parquet
 SETTINGS_FORMAT = 1
 DEFAULT_PROMPTS = 4  # a small default set: the first prompts of the model's own set
 DEFAULT_SEEDS = "0"
-MATCHED = ("weights", "variant", "prompts", "seeds", "steps", "width", "height", "guidance", "quantize",
+MATCHED = ("weights", "variant", "prompts", "seeds", "steps", "width", "height", "guidance", "quantize", "lora",
            "base_model", "dtype")  # fmt: skip
-RECIPE = ("steps", "width", "height", "guidance", "quantize")  # what --against may ask at another value
+# what --against may ask at another value: a LoRA changes the model as quantization does, so the saved runs with a
+# LoRA (or another one) ask whether the calibration without it serves the model with it
+RECIPE = ("steps", "width", "height", "guidance", "quantize", "lora")
+LORA_FIELDS = ("lora_paths", "lora_sha256", "lora_scales")  # the fields "lora" compares by (sha256, scale)
 
 
 @dataclass(frozen=True)
@@ -46,10 +49,11 @@ class ModelRuns:
     base_model: str | None = None
     quantize: int | None = None
     dtype: str = "float32"
-    # LoRA files loaded with the model: where they lie on this machine (their SHA-256 and scales are in
-    # ``weights``, which a repeat must match)
+    # LoRA files loaded with the model: where they lie on this machine, their SHA-256 and scales (a repeat
+    # compares the last two: "lora")
     lora_paths: tuple[str, ...] = ()
     lora_scales: tuple[float, ...] = ()
+    lora_sha256: tuple[str, ...] = ()
 
     @property
     def runs(self) -> list[tuple[str, str, int]]:
@@ -57,10 +61,21 @@ class ModelRuns:
 
     @property
     def loras(self):
-        """The LoRA files, read again (their SHA-256 checked against ``weights`` by whoever planned the runs)."""
+        """The LoRA files, read again (their SHA-256 checked against ``lora_sha256`` by whoever planned the runs)."""
         from teacache.lora import Loras
 
         return Loras.of(self.lora_paths, self.lora_scales) if self.lora_paths else Loras()
+
+    @property
+    def lora(self) -> list[dict]:
+        """The LoRAs as the runs are compared by: each file's SHA-256 and scale (not where it lies)."""
+        # not strict: a save made before the SHA-256 had a field of its own holds it in ``weights`` (refused there)
+        return [{"sha256": h, "scale": s} for h, s in zip(self.lora_sha256, self.lora_scales, strict=False)]
+
+    @property
+    def lora_records(self) -> list[dict]:
+        """The LoRAs as provenance records them (``teacache.lora.Loras.provenance``): path, SHA-256, scale."""
+        return [{"path": p, **i} for p, i in zip(self.lora_paths, self.lora, strict=True)]
 
     def to_dict(self) -> dict:
         return {"format_version": SETTINGS_FORMAT, **asdict(self)}
@@ -68,7 +83,7 @@ class ModelRuns:
     @classmethod
     def from_dict(cls, data: dict) -> ModelRuns:
         fields = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
-        for key in ("lora_paths", "lora_scales"):  # JSON lists, as the dataclass holds them
+        for key in LORA_FIELDS:  # JSON lists, as the dataclass holds them
             if isinstance(fields.get(key), list):
                 fields[key] = tuple(fields[key])
         return cls(**fields)
@@ -101,10 +116,10 @@ def plan_model(
     name = spec.name if spec.embedded or Path(model).expanduser().exists() is False else Path(model).name
     loras = arguments.check_loras(model, base_model, lora_paths, lora_scales)
     return ModelRuns(
-        name=_slug(name), model=model, variant=spec.name, weights=fingerprint.weights_text(model, base_model, loras),
+        name=_slug(name), model=model, variant=spec.name, weights=fingerprint.weights_text(model, base_model),
         prompts=chosen, seeds=parse_seeds(seeds or DEFAULT_SEEDS), steps=steps_, width=width, height=height,
         guidance=guidance_, base_model=base_model, quantize=quantize, dtype=compute_dtype(),
-        lora_paths=tuple(str(p) for p in loras.paths), lora_scales=loras.scales,
+        lora_paths=tuple(str(p) for p in loras.paths), lora_scales=loras.scales, lora_sha256=loras.sha256,
     )  # fmt: skip
 
 
@@ -123,9 +138,14 @@ def _slug(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "-" for c in name).strip(".-") or "model"
 
 
+def _compared(runs: ModelRuns) -> dict:
+    """The settings as two recordings are compared: a LoRA by its files' SHA-256 and scales, not their paths."""
+    return {**runs.to_dict(), "lora": runs.lora}
+
+
 def mismatch(saved: ModelRuns, wanted: ModelRuns) -> str | None:
     """The first setting in which two recordings differ, said as one clause; None when they match."""
-    a, b = saved.to_dict(), wanted.to_dict()
+    a, b = _compared(saved), _compared(wanted)
     for key in MATCHED:
         if a.get(key) != b.get(key):
             if key == "prompts":
@@ -133,14 +153,21 @@ def mismatch(saved: ModelRuns, wanted: ModelRuns) -> str | None:
                 missing = [k for k in a[key] if k not in b[key]]
                 detail = f"first differing prompt {(extra or missing)[0]!r}"
                 return f"prompts differ ({detail})"
+            if key == "lora":
+                was, now = describe_loras(saved.lora_records), describe_loras(wanted.lora_records)
+                return f"lora differs (saved {was}, now {now})"
             return f"{key} differs (saved {a.get(key)!r}, now {b.get(key)!r})"
     return None
 
 
 def recipe_change(saved: ModelRuns, now: ModelRuns) -> dict[str, dict]:
-    """The recipe settings in which ``now`` repeats the saved runs otherwise: {setting: {"saved", "now"}}."""
-    a, b = saved.to_dict(), now.to_dict()
-    return {k: {"saved": a.get(k), "now": b.get(k)} for k in RECIPE if a.get(k) != b.get(k)}
+    """The recipe settings in which ``now`` repeats the saved runs otherwise: {setting: {"saved", "now"}} (a LoRA
+    as provenance records it: path, SHA-256, scale)."""
+    a, b = _compared(saved), _compared(now)
+    change = {k: {"saved": a.get(k), "now": b.get(k)} for k in RECIPE if a.get(k) != b.get(k)}
+    if "lora" in change:
+        change["lora"] = {"saved": saved.lora_records, "now": now.lora_records}
+    return change
 
 
 def recipe_options(runs: ModelRuns, change: dict[str, dict]) -> str:
@@ -154,13 +181,46 @@ def recipe_options(runs: ModelRuns, change: dict[str, dict]) -> str:
         options.append(f"--guidance {runs.guidance:g}")
     if "quantize" in change and runs.quantize is not None:
         options.append(f"--quantize {runs.quantize}")
+    if "lora" in change and runs.lora_paths:
+        scales = " ".join(f"{s:g}" for s in runs.lora_scales)
+        options.append(f"--lora-paths {' '.join(runs.lora_paths)} --lora-scales {scales}")
     return " ".join(options)
 
 
+def recipe_tag(runs: ModelRuns, change: dict[str, dict]) -> str:
+    """The asked recipe in a few characters for folder names (``q4``, ``lora-style-1.5``): the refits of several
+    recipe questions must not share a folder."""
+    parts = []
+    if "steps" in change:
+        parts.append(f"{runs.steps}steps")
+    if "width" in change or "height" in change:
+        parts.append(f"{runs.width}x{runs.height}")
+    if "guidance" in change:
+        parts.append(f"guidance{runs.guidance:g}")
+    if "quantize" in change:
+        parts.append(f"q{runs.quantize}" if runs.quantize is not None else "unquantized")
+    if "lora" in change:
+        said = [f"{Path(p).stem}-{s:g}" for p, s in zip(runs.lora_paths, runs.lora_scales, strict=True)]
+        parts.append("lora-" + "-".join(said) if said else "no-lora")
+    return _slug("-".join(parts))
+
+
+def describe_loras(records: list[dict]) -> str:
+    """LoRAs as :attr:`ModelRuns.lora_records` holds them, in one clause ("none" without any)."""
+    from teacache.lora import describe
+
+    return describe(records) if records else "none"
+
+
 def describe_recipe(change: dict[str, dict]) -> str:
-    """``steps 12 -> 20, quantize none -> 4``."""
+    """``steps 12 -> 20, quantize none -> 4, lora none -> style.safetensors (sha256 0123456789ab, scale 1.5)``."""
     said = lambda v: "none" if v is None else f"{v:g}" if isinstance(v, float) else str(v)  # noqa: E731
-    return ", ".join(f"{k} {said(v['saved'])} -> {said(v['now'])}" for k, v in change.items())
+    return ", ".join(
+        f"{k} {describe_loras(v['saved'])} -> {describe_loras(v['now'])}"
+        if k == "lora"
+        else f"{k} {said(v['saved'])} -> {said(v['now'])}"
+        for k, v in change.items()
+    )
 
 
 # ------------------------------------------------------------------------------------------ the folder
@@ -213,8 +273,9 @@ class ModelUnavailable(TeaCacheError, RuntimeError):
     """The model's weights do not load under the installed release."""
 
 
-def record(runs: ModelRuns, folder: Path, log: Callable[[str], None], rerun: bool = True) -> None:
-    """Record every run not yet in ``folder`` (and the rerun), each saved as soon as it finishes."""
+def record(runs: ModelRuns, folder: Path, log: Callable[[str], None], rerun: bool = True, arg: str = "--save") -> None:
+    """Record every run not yet in ``folder`` (and the rerun), each saved as soon as it finishes; ``arg``: the
+    option that named the folder."""
     import numpy as np
 
     from calib.drift.numbers import summarize
@@ -226,7 +287,7 @@ def record(runs: ModelRuns, folder: Path, log: Callable[[str], None], rerun: boo
     if settings_path.is_file():
         previous = ModelRuns.from_dict(read_json_object(settings_path))
         if (why := mismatch(previous, runs)) is not None:
-            raise InputError(f"--save: {folder} holds another recording ({why}); choose a new folder")
+            raise InputError(f"{arg}: {folder} holds another recording ({why}); choose a new folder")
     todo = [r for r in runs.runs if not (folder / "runs" / f"{run_id(r[0], r[2])}.json").is_file()]
     want_rerun = rerun and not (folder / "rerun" / f"{run_id(runs.runs[0][0], runs.runs[0][2])}.parquet").is_file()
     write_json(settings_path, runs.to_dict())
@@ -347,6 +408,7 @@ def compare(saved: Path, runs: ModelRuns, current: Path) -> dict:
     if change:  # the saved runs at another recipe: whether their calibration serves it
         result["recipe"] = change
         result["recipe_options"] = recipe_options(runs, change)
+        result["recipe_tag"] = recipe_tag(runs, change)
     return result
 
 

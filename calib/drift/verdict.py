@@ -73,18 +73,21 @@ def other_hardware(effect: dict | None) -> bool:
 
 
 def refit_commands(
-    variant: str, prompt_set: str, version: str, model: str | None = None, recipe_options: str = ""
+    variant: str, prompt_set: str, version: str, model: str | None = None, recipe_options: str = "", tag: str = ""
 ) -> list[str]:
     """record / fit / emit for one variant, at its own generation settings (the journey of docs/refit-and-drift.md);
     ``model``: the user's own model (a folder or name) to record instead of the variant's; ``recipe_options``:
-    record's options for the recipe a recipe question asked about."""
-    traces, fit = f"runs/{variant}-mflux-{version}-traces", f"runs/{variant}-mflux-{version}-fit"
+    record's options for the recipe a recipe question asked about, ``tag`` its short name. A recipe's refit is
+    emitted beside its fit: the packaged module keeps serving the recipe it was fitted on."""
+    name = f"{variant}-{tag}" if tag else variant
+    traces, fit = f"runs/{name}-mflux-{version}-traces", f"runs/{name}-mflux-{version}-fit"
     source = f"--model {variant}" if model is None else f"--model {model} --base-model {variant}"
     recipe = f" {recipe_options}" if recipe_options else ""
+    emitted = f" --out {fit}/{name.replace('-', '_').replace('.', '_')}.py" if recipe_options else ""
     return [
         f"teacache-calib record {source} --prompts {prompt_set} --seeds 0,1,2{recipe} --out {traces}",
         f"teacache-calib fit {traces}/traces.parquet --out {fit} --compare packaged",
-        f"teacache-calib emit {fit}/fit.json --variant {variant}",
+        f"teacache-calib emit {fit}/fit.json --variant {variant}{emitted}",
     ]
 
 
@@ -115,9 +118,11 @@ def _effect_text(effect: dict | None) -> str:
         return ""
     from calib.drift.effect import describe
     from calib.drift.model_runs import describe_recipe
+    from calib.drift.quality import describe as quality
 
     at = f" at {describe_recipe(effect['recipe'])}" if effect.get("recipe") else ""
-    return f"; on {effect['model']}{at} with its gate ({effect['gate']}): {describe(effect)}"
+    cost = quality(effect.get("quality"))
+    return f"; on {effect['model']}{at} with its gate ({effect['gate']}): {describe(effect)}{cost}"
 
 
 def _refit_reason(effect: dict | None) -> str:
@@ -147,6 +152,18 @@ def _refit_reason(effect: dict | None) -> str:
     return f" ({'; '.join(parts)})" if parts else ""
 
 
+def _fit_note(effect: dict | None) -> str:
+    """Where the calibration holds by its decisions while its fit moved beyond its noise: said beside it."""
+    fit = (effect or {}).get("fit", {})
+    if not fit or fit.get("within", True) or not fit["before"]["rmse"]:
+        return ""
+    rise = fit["rmse_rise"] / fit["before"]["rmse"]
+    return (
+        f" (no decision moved beyond its tolerance; the gate's RMSE rose {rise:+.2%}, beyond its noise of "
+        f"{fit['allowed_rmse_rise'] / fit['before']['rmse']:.2%})"
+    )
+
+
 def advice(status: str, has_coefficients: bool, evidence: FamilyEvidence) -> str:
     if status == BROKEN:
         failed = [c["name"] for c in (evidence.oracles or {}).get("checks", []) if not c["holds"]]
@@ -166,17 +183,11 @@ def advice(status: str, has_coefficients: bool, evidence: FamilyEvidence) -> str
         if recipe:
             return "refit recommended for this recipe: the saved calibration does not serve it" + why
         return ("refit recommended" if has_coefficients else "refit recommended for calibrations of this family") + why
-    if status == HOLDS and recipe:
-        return "the saved calibration serves this recipe: no refit needed"
+    if status in (HOLDS, UNCHANGED) and recipe:
+        same = " (its runs are bit-identical to the saved ones)" if status == UNCHANGED else ""
+        return f"the saved calibration serves this recipe{same}: no refit needed{_fit_note(evidence.effect)}"
     if status == HOLDS:
-        fit = (evidence.effect or {}).get("fit", {})
-        if fit and not fit.get("within", True) and fit["before"]["rmse"]:
-            rise = fit["rmse_rise"] / fit["before"]["rmse"]
-            return (
-                f"the calibration holds: no refit needed (no decision moved beyond its tolerance; the gate's RMSE "
-                f"rose {rise:+.2%}, beyond its noise of {fit['allowed_rmse_rise'] / fit['before']['rmse']:.2%})"
-            )
-        return "the calibration holds: no refit needed"
+        return f"the calibration holds: no refit needed{_fit_note(evidence.effect)}"
     if status == MOVED_UNCHECKED:
         return (
             "whether the calibration holds is unmeasured: record before/after traces (drift --model VARIANT "
@@ -197,8 +208,8 @@ def variant_verdict(spec, evidence: FamilyEvidence, version: str, packaged_note:
     effect = evidence.effect or {}
     own = effect.get("source_model") if effect.get("own_model") else None  # the user's model, not the family's
     own = None if own in (None, spec.name) else own
-    options = effect.get("recipe_options", "")
-    commands = refit_commands(spec.name, spec.prompt_set, version, own, options) if status == REFIT else []
+    options, tag = effect.get("recipe_options", ""), effect.get("recipe_tag", "")
+    commands = refit_commands(spec.name, spec.prompt_set, version, own, options, tag) if status == REFIT else []
     if evidence.moved is None and evidence.effect is not None:  # a model of the user's: its traces are the numbers
         numbers_text = "traces bit-identical" if evidence.effect["identical"] else "traces moved"
     else:

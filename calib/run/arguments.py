@@ -93,12 +93,12 @@ LORA_ARGS = {"lora_paths:": "--lora-paths:", "lora_scales:": "--lora-scales:"}  
 def check_loras(model: str, base_model: str | None, paths: list[str] | None, scales: list[str] | None) -> Loras:
     """--lora-paths and --lora-scales read and checked against the model's layers, before anything is written."""
     try:
-        return check_model_loras(model, base_model, paths, _numbers(scales))
+        return check_model_loras(model, base_model, paths, lora_scale_numbers(scales))
     except LoraError as exc:
         raise LoraError(_named(str(exc), LORA_ARGS)) from None
 
 
-def _numbers(scales: list[str] | None) -> list[float] | None:
+def lora_scale_numbers(scales: list[str] | None) -> list[float] | None:
     """--lora-scales' words as numbers (each word may hold several, comma-separated)."""
     if scales is None:
         return None

@@ -107,19 +107,12 @@ def _base_weights(model: str, base_model: str | None, blocks: int | None) -> dic
     return {"repo": repo, "revision": local_revision(repo)}
 
 
-def weights_text(model: str, base_model: str | None = None, loras: Loras | None = None) -> str:
+def weights_text(model: str, base_model: str | None = None) -> str:
     """The weights' identity in one line, as a drift save records and compares it (:mod:`calib.drift.model_runs`):
     a local folder's safetensors by name, size and both ends; an embedded model's committed weights files; else
-    the name (a Hub name is pinned by mflux's own resolution); then the LoRAs' SHA-256 and scales, if any.
-    Committed saves hold this form, so it stays beside :func:`weights_identity`, which committed fingerprints
-    hold."""
-    text = _base_weights_text(model, base_model)
-    if not loras:
-        return text
-    return text + " + LoRA " + ", ".join(f"sha256:{i['sha256']} scale {i['scale']!r}" for i in loras.identity())
-
-
-def _base_weights_text(model: str, base_model: str | None) -> str:
+    the name (a Hub name is pinned by mflux's own resolution). LoRAs are not in it: a drift save keeps them as a
+    recipe setting of their own, which ``--against`` may ask at another value. Committed saves hold this form, so
+    it stays beside :func:`weights_identity`, which committed fingerprints hold."""
     path = Path(model).expanduser()
     if base_model is not None and path.is_dir():
         digest = hashlib.sha256()

@@ -159,16 +159,25 @@ def _fake_save(root, runs: model_runs.ModelRuns) -> None:
     integrity.write(folder)
 
 
-def test_a_drift_save_with_a_lora_is_repeated_with_that_lora_only(files, monkeypatch, capsys):
+def test_a_drift_save_with_a_lora_resumes_with_that_lora_only_and_is_repeated_with_its_file(files, monkeypatch, capsys):
+    """A LoRA is a recipe setting of a drift save (its SHA-256 and scale): --save resumes with no other, and
+    --against without --lora-paths repeats the saved LoRA, whose file must still be where the save found it
+    (another LoRA asks the recipe question: tests/calib/drift/test_lora_drift.py)."""
     monkeypatch.chdir(files)
     style = "style.safetensors"
     saved = model_runs.plan_model(MODEL, prompts="prompts.json", steps=4, lora_paths=[style])
-    assert saved.lora_paths == (style,) and saved.weights.endswith(f"+ LoRA sha256:{file_sha256(style)} scale 1.0")
+    assert saved.lora_paths == (style,) and saved.lora == [{"sha256": file_sha256(style), "scale": 1.0}]
+    assert "LoRA" not in saved.weights  # the weights are the model's; the LoRA is the recipe's
     _fake_save(files / "A", saved)
-    against = ["--model", MODEL, "--prompts", "prompts.json", "--steps", "4", "--against", "A", "--out", "o"]
-    for flags in ([], ["--lora-paths", "other.safetensors"]):
-        line = refused("teacache-calib drift", [*against, *flags], files, monkeypatch, capsys)
-        assert "holds other runs of tiny-open-flux2: weights differs" in line, line
     save = ["--model", MODEL, "--prompts", "prompts.json", "--steps", "4", "--save", "A", "--out", "o"]
-    line = refused("teacache-calib drift", save, files, monkeypatch, capsys)
-    assert "--save: " in line and "holds another recording of tiny-open-flux2 (weights differs" in line
+    for flags in ([], ["--lora-paths", "other.safetensors"], ["--lora-paths", style, "--lora-scales", "0.5"]):
+        line = refused("teacache-calib drift", [*save, *flags], files, monkeypatch, capsys)
+        assert "--save: " in line and "holds another recording of tiny-open-flux2 (lora differs (saved style" in line
+    (files / style).rename(files / "moved.safetensors")
+    against = ["--model", MODEL, "--prompts", "prompts.json", "--steps", "4", "--against", "A", "--out", "o"]
+    line = refused("teacache-calib drift", against, files, monkeypatch, capsys)
+    assert line.endswith(
+        f"--lora-paths: A/effect/{MODEL} was saved with LoRA style.safetensors (sha256 {saved.lora_sha256[0][:12]}, "
+        "scale 1), whose file style.safetensors is gone or changed; name it (or another LoRA: the recipe question) "
+        "with --lora-paths"
+    ), line
