@@ -10,7 +10,8 @@ same specs and rng, the image changed); the objective is ``train_open``'s flow-m
 only what is unfrozen: the adapters. Batch i comes from ``numpy.random.default_rng([seed, i])``, the step's
 noise from ``train_open.step_key(seed, i)`` and the adapters' start from ``seed``: the same command gives
 the same bytes. Writes DIR/<style>.safetensors, <style>.json (manifest) and, unless ``--samples 0``,
-samples.png (base vs the LoRA at three scales, loaded by mflux) and MODEL_CARD.md.
+samples.png (base vs the LoRA at three scales, loaded by mflux) and MODEL_CARD.md. ``apply_lora`` loads such
+files into an embedded FLUX.2 pipeline with the call mflux's ``Flux2Klein`` constructor makes.
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ def render_shape_swap(specs: Sequence[open_data.OpenSpec], rng: np.random.Genera
 
 
 def stripe_contrast(images: np.ndarray) -> float:
-    """Mean of even rows minus odd rows, halved ([-1, 1] units): ~STRIPE_AMPLITUDE on striped images, 0 on plain."""
+    """Mean of even rows minus odd rows, halved ([-1, 1] units): 0.25 on rendered striped images (the amplitude
+    less what clipping takes), 0 on plain ones"""
     return float((images[:, 0::2] - images[:, 1::2]).mean() / 2.0)
 
 
@@ -299,17 +301,28 @@ def write_grid(path: Path, grid: list[list], scales: Sequence[float] = SCALES, z
         sheet.save(tmp, format="PNG", optimize=True)
 
 
+def _effect_table(rows: list[dict], metric: str | None) -> list[str]:
+    names = ["LoRA scale", "mean abs diff", "max abs diff", *([metric] if metric else [])]
+    lines = ["| " + " | ".join(names) + " |", "|" + "---:|" * len(names)]
+    for r in rows:
+        cells = ["0 (base)" if r["scale"] == 0 else f"{r['scale']:g}", f"{r['mean_abs_diff']:.4f}"]
+        cells += [f"{r['max_abs_diff']:.3f}", *([f"{r[metric]:.4f}"] if metric else [])]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _sentence(doc: str) -> str:
+    text = " ".join(doc.split())
+    return text[:1].lower() + text[1:]
+
+
 def card_text(manifest: dict) -> str:
     """MODEL_CARD.md: what the LoRA does, how it was trained, and its measured effect."""
     from teacache.templating import template_environment
 
     rows = manifest["evaluation"]["rows"]
     metric = next((k for k in rows[0] if k not in ("scale", "mean_abs_diff", "max_abs_diff")), None)
-    cells = [("LoRA scale", "{:g}"), ("mean abs diff", "{:.4f}"), ("max abs diff", "{:.3f}")]
-    cells += [(metric, "{:.4f}")] if metric else []
-    keys = ["scale", "mean_abs_diff", "max_abs_diff", metric]
-    table = ["| " + " | ".join(name for name, _ in cells) + " |", "|" + "---:|" * len(cells)]
-    table += ["| " + " | ".join(f.format(r[k]) for (_, f), k in zip(cells, keys, strict=False)) + " |" for r in rows]
+    table = _effect_table(rows, metric)
     return (
         template_environment("teacache.models")
         .get_template("MODEL_CARD_lora.md.j2")
@@ -319,7 +332,7 @@ def card_text(manifest: dict) -> str:
             e=manifest["evaluation"],
             targets=", ".join(f"`{t}`" for t in manifest["lora"]["targets"]),
             metric=metric,
-            metric_doc=STYLES[manifest["name"]].metric.__doc__.split(":")[0] if metric else None,
+            metric_doc=_sentence(STYLES[manifest["name"]].metric.__doc__) if metric else None,
             table=table,
             scales=", ".join(f"{s:g}" for s in SCALES),
         )
@@ -394,7 +407,7 @@ def manifest_of(args: argparse.Namespace, argv: list[str], weights: dict, paths:
             "(train_open.make_train_step)",
             "sigmas": f"logit-normal (loc {args.sigma_loc:g}, scale {args.sigma_scale:g})",
             "style_loss": loss,
-        },  # fmt: skip
+        },
         "training": training,
         "evaluation": None,
     }
