@@ -103,13 +103,20 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 
 
 def draw_batch(
-    index: int, seed: int, batch: int, family: str, dropout: float, captions: str | None = None
+    index: int,
+    seed: int,
+    batch: int,
+    family: str,
+    dropout: float,
+    captions: str | None = None,
+    render: Callable = open_data.render_batch,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Batch ``index`` of the train split: latent tokens and caption ids (a share of them empty)."""
+    """Batch ``index`` of the train split: latent tokens and caption ids (a share of them empty). ``render``
+    draws the images of the specs (``train_lora``'s styles render the same specs otherwise, from the same rng)."""
     rng = np.random.default_rng([seed, index])
     layout = open_models.layout_with(family, captions)
     specs = open_data.sample_specs(rng, batch, split="train", captions=layout.captions)
-    tokens = layout.to_tokens(open_data.render_batch(specs, rng, layout.image_size))
+    tokens = layout.to_tokens(render(specs, rng, layout.image_size))
     captions = np.stack([open_data.tokenize(s.prompt, layout.name, layout.captions) for s in specs])
     captions[rng.random(batch) < dropout] = 0  # all padding = the empty prompt
     return tokens.astype(np.float32), captions

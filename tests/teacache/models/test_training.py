@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from teacache.io import project_root
-from teacache.models import train_open, train_scenes, train_shapes
+from teacache.models import train_lora, train_open, train_scenes, train_shapes
 
 SCRIPTS = pytest.mark.parametrize(
     ("script", "argv"),
-    [(train_shapes, []), (train_scenes, []), (train_open, ["--family", "flux2"])],
-    ids=["tiny-shapes", "tiny-scenes", "tiny-open"],
+    [(train_shapes, []), (train_scenes, []), (train_open, ["--family", "flux2"]), (train_lora, ["--style", "stripes"])],
+    ids=["tiny-shapes", "tiny-scenes", "tiny-open", "tiny-open-flux2-lora"],
 )
 
 

@@ -1,0 +1,103 @@
+"""train_lora: LoRAs for tiny-open-flux2 in mflux's format, loaded by mflux's own loader; reproducible training."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from bench.quality import open_adherence
+from teacache.io import file_sha256
+from teacache.models import open_data, open_models, train_lora
+
+COMMITTED = ("stripes", "shape-swap")
+PROMPT = "a red circle at the left"
+
+
+def _manifest(name: str) -> dict:
+    return json.loads((train_lora.LORAS_DIR / name / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def _latents(pipeline) -> mx.array:
+    """A short generation (6 steps, the model's own guidance): enough for any change in the weights to show."""
+    return pipeline.generate_image(seed=3, prompt=PROMPT, num_inference_steps=6).latents
+
+
+def _with_lora(path, scale: float, bake: bool = True):
+    return train_lora.apply_lora(open_models.load_tiny_open_flux2(), [path], [scale], bake=bake, quiet=True)
+
+
+@pytest.mark.parametrize("name", COMMITTED)
+def test_a_committed_lora_is_the_file_its_manifest_describes(name):
+    manifest = _manifest(name)
+    path = train_lora.LORAS_DIR / name / manifest["lora"]["file"]
+    assert file_sha256(path) == manifest["lora"]["sha256"]
+    assert path.stat().st_size == manifest["lora"]["bytes"] < 200_000
+    layout = open_models.FAMILIES["flux2"]
+    assert manifest["base_weights"]["sha256"] == file_sha256(layout.folder / layout.weights_name)
+    assert manifest["style"]["strength"] == train_lora.STYLES[name].strength
+    assert manifest["training"]["seed"] == 0 and manifest["data_recipe"]["style"] == train_lora.STYLES[name].recipe
+    card = (train_lora.LORAS_DIR / name / "MODEL_CARD.md").read_text(encoding="utf-8")
+    assert card == train_lora.card_text(manifest)  # the card is derived from the manifest, by this code
+
+
+@pytest.mark.parametrize("name", COMMITTED)
+def test_a_committed_lora_loads_through_mflux_and_changes_the_output(name, capsys):
+    manifest = _manifest(name)
+    path = train_lora.LORAS_DIR / name / manifest["lora"]["file"]
+    base = _latents(open_models.load_tiny_open_flux2())
+    # every tensor of the file lands where it was trained: one mflux LoRA layer per target, no key left over
+    unbaked = train_lora.apply_lora(open_models.load_tiny_open_flux2(), [path], [1.0], bake=False)
+    assert train_lora.loaded_targets(unbaked.transformer) == sorted(manifest["lora"]["targets"])
+    assert "unmatched" not in capsys.readouterr().out
+    for bake in (True, False):  # scale 0: the base model, bit for bit, baked (mflux's default) or not
+        assert mx.array_equal(_latents(_with_lora(path, 0.0, bake)), base)
+    one = _latents(_with_lora(path, 1.0))
+    assert mx.abs(one - base).mean().item() > 0.05
+    assert mx.abs(_latents(unbaked) - one).max().item() < 1e-3  # baked or not, the same adapter
+
+
+def test_the_styles_draw_the_same_specs_from_the_same_stream():
+    specs = open_data.sample_specs(np.random.default_rng(0), 24)
+    plain = open_data.render_batch(specs, np.random.default_rng(1), 32)
+    striped = train_lora.render_stripes(specs, np.random.default_rng(1), 32)
+    rows = np.where(np.arange(32) % 2 == 0, 1.0, -1.0)[None, :, None, None] * train_lora.STRIPE_AMPLITUDE
+    assert np.array_equal(striped, np.clip(plain + rows, -1.0, 1.0).astype(np.float32))
+    assert train_lora.stripe_contrast(striped) > 0.2 > 0.01 > abs(train_lora.stripe_contrast(plain))
+    swapped = train_lora.render_shape_swap(specs, np.random.default_rng(1), 32)
+    drawn = [open_adherence.check(image, spec)["shape"] for image, spec in zip(swapped, specs, strict=True)]
+    assert np.mean(drawn) < 0.2  # the caption's shape is (almost) never the one drawn
+    assert (swapped != plain).any(axis=-1).mean() < 0.1  # the rest of the picture is the one the stream draws
+
+
+def _train(out, *extra: str) -> int:
+    args = ["--style", "stripes", "--steps", "3", "--batch", "2", "--eval-batch", "4", "--lr", "0.02",
+            "--warmup", "1", "--samples", "0", "--out", str(out), *extra]  # fmt: skip
+    return train_lora.main(args)
+
+
+def test_a_tiny_training_run_is_reproducible_from_its_seed_and_lowers_the_style_loss(tmp_path):
+    assert _train(tmp_path / "a") == 0
+    assert _train(tmp_path / "b") == 0
+    blob = (tmp_path / "a" / "stripes.safetensors").read_bytes()
+    assert blob == (tmp_path / "b" / "stripes.safetensors").read_bytes()
+    manifest = json.loads((tmp_path / "a" / "stripes.json").read_text(encoding="utf-8"))
+    assert manifest["lora"]["sha256"] == hashlib.sha256(blob).hexdigest()
+    loss = manifest["loss"]["style_loss"]
+    assert loss["lora"] < loss["base"]
+    # what mflux loads is what was trained: the loaded model gives the trained model's style loss
+    loaded = _with_lora(tmp_path / "a" / "stripes.safetensors", 1.0, bake=False)
+    assert train_lora.style_loss(loaded.model, "flux2", train_lora.STYLES["stripes"], 4) == loss["lora"]
+
+
+@pytest.mark.parametrize(
+    ("targets", "message"),
+    [("transformer_blocks.0.attn.norm_q", "Flux2LoRAMapping"), ("proj_out,nothing_here", "not a module")],
+)
+def test_a_target_mflux_cannot_load_is_refused_before_anything_is_written(tmp_path, capsys, targets, message):
+    assert _train(tmp_path / "out", "--targets", targets) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
