@@ -47,7 +47,8 @@ from teacache.models import open_data, open_models, train_open
 from teacache.models.training import argument_error, learning_rate, run_steps, training_record
 
 PROG = "python -m teacache.models.train_lora"
-MODELS = {"tiny-open-flux2": "flux2"}  # embedded model -> its open_models family (FLUX.2: mflux's Flux2LoRAMapping)
+# embedded model -> its open_models family (FLUX.2: mflux's Flux2LoRAMapping)
+MODELS = {open_models.FAMILIES["flux2"].name: "flux2"}
 LORAS_DIR = open_models.WEIGHTS_DIR / "tiny-open-flux2-loras"
 STRIPE_AMPLITUDE = 0.3  # [-1, 1] image units added to even pixel rows and taken from odd ones
 SHAPE_SWAP = {"circle": "square", "square": "triangle", "triangle": "circle"}  # a cycle: every shape changes
@@ -341,7 +342,7 @@ def card_text(manifest: dict) -> str:
 
 def setup_arg_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
-    p.add_argument("--model", choices=sorted(MODELS), default="tiny-open-flux2")
+    p.add_argument("--model", choices=sorted(MODELS), default=open_models.FAMILIES["flux2"].name)
     p.add_argument("--style", choices=sorted(STYLES), required=True)
     p.add_argument("--rank", type=int, default=4)
     p.add_argument("--alpha", type=float, help="LoRA alpha; the update is scaled by alpha / rank (default: the rank)")
