@@ -27,7 +27,7 @@ class StaleResidualController(StepController):
 class AnchorOnComputeController(StepController):
     """The anchor (previous modulated input) advances only on computed steps."""
 
-    def _decide(self, modulated: mx.array, step: int) -> bool:
+    def _decide(self, modulated: mx.array, step: int, while_reading: Callable[[], None] | None = None) -> bool:
         x = None if self.state.anchor is None else rel_l1_item(modulated, self.state.anchor)
         decision = self.gate.decide(step, self.num_steps, x, self.sigma)
         if decision.compute:
@@ -38,8 +38,8 @@ class AnchorOnComputeController(StepController):
 class LateDecisionController(StepController):
     """Each step acts on the decision taken for the step before."""
 
-    def _decide(self, modulated: mx.array, step: int) -> bool:
-        decision = super()._decide(modulated, step)
+    def _decide(self, modulated: mx.array, step: int, while_reading: Callable[[], None] | None = None) -> bool:
+        decision = super()._decide(modulated, step, while_reading)
         previous = getattr(self, "_late_previous", True)
         self._late_previous = decision
         return True if step == 0 else previous
@@ -52,8 +52,8 @@ class LateDecisionController(StepController):
 class NeverEngagesController(StepController):
     """The cache never engages: every step is computed."""
 
-    def _decide(self, modulated: mx.array, step: int) -> bool:
-        super()._decide(modulated, step)
+    def _decide(self, modulated: mx.array, step: int, while_reading: Callable[[], None] | None = None) -> bool:
+        super()._decide(modulated, step, while_reading)
         return True
 
 
