@@ -38,6 +38,7 @@ from calib.fit.options import flags
 from calib.fit.result import FitResult
 from calib.run.arguments import CommandParser, Writes, check_out_dir, path_argument
 from calib.run.command import command
+from calib.run.prompts import load_prompts, parse_seeds
 from teacache import gate_batch, variants
 from teacache.errors import InputError
 from teacache.io import file_sha256, write_json
@@ -163,7 +164,9 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", required=True, help="the variant the traces were recorded on")
     parser.add_argument("--fit", type=Path, required=True, help="the full fit.json of the traces (every candidate)")
     parser.add_argument("--traces", type=Path, required=True, help="the traces.parquet the fit was made from")
-    parser.add_argument("--prompts", default=None, help="prompt set of the sweeps (default: <model>-sweep)")
+    parser.add_argument(
+        "--prompts", default=None, help="prompt set of the sweeps (default: the model's campaign sweep set)"
+    )
     parser.add_argument("--seeds", default="1", help="seeds of the sweeps (default 1, unseen by the traces' 0,1)")
     parser.add_argument("--levels", default="18,13,10,8,6", help="computed steps to reach and compare at")
     parser.add_argument(
@@ -191,7 +194,9 @@ def main(argv: list[str] | None = None) -> int:
         raise InputError(f"--fit: {args.fit} was fitted for {fit['variant']!r}, not --model {spec.name!r}")
     chosen = choose_candidates(fit, args.candidate)
     options = {label: fit_options(label) for label in chosen}
-    prompts = args.prompts or f"{args.model}-sweep"
+    prompts = args.prompts or sweep_prompts(spec)
+    load_prompts(prompts)  # a bad set or file is refused here, before any fit or sweep writes into --out
+    parse_seeds(args.seeds)
     settings = {"model": spec.name, "fit_sha256": file_sha256(args.fit), "traces_sha256": file_sha256(args.traces),
                 "prompts": prompts, "seeds": args.seeds, "levels": sorted(levels)}  # fmt: skip
     if args.candidate:  # absent otherwise, so folders made before the option still resume
@@ -199,6 +204,13 @@ def main(argv: list[str] | None = None) -> int:
     check_same_settings(args.out / SETTINGS_NAME, settings)
     with granted(args.out):  # the fits, sweeps and decision check it runs write into the folder it checked
         return _compare(args, spec, fit, chosen, options, prompts, settings, levels)
+
+
+def sweep_prompts(spec) -> str:
+    """The prompt set the model's campaign sweeps (its prompts, unseen by its traces' seeds)."""
+    if spec.campaign_sizes is None:
+        raise InputError(f"--prompts: {spec.name} has no campaign sweep set; name a prompt set or file")
+    return spec.campaign_sizes.sweep_prompts
 
 
 def _compare(args, spec, fit: dict, chosen: dict, options: dict, prompts: str, settings: dict, levels) -> int:

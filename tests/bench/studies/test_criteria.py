@@ -227,3 +227,36 @@ def test_across_models_on_one_model_says_model_not_models(tmp_path):
     assert across_models.main(argv) == 0
     title = (tmp_path / "out" / "summary.md").read_text().splitlines()[0]
     assert title.endswith("on 1 trained model"), title
+
+
+@pytest.mark.parametrize("model", ["tiny-open-flux1", "tiny-open-flux2", "tiny-shapes", "tiny-scenes"])
+def test_the_default_sweep_prompts_are_the_models_campaign_sweep_set(model):
+    from calib.run.prompts import SETS
+    from teacache import variants
+
+    name = criteria.sweep_prompts(variants.get(model))
+    assert name == variants.get(model).campaign_sizes.sweep_prompts and name in SETS
+
+
+def test_a_model_without_a_campaign_sweep_set_must_name_its_prompts():
+    from teacache import variants
+    from teacache.errors import InputError
+
+    with pytest.raises(InputError, match="--prompts"):
+        criteria.sweep_prompts(variants.get("dev"))
+
+
+@pytest.mark.parametrize("argv, said", [(["--prompts", "no-such-set"], "--prompts"), (["--seeds", "x"], "--seeds")])
+def test_bad_prompts_or_seeds_are_refused_before_any_fit_is_written(argv, said, tmp_path, monkeypatch, capsys):
+    from pathlib import Path
+
+    from tests.conftest import refused
+
+    campaign = Path(__file__).resolve().parents[3] / "results/cpu-amd-epyc-2c/tiny-open-flux2/0.24.0"
+    line = refused(
+        "teacache-bench criteria",
+        ["--model", "tiny-open-flux2", "--fit", str(campaign / "fit/fit.json"),
+         "--traces", str(campaign / "traces/traces.parquet"), "--out", "criteria", *argv],
+        tmp_path, monkeypatch, capsys,
+    )  # fmt: skip
+    assert said in line
