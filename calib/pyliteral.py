@@ -18,6 +18,8 @@ import ast
 import math
 import numbers
 
+from teacache.errors import InputError
+
 LINE_LENGTH = 120
 INDENT = "    "
 SAFE_CALLS = {"float": float}  # the one call a literal may hold: float("inf"), float("-inf"), float("nan")
@@ -120,4 +122,4 @@ def evaluate(node: ast.expr):
         and isinstance(node.args[0].value, str)
     ):
         return SAFE_CALLS[node.func.id](node.args[0].value)
-    raise ValueError(f"not a literal: {ast.unparse(node)[:80]}")
+    raise InputError(f"not a literal: {ast.unparse(node)[:80]}")

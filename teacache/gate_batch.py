@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
+from teacache.errors import InputError
 from teacache.gate import DEFAULT_MAX_CONSECUTIVE_SKIPS, DEFAULT_SKIP_FIRST, DEFAULT_SKIP_LAST, GateConfig
 from teacache.rescale import RescaleFunction
 
@@ -46,7 +47,7 @@ def replay_skip_masks(
     GateConfig(0.0, rescale, skip_first_n_steps, skip_last_n_steps, max_consecutive_skips)
     xs = np.asarray(x, dtype=float)
     if xs.ndim != 2:
-        raise ValueError(f"x: expected a 2-D array [runs, steps], got shape {xs.shape}")
+        raise InputError(f"x: expected a 2-D array [runs, steps], got shape {xs.shape}")
     n_runs, width = xs.shape
     ts = _thresholds(thresholds)  # checked before any work
     ns = _num_steps(num_steps, n_runs, width)
@@ -54,7 +55,7 @@ def replay_skip_masks(
     if sigmas is not None:
         sig = np.asarray(sigmas, dtype=float)
         if sig.shape != xs.shape:
-            raise ValueError(f"sigmas: expected the shape of x {xs.shape}, got {sig.shape}")
+            raise InputError(f"sigmas: expected the shape of x {xs.shape}, got {sig.shape}")
 
     increment, gated = rescaled_increments(xs, rescale, ns, sig, skip_first_n_steps, skip_last_n_steps)
     return skip_masks(increment, gated, ts, max_consecutive_skips)
@@ -160,12 +161,12 @@ def _thresholds(thresholds: ArrayLike) -> np.ndarray:
     try:
         ts = np.asarray(thresholds, dtype=float)
     except (TypeError, ValueError):
-        raise ValueError(f"thresholds: expected numbers, got {thresholds!r}") from None
+        raise InputError(f"thresholds: expected numbers, got {thresholds!r}") from None
     if ts.ndim != 1:
-        raise ValueError(f"thresholds: expected a 1-D sequence, got shape {ts.shape}")
+        raise InputError(f"thresholds: expected a 1-D sequence, got shape {ts.shape}")
     bad = ~np.isfinite(ts) | (ts < 0)
     if bad.any():
-        raise ValueError(
+        raise InputError(
             f"thresholds: expected finite numbers >= 0 (0 disables skipping), got {ts[bad][0]!r} "
             f"at position {int(np.flatnonzero(bad)[0])}"
         )
@@ -179,14 +180,14 @@ def _num_steps(num_steps: ArrayLike | int | None, n_runs: int, width: int) -> np
     if raw.ndim == 0:
         raw = np.full(n_runs, raw)
     if raw.shape != (n_runs,):
-        raise ValueError(f"num_steps: expected one number or one per run ({n_runs}), got shape {raw.shape}")
+        raise InputError(f"num_steps: expected one number or one per run ({n_runs}), got shape {raw.shape}")
     try:
         ns = raw.astype(float)
     except (TypeError, ValueError):
-        raise ValueError(f"num_steps: expected whole numbers >= 1, got {num_steps!r}") from None
+        raise InputError(f"num_steps: expected whole numbers >= 1, got {num_steps!r}") from None
     with np.errstate(invalid="ignore"):
         bad = ~(np.isfinite(ns) & (ns >= 1) & (ns == np.round(ns)))
     if bad.any():
         run = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"num_steps: expected whole numbers >= 1, got {raw[bad][0]!r} for run {run}")
+        raise InputError(f"num_steps: expected whole numbers >= 1, got {raw[bad][0]!r} for run {run}")
     return ns.astype(np.int64)

@@ -227,7 +227,7 @@ class RescaleFunction:
             return step / max(num_steps - 1, 1)
         if self.form == FORM_POLY_SIGMA:
             if sigma is None or not math.isfinite(sigma):
-                raise ValueError("sigma: form 'poly+sigma' needs the scheduler's sigma at every step")
+                raise InputError("sigma: form 'poly+sigma' needs the scheduler's sigma at every step")
             return float(sigma)
         return 0.0
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from teacache._compat import check_mflux_version
 from teacache.core import StepController, TeaCacheHandle, is_applied
+from teacache.errors import InputError, InputTypeError, StateError
 from teacache.gate import DEFAULT_SKIP_FIRST, DEFAULT_SKIP_LAST, REASON_SKIP, GateConfig, StepDecision, check_flag
 from teacache.rescale import RescaleFunction
 
@@ -36,9 +37,9 @@ class StaticSchedule:
     def __post_init__(self) -> None:
         mask = tuple(self.compute)
         if not mask or not all(isinstance(v, bool) for v in mask):
-            raise ValueError(f"compute: expected a non-empty sequence of booleans, got {self.compute!r}")
+            raise InputError(f"compute: expected a non-empty sequence of booleans, got {self.compute!r}")
         if not mask[0]:
-            raise ValueError("compute: step 0 must be computed (nothing is cached before the first step)")
+            raise InputError("compute: step 0 must be computed (nothing is cached before the first step)")
         object.__setattr__(self, "compute", mask)
 
     @property
@@ -64,7 +65,7 @@ class StaticSchedule:
         skipped = sorted({int(s) for s in skipped_steps})
         outside = [s for s in skipped if not 0 < s < num_steps]
         if outside:
-            raise ValueError(f"skipped_steps: {outside} outside 1..{num_steps - 1}")
+            raise InputError(f"skipped_steps: {outside} outside 1..{num_steps - 1}")
         return cls(tuple(s not in skipped for s in range(num_steps)), label or f"skip:{skipped}")
 
     @classmethod
@@ -78,7 +79,7 @@ class StaticSchedule:
         """Compute every k-th step after the forced first ones; the forced first and last are computed."""
         _check_steps(num_steps)
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"k: expected an integer >= 1, got {k!r}")
+            raise InputError(f"k: expected an integer >= 1, got {k!r}")
         first, last = _check_forced(num_steps, skip_first_n_steps, skip_last_n_steps)
         mask = tuple(s < first or s >= num_steps - last or (s - first) % k == k - 1 for s in range(num_steps))
         return cls(mask, f"every:{k}")
@@ -95,7 +96,7 @@ class StaticSchedule:
         _check_steps(num_steps)
         first, last = _check_forced(num_steps, skip_first_n_steps, skip_last_n_steps)
         if isinstance(computed, bool) or not isinstance(computed, int) or not first + last <= computed <= num_steps:
-            raise ValueError(
+            raise InputError(
                 f"computed: expected an integer in {first + last}..{num_steps} (the forced first {first} and last "
                 f"{last} steps are always computed), got {computed!r}"
             )
@@ -115,23 +116,23 @@ def most_common(num_steps: int, schedules: Iterable[Sequence[int]], label: str =
     """
     counts = Counter(tuple(sorted(int(s) for s in steps)) for steps in schedules)
     if not counts:
-        raise ValueError("schedules: expected at least one skip schedule")
+        raise InputError("schedules: expected at least one skip schedule")
     best = min(counts, key=lambda steps: (-counts[steps], len(steps), steps))
     return StaticSchedule.from_skipped(num_steps, best, label or "most-common")
 
 
 def _check_steps(num_steps: int) -> None:
     if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
-        raise ValueError(f"num_steps: expected an integer >= 1, got {num_steps!r}")
+        raise InputError(f"num_steps: expected an integer >= 1, got {num_steps!r}")
 
 
 def _check_forced(num_steps: int, first: int, last: int) -> tuple[int, int]:
     for name, v in (("skip_first_n_steps", first), ("skip_last_n_steps", last)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ValueError(f"{name}: expected an integer >= 0, got {v!r}")
+            raise InputError(f"{name}: expected an integer >= 0, got {v!r}")
     first = max(first, 1)  # step 0 is always computed
     if first + last > num_steps:
-        raise ValueError(f"skip_first_n_steps + skip_last_n_steps: {first} + {last} exceed the {num_steps} steps")
+        raise InputError(f"skip_first_n_steps + skip_last_n_steps: {first} + {last} exceed the {num_steps} steps")
     return first, last
 
 
@@ -152,7 +153,7 @@ class ScheduleGate:
 
     def __init__(self, schedule: StaticSchedule) -> None:
         if not isinstance(schedule, StaticSchedule):
-            raise TypeError(f"schedule: expected a StaticSchedule, got {type(schedule).__name__}")
+            raise InputTypeError(f"schedule: expected a StaticSchedule, got {type(schedule).__name__}")
         self.schedule = schedule
         self.reset()
 
@@ -165,7 +166,7 @@ class ScheduleGate:
 
     def decide(self, step: int, num_steps: int, x: float | None, sigma: float | None = None) -> StepDecision:
         if num_steps != self.schedule.num_steps:
-            raise ValueError(
+            raise InputError(
                 f"schedule: made for {self.schedule.num_steps} steps, this generation has {num_steps}; "
                 "build the schedule for the generation's step count"
             )
@@ -217,7 +218,7 @@ def apply_schedule(model, schedule: StaticSchedule, forecast: bool = False):
     check_mflux_version()
     adapter = adapter_for(model)
     if is_applied(model) or adapter.is_applied(model):
-        raise RuntimeError("model: TeaCache is already applied to this pipeline; restore() the first handle")
+        raise StateError("model: TeaCache is already applied to this pipeline; restore() the first handle")
     gate = ScheduleGate(schedule)
     controller = StepController(gate.config, gate=gate, forecast=forecast)
     restore = adapter.install(model, controller)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+from collections import Counter
 
 import pytest
 
@@ -121,3 +122,88 @@ def test_one_place_turns_a_refusal_into_its_line():
                 if prints and "TeaCacheError" in ast.unparse(node.type):
                     printing.append(str(path.relative_to(ROOT)))
     assert printing == ["calib/run/command.py"]
+
+
+# The plain ValueError / TypeError / RuntimeError raises that stay: a bug's check (its traceback is wanted) or a
+# protocol that needs the builtin. A refusal of user input raises a TeaCacheError subclass instead, one that is
+# also the builtin it was before (InputError, InputTypeError, StateError, FitError, ...).
+# (file, function, builtin, how many, why)
+PLAIN_RAISES = [
+    ("teacache/io.py", "_json_default", "TypeError", 1, "json.dumps' default= hook must raise TypeError"),
+    ("teacache/variants/__init__.py", "zoo", "ValueError", 1, "targets come from the package's own specs"),
+    ("calib/pyliteral.py", "scalar", "TypeError", 1, "callers write only numbers and strings"),
+    ("calib/run/generation.py", "paired_overhead", "ValueError", 1, "callers measure only with pairs > 0"),
+    ("calib/run/interleave.py", "interleave", "ValueError", 1, "callers check --repeats first"),
+    ("calib/run/shard.py", "ShardedRun.__init__", "ValueError", 1, "the plan is built by the folder"),
+    ("calib/run/units.py", "assign", "ValueError", 1, "the world size comes from the launcher"),
+    ("bench/peer/gate.py", "_recorded_signal.recorded", "RuntimeError", 1, "mlx-teacache's gate changed"),
+    ("bench/quality/adherence.py", "summarize", "ValueError", 1, "callers check --n >= 1"),
+    ("bench/quality/scene_adherence.py", "summarize", "ValueError", 1, "callers check --prompts >= 1"),
+    ("bench/report/markdown.py", "header", "ValueError", 1, "alignments are written in code"),
+    ("bench/sweep/arms.py", "isolated_times.run", "RuntimeError", 1, "isolated and in-process runs disagree"),
+    ("bench/sweep/baselines.py", "Arm.__post_init__", "ValueError", 2, "arms come from the factories"),
+    ("bench/sweep/baselines.py", "StepCacheRun.step", "RuntimeError", 1, "mflux called outside its loop"),
+    ("bench/sweep/baselines.py", "measure_pair.run", "RuntimeError", 1, "a repeat skipped other steps"),
+    ("bench/sweep/isolate.py", "job", "ValueError", 1, "callers check --repeats first"),
+    ("bench/sweep/isolate.py", "run_isolated", "RuntimeError", 1, "the child process failed; its tail is shown"),
+    ("bench/timing/fullsize.py", "_write_model", "RuntimeError", 1, "the plan and its rows disagree"),
+    ("bench/timing/step_cost_measure.py", "arm_settings", "ValueError", 1, "--arms is parsed first"),
+    ("bench/timing/step_cost_measure.py", "Session.run", "RuntimeError", 1, "the pipeline skipped its callback"),
+    ("bench/timing/step_cost_switch.py", "switched", "ValueError", 1, "schedules come from mixed_schedule"),
+    ("bench/tolerances/mutants.py", "_proxy_class", "TypeError", 1, "an adapter without a proxy class"),
+    ("bench/tolerances/noop_pairs.py", "arm", "ValueError", 1, "run names come from measure.py"),
+    ("bench/tolerances/noop_pairs.py", "check", "ValueError", 1, "pairs come from differences()"),
+    # refusals still to become InputError in teacache/models' own change
+    ("teacache/models/open_data.py", "OpenSpec.__post_init__", "ValueError", 3, "refusal, in teacache/models"),
+    ("teacache/models/open_data.py", "parse_prompt", "ValueError", 1, "refusal, in teacache/models"),
+    ("teacache/models/open_data.py", "split_specs", "ValueError", 1, "refusal, in teacache/models"),
+    ("teacache/models/scenes.py", "PixelDecoder.decode", "ValueError", 1, "refusal, in teacache/models"),
+    ("teacache/models/scenes_data.py", "SceneObject.__post_init__", "ValueError", 1, "refusal, in teacache/models"),
+    ("teacache/models/scenes_data.py", "SceneSpec.__post_init__", "ValueError", 3, "refusal, in teacache/models"),
+    ("teacache/models/scenes_data.py", "parse_prompt", "ValueError", 1, "refusal, in teacache/models"),
+    ("teacache/models/scenes_data.py", "split_combinations", "ValueError", 1, "refusal, in teacache/models"),
+    ("teacache/models/shapes.py", "TinyShapesPipeline._check_size", "ValueError", 1, "refusal, in teacache/models"),
+    ("teacache/models/shapes.py", "TinyShapesPipeline.generate_batch", "ValueError", 1, "refusal, in teacache/models"),
+    ("teacache/models/shapes_data.py", "ShapeSpec.__post_init__", "ValueError", 2, "refusal, in teacache/models"),
+    ("teacache/models/shapes_data.py", "evaluation_specs", "ValueError", 1, "refusal, in teacache/models"),
+    ("teacache/models/shapes_data.py", "parse_prompt", "ValueError", 2, "refusal, in teacache/models"),
+    ("teacache/models/shapes_data.py", "split_specs", "ValueError", 1, "refusal, in teacache/models"),
+    ("teacache/models/tiny_flux1.py", "build_tiny_transformer", "ValueError", 1, "refusal, in teacache/models"),
+    ("teacache/models/train_lora.py", "_find", "ValueError", 1, "refusal, in teacache/models"),
+    ("teacache/models/train_lora.py", "expand_targets", "ValueError", 1, "refusal, in teacache/models"),
+    ("teacache/models/vocabulary.py", "caption_words", "ValueError", 2, "refusal, in teacache/models"),
+]
+PLAIN = ("ValueError", "TypeError", "RuntimeError")
+
+
+def plain_raises() -> Counter:
+    """(file, function, builtin) of every ``raise ValueError/TypeError/RuntimeError`` in the packages, counted."""
+    found: Counter = Counter()
+
+    def visit(node: ast.AST, path: str, scope: tuple[str, ...]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                visit(child, path, (*scope, child.name))
+                continue
+            if isinstance(child, ast.Raise) and child.exc is not None:
+                raised = child.exc.func if isinstance(child.exc, ast.Call) else child.exc
+                if isinstance(raised, ast.Name) and raised.id in PLAIN:
+                    found[(path, ".".join(scope) or "<module>", raised.id)] += 1
+            visit(child, path, scope)
+
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            visit(ast.parse(path.read_text(encoding="utf-8")), path.relative_to(ROOT).as_posix(), ())
+    return found
+
+
+def test_no_new_plain_builtin_raises():
+    """A refusal raises a TeaCacheError subclass (the commands print it as one line); a plain ValueError,
+    TypeError or RuntimeError is kept only where PLAIN_RAISES says why, so their count cannot grow."""
+    allowed = Counter({(path, function, builtin): n for path, function, builtin, n, _why in PLAIN_RAISES})
+    found = plain_raises()
+    assert len(allowed) == len(PLAIN_RAISES), "PLAIN_RAISES names a function twice"
+    new = sorted(f"{p} {f}: {b} x{n - allowed[p, f, b]}" for (p, f, b), n in found.items() if n > allowed[p, f, b])
+    assert not new, f"raise a TeaCacheError subclass (teacache.errors) for a refusal, or add to PLAIN_RAISES: {new}"
+    stale = sorted(f"{p} {f}: {b}" for (p, f, b), n in allowed.items() if found[p, f, b] < n)
+    assert not stale, f"PLAIN_RAISES allows more than the code raises; lower or drop: {stale}"

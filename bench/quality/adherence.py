@@ -50,7 +50,7 @@ def to_rgb01(image: np.ndarray | PIL.Image.Image) -> np.ndarray:
         image = np.asarray(image.convert("RGB"))
     array = np.asarray(image)
     if array.ndim != 3 or array.shape[-1] != 3:
-        raise ValueError(f"image: expected H x W x 3, got shape {array.shape}")
+        raise InputError(f"image: expected H x W x 3, got shape {array.shape}")
     if array.dtype == np.uint8:
         return array.astype(np.float32) / 255.0
     return np.clip((array.astype(np.float32) + 1.0) / 2.0, 0.0, 1.0)

@@ -64,7 +64,7 @@ def to_uint8_rgb(image: np.ndarray | PIL.Image.Image) -> np.ndarray:
         image = image.convert("RGB")
     array = np.asarray(image)
     if array.ndim != 3 or array.shape[-1] != 3:
-        raise ValueError(f"image: expected H x W x 3, got shape {array.shape}")
+        raise InputError(f"image: expected H x W x 3, got shape {array.shape}")
     return array if array.dtype == np.uint8 else scenes_data.to_uint8(array)
 
 

@@ -34,7 +34,7 @@ from calib.run.interleave import Turn, interleave
 from calib.run.prompts import pair_id
 from teacache import apply_teacache
 from teacache.core import is_applied
-from teacache.errors import InputError
+from teacache.errors import InputError, StateError
 from teacache.gate import GateConfig
 from teacache.rescale import RescaleFunction
 from teacache.schedule import StaticSchedule, apply_schedule
@@ -312,7 +312,7 @@ def apply_step_cache(model, ratio: float) -> Iterator[StepCacheRun]:
     call the transformer in the loop (FLUX.1, Qwen-Image) get a wrapped transformer instead.
     """
     if is_applied(model):
-        raise RuntimeError("model: TeaCache is applied to this pipeline; restore() it before the step-cache arm")
+        raise StateError("model: TeaCache is applied to this pipeline; restore() it before the step-cache arm")
     run = StepCacheRun(ratio)
     registry = model.callbacks
     lists = [registry.before_loop, registry.in_loop, registry.after_loop, registry.interrupt]

@@ -46,6 +46,7 @@ import pandas as pd
 from calib.fit.candidates import FittedModel
 from calib.fit.decision_oracle import oracle_per_run, pooled_oracle, pooled_sum, schedule_costs, skippable
 from calib.fit.decision_runs import RunTable, pack_runs
+from calib.fit.errors import FitError
 from calib.fit.selection import group_folds, time_input
 from teacache.gate import DEFAULT_MAX_CONSECUTIVE_SKIPS, DEFAULT_SKIP_FIRST, DEFAULT_SKIP_LAST, GateConfig
 from teacache.gate_batch import rescaled_increments, skip_masks
@@ -94,7 +95,7 @@ def score_rescales(
     """
     GateConfig(0.0, RescaleFunction((0.0,)), skip_first_n_steps, skip_last_n_steps, max_consecutive_skips)
     if not candidates:
-        raise ValueError("candidates: expected at least one rescale function")
+        raise FitError("candidates: expected at least one rescale function")
     lo_frac, hi_frac = _skip_fractions(skip_range)
     rules = {
         "skip_first_n_steps": skip_first_n_steps,
@@ -134,7 +135,7 @@ def score_rescales(
 def _skip_fractions(skip_range: tuple[float, float]) -> tuple[float, float]:
     lo_frac, hi_frac = (float(v) for v in skip_range)
     if not 0.0 <= lo_frac < hi_frac <= 1.0:
-        raise ValueError(f"skip_range: expected 0 <= low < high <= 1, got {skip_range!r}")
+        raise FitError(f"skip_range: expected 0 <= low < high <= 1, got {skip_range!r}")
     return lo_frac, hi_frac
 
 
@@ -142,7 +143,7 @@ def _run_folds(table: RunTable, run_fold: np.ndarray | None) -> np.ndarray:
     """The fold of every run (all in fold 0 when None)."""
     folds = np.zeros(table.n_runs, dtype=int) if run_fold is None else np.asarray(run_fold)
     if folds.shape != (table.n_runs,):
-        raise ValueError(f"run_fold: expected one fold per run ({table.n_runs}), got shape {folds.shape}")
+        raise FitError(f"run_fold: expected one fold per run ({table.n_runs}), got shape {folds.shape}")
     return folds
 
 
@@ -188,7 +189,7 @@ def _per_fold(label: str, fns, fold_ids: np.ndarray) -> dict:
         return {f: fns for f in fold_ids}
     fns = list(fns)
     if len(fns) != fold_ids.size or not all(isinstance(fn, RescaleFunction) for fn in fns):
-        raise ValueError(f"candidates[{label!r}]: expected a RescaleFunction or one per fold ({fold_ids.size})")
+        raise FitError(f"candidates[{label!r}]: expected a RescaleFunction or one per fold ({fold_ids.size})")
     return dict(zip(fold_ids.tolist(), fns, strict=True))
 
 
@@ -242,12 +243,12 @@ def decision_scores(
         folds = group_folds(frame["prompt_id"].to_numpy(), n_folds)
     folds = np.asarray(folds)
     if folds.shape != (len(frame),):
-        raise ValueError(f"folds: expected one fold per frame row ({len(frame)}), got shape {folds.shape}")
+        raise FitError(f"folds: expected one fold per frame row ({len(frame)}), got shape {folds.shape}")
     table, run_of_row = pack_runs(frame, change)
     run_fold = np.zeros(table.n_runs, dtype=folds.dtype)
     run_fold[run_of_row] = folds
     if np.any(run_fold[run_of_row] != folds):
-        raise ValueError("folds: the rows of one run fall in different folds; deal folds by prompt_id")
+        raise FitError("folds: the rows of one run fall in different folds; deal folds by prompt_id")
     x = frame["x_rel_l1"].to_numpy(dtype=float)
     y = frame["y_rel_l1"].to_numpy(dtype=float)
     fold_ids = np.unique(run_fold)
@@ -255,7 +256,7 @@ def decision_scores(
     for spec in specs:
         known = (fold_models or {}).get(spec.label)
         if known is not None and len(known) != fold_ids.size:
-            raise ValueError(f"fold_models[{spec.label!r}]: expected one model per fold ({fold_ids.size})")
+            raise FitError(f"fold_models[{spec.label!r}]: expected one model per fold ({fold_ids.size})")
         if known is None:
             u = time_input(spec.form, frame)
             trains = [folds != f for f in fold_ids]

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import numpy as np
 
 from calib.fit.decision_runs import RunTable
+from calib.fit.errors import FitError
 
 
 def skippable(table: RunTable, skip_first_n_steps: int, skip_last_n_steps: int) -> np.ndarray:
@@ -22,9 +23,9 @@ def schedule_costs(masks: np.ndarray, table: RunTable) -> tuple[np.ndarray, np.n
     """(skipped, uncomputed, worst), each ``[..., runs]``, for bool masks ``[..., runs, steps]``."""
     masks = np.asarray(masks, dtype=bool)
     if masks.shape[-2:] != table.x.shape:
-        raise ValueError(f"masks: expected trailing shape {table.x.shape} (runs, steps), got {masks.shape}")
+        raise FitError(f"masks: expected trailing shape {table.x.shape} (runs, steps), got {masks.shape}")
     if masks[..., 0].any():
-        raise ValueError("masks: step 0 is skipped somewhere; nothing is cached before step 0")
+        raise FitError("masks: step 0 is skipped somewhere; nothing is cached before step 0")
     n_runs, width = table.x.shape
     index = np.arange(width)
     cached = np.maximum.accumulate(np.where(masks, -1, index), axis=-1)  # last computed step

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from calib.fit.errors import FitError
 from calib.traces.runs import run_key_columns
 
 CHANGE_RESIDUAL = "residual"
@@ -60,10 +61,10 @@ def pack_runs(frame: pd.DataFrame, change: str | None = None) -> tuple[RunTable,
     """
     kind = change or (CHANGE_RESIDUAL if _usable(frame, "residual_rel_l1") else CHANGE_OUTPUT)
     if kind not in _CHANGE_COLUMNS:
-        raise ValueError(f"change: expected {CHANGE_RESIDUAL!r} or {CHANGE_OUTPUT!r}, got {change!r}")
+        raise FitError(f"change: expected {CHANGE_RESIDUAL!r} or {CHANGE_OUTPUT!r}, got {change!r}")
     rel_column, norm_column = _CHANGE_COLUMNS[kind]
     if not _usable(frame, rel_column):
-        raise ValueError(f"change {kind!r}: needs column {rel_column!r} with finite values >= 0 on every row")
+        raise FitError(f"change {kind!r}: needs column {rel_column!r} with finite values >= 0 on every row")
     key = run_key_columns(frame)
     run_of_row = frame.groupby(key, sort=False, dropna=False).ngroup().to_numpy()
     n_runs = int(run_of_row.max()) + 1 if len(frame) else 0
@@ -71,13 +72,13 @@ def pack_runs(frame: pd.DataFrame, change: str | None = None) -> tuple[RunTable,
     keys = [tuple(row) for row in frame[key].iloc[first_row].itertuples(index=False)]
     steps = frame["step"].to_numpy(dtype=np.int64)
     if n_runs == 0 or steps.min() < 0:
-        raise ValueError("frame: expected rows with steps >= 0")
+        raise FitError("frame: expected rows with steps >= 0")
     counts = "num_steps" in frame.columns
     num_steps = np.zeros(n_runs, dtype=np.int64)
     np.maximum.at(num_steps, run_of_row, frame["num_steps"].to_numpy(dtype=np.int64) if counts else steps + 1)
     width = int(max(num_steps.max(), steps.max() + 1))
     if np.unique(run_of_row * width + steps).size != len(frame):
-        raise ValueError(f"frame: two rows share a step within one run (run key: {'+'.join(key)})")
+        raise FitError(f"frame: two rows share a step within one run (run key: {'+'.join(key)})")
 
     def dense(values: np.ndarray, fill: float) -> np.ndarray:
         out = np.full((n_runs, width), fill)

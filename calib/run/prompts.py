@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from teacache import variants
-from teacache.errors import InputError
+from teacache.errors import InputError, InputTypeError
 
 # Diverse prompts for real models: objects, scenes, portraits, text rendering, abstract, fine detail.
 DEFAULT = {
@@ -190,7 +190,7 @@ def _json_rows(path: Path) -> list[tuple[object, object]]:
         return [(row["id"], row["text"]) for row in rows]
     if isinstance(data, list):  # {id: text}, as its pairs
         return list(data)
-    raise TypeError(f"expected {{id: text}} or [{{id, text}}], got {type(data).__name__}")
+    raise InputTypeError(f"--prompts: {path}: expected {{id: text}} or [{{id, text}}], got {type(data).__name__}")
 
 
 def _rows(path: Path) -> tuple[str, list[tuple[int, object, object]]]:

@@ -94,3 +94,34 @@ def test_the_type_refusal_is_a_type_error_only():
     """A wrong type stays out of ``except ValueError``, as it was."""
     assert issubclass(InputTypeError, TypeError) and not issubclass(InputTypeError, ValueError)
     assert InputTypeError.exit_status == TeaCacheError.exit_status == 2
+
+
+def _schedule_refusals():
+    from teacache.gate_batch import replay_skip_masks
+    from teacache.rescale import RescaleFunction
+    from teacache.schedule import ScheduleGate, StaticSchedule
+
+    poly = RescaleFunction((1.0, 0.0))
+    return [
+        (lambda: StaticSchedule(()), InputError, "compute: expected a non-empty sequence of booleans"),
+        (lambda: StaticSchedule.every(8, 0), InputError, "k: expected an integer >= 1, got 0"),
+        (lambda: StaticSchedule.evenly(0, 1), InputError, "num_steps: expected an integer >= 1, got 0"),
+        (lambda: ScheduleGate("every:2"), InputTypeError, "schedule: expected a StaticSchedule, got str"),
+        (lambda: replay_skip_masks([1.0], poly, [0.1], 4), InputError, "x: expected a 2-D array [runs, steps]"),
+        (lambda: replay_skip_masks([[1.0] * 4], poly, [-1], 4), InputError, "thresholds: expected finite numbers"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_schedule_and_replay_refusals_are_teacache_errors(case):
+    call, kind, message = _schedule_refusals()[case]
+    _refused(call, BUILTIN[kind], kind, message)
+
+
+def test_a_schedule_on_a_pipeline_with_teacache_is_a_state_error(shapes):
+    from teacache import apply_teacache
+    from teacache.schedule import StaticSchedule, apply_schedule
+
+    with apply_teacache(shapes):
+        message = "model: TeaCache is already applied to this pipeline; restore() the first handle"
+        _refused(lambda: apply_schedule(shapes, StaticSchedule.evenly(8, 4)), RuntimeError, StateError, message)

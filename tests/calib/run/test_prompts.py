@@ -8,6 +8,7 @@ import json
 import pytest
 
 from calib.run.prompts import SETS, check_prompt_id, load_prompts
+from teacache.errors import InputTypeError
 from tests.conftest import refused
 
 
@@ -90,3 +91,11 @@ def test_commands_refuse_a_prompt_file_with_a_bad_or_duplicate_id(command, extra
     line = refused(command, argv, tmp_path, monkeypatch, capsys)
     assert f"--prompts: {prompts} line" in line, line
     assert not (tmp_path / "W").exists() and not (tmp_path / "etc").exists()
+
+
+def test_a_json_file_of_neither_form_is_refused_naming_it(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps("a cat"))
+    shapes = r"expected \{id: text\} or \[\{id, text\}\], got str$"
+    with pytest.raises(InputTypeError, match=r"^--prompts: .*p\.json: " + shapes):
+        load_prompts(str(path))
