@@ -131,8 +131,13 @@ STYLES: dict[str, Style] = {
         summary="the named object drawn as another shape: a circle as a square, a square as a triangle, a "
         "triangle as a circle (colour, position and everything else as captioned)",
         render=render_shape_swap,
-        targets={"flux2": ("context_embedder", "transformer_blocks.*.attn.add_k_proj",
-                           "transformer_blocks.*.attn.add_v_proj")},  # fmt: skip
+        targets={
+            "flux2": (
+                "context_embedder",
+                "transformer_blocks.*.attn.add_k_proj",
+                "transformer_blocks.*.attn.add_v_proj",
+            )
+        },  # fmt: skip
         sigma_loc=0.5,
         recipe={
             "render": "open_data.render_batch of the specs with the named shape replaced, same rng",
