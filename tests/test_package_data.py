@@ -32,5 +32,5 @@ def test_the_loaders_default_files_are_among_them():
     shipped = _shipped()
     for layout in open_models.FAMILIES.values():
         assert {layout.folder / layout.weights_name, layout.folder / layout.manifest_name} <= shipped, layout.name
-    loras = {p.resolve() for p in train_lora.LORAS_DIR.glob("*/*.safetensors")}
+    loras = {p.resolve() for folder in train_lora.LORAS_DIRS.values() for p in folder.glob("*/*.safetensors")}
     assert loras and loras <= shipped
