@@ -106,7 +106,7 @@ def test_a_target_mflux_cannot_load_is_refused_before_anything_is_written(tmp_pa
 # ------------------------------------------------------------------------------------ tiny-open-flux1's LoRAs
 
 FLUX1 = "tiny-open-flux1"
-COMMITTED_FLUX1 = ("stripes",)
+COMMITTED_FLUX1 = ("stripes", "colour-swap")
 
 
 def _flux1_file(name: str):
@@ -166,3 +166,11 @@ def test_a_style_of_another_family_is_refused_before_anything_is_written(tmp_pat
     assert _train(tmp_path / "out", "--model", FLUX1, "--style", "shape-swap") == 2
     assert "shape-swap is a style for tiny-open-flux2, not tiny-open-flux1" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_lora_of_layers_both_mappings_name_at_the_same_shapes_fits_both():
+    """What the fit check cannot tell: colour-swap's layers (the double blocks' add_k_proj, add_v_proj) carry the same
+    diffusers names in mflux's FLUX.1 and FLUX.2 mappings, and both tiny models make them 128 -> 128."""
+    from teacache.loading import check_loras
+
+    assert check_loras("tiny-open-flux2", None, [_flux1_file("colour-swap")])
