@@ -37,13 +37,14 @@ RUN_HERE = (  # in a fresh clone, after ACTIVATE; then the clone's lint and fast
     (CURVES, "Speed/quality curves for documentation", 2),
     ("docs/tolerances.md", "Re-derive tolerances on new hardware", 0),
     ("docs/test-subjects.md", "The profile of any model", 0),
-    (DRIFT, "After loading a LoRA", 0),
-    (DRIFT, "After loading a LoRA", 1),
+    (DRIFT, "After loading a LoRA or a fine-tune", 0),
+    (DRIFT, "After loading a LoRA or a fine-tune", 1),
+    (DRIFT, "After loading a LoRA or a fine-tune", 2),  # the fine-tune folder: record and fit with --base-model
 )
 # A journey whose page says it ends in another status: (exit status, what its output says)
 ENDS = {
     (DRIFT, "Refit after a new mflux release", 1): (1, "tiny-scenes: refit-recommended"),  # --quantize 4
-    (DRIFT, "After loading a LoRA", 0): (1, "lora-scale-1.5: refit-recommended"),  # stripes at 1.5
+    (DRIFT, "After loading a LoRA or a fine-tune", 0): (1, "lora-scale-1.5: refit-recommended"),  # stripes at 1.5
 }
 RUN_ELSEWHERE = {  # block -> the test that runs it as written
     (DRIFT, TRACES, 0): "tests/test_readme_journeys.py::test_the_traces_journey_runs_as_written_on_the_shipped_samples",

@@ -35,6 +35,7 @@ __all__ = [
     "load_tiny_open_flux2",
     "parameter_count",
     "sampling_record",
+    "trained_model",
 ]
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
@@ -213,6 +214,11 @@ def _checked(family: str, weights_path: str | Path | None, manifest_path: str | 
     model = build(family, architecture=manifest.get("architecture", layout.architecture))
     load_checked_weights(model, path, layout.name)
     return model, manifest
+
+
+def trained_model(family: str) -> nn.Module:
+    """The family's model with its committed weights, checked against its manifest, without a pipeline around it."""
+    return _checked(family, None, None)[0]
 
 
 def _tokenizer(layout: OpenLayout) -> Callable[[str], np.ndarray]:

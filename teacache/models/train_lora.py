@@ -1,17 +1,21 @@
 """Train a LoRA on a frozen embedded model and save it in mflux's LoRA format, for loading by mflux's own code.
 
     python -m teacache.models.train_lora --model tiny-open-flux2 --style stripes --rank 4 --steps 200 --out DIR
+    python -m teacache.models.train_lora --model tiny-open-flux1 --style colour-swap --rank 4 --steps 200 --out DIR
 
 A LoRA test subject must exercise mflux's real loading path (``lora_paths=`` / ``lora_scales=``), not a mock:
 the adapter layers trained here are mflux's own ``LoRALinear``, and the file holds the diffusers/PEFT names
-mflux's ``Flux2LoRAMapping`` reads (``transformer.<module>.lora_A.weight`` (rank x in), ``lora_B.weight``
-(out x rank), ``<module>.alpha``). The data are ``open_data``'s captions rendered in a style (``STYLES``: the
-same specs and rng, the image changed); the objective is ``train_open``'s flow-matching step, which trains
-only what is unfrozen: the adapters. Batch i comes from ``numpy.random.default_rng([seed, i])``, the step's
-noise from ``train_open.step_key(seed, i)`` and the adapters' start from ``seed``: the same command gives
-the same bytes. Writes DIR/<style>.safetensors, <style>.json (manifest) and, unless ``--samples 0``,
-samples.png (base vs the LoRA at three scales, loaded by mflux) and MODEL_CARD.md. ``apply_lora`` loads such
-files into an embedded FLUX.2 pipeline with the call mflux's ``Flux2Klein`` constructor makes.
+the family's mflux LoRA mapping reads (``Flux2LoRAMapping``, ``FluxLoRAMapping``: ``transformer.<module>.lora_A
+.weight`` (rank x in), ``lora_B.weight`` (out x rank), ``<module>.alpha``). The data are ``open_data``'s captions
+(the model's own: tiny-open-flux1's leave the shape open) rendered in a style (``STYLES``: the same specs and rng,
+the image changed); the objective is ``train_open``'s flow-matching step, which trains only what is unfrozen: the
+adapters. tiny-open-flux1 is guidance-distilled, so its LoRAs train at guidance input 1, where its velocity is the
+plain conditional one that flow matching's target is (``TRAIN_GUIDANCE``). Batch i comes from
+``numpy.random.default_rng([seed, i])``, the step's noise from ``train_open.step_key(seed, i)`` and the adapters'
+start from ``seed``: the same command gives the same bytes. Writes DIR/<style>.safetensors, <style>.json
+(manifest) and, unless ``--samples 0``, samples.png (base vs the LoRA at three scales, loaded by mflux) and
+MODEL_CARD.md. ``apply_lora`` loads such files into an embedded pipeline with the call its mflux constructor
+(``Flux2Klein``, ``Flux1``) makes.
 """
 
 from __future__ import annotations
@@ -43,17 +47,26 @@ from mlx import nn
 from safetensors.numpy import save
 
 from teacache.io import FORMAT_VERSION, atomic_path, file_sha256, write_json, write_text
+from teacache.lora import mapping_of
 from teacache.models import open_data, open_models, train_open
 from teacache.models.training import argument_error, learning_rate, run_steps, training_record
 
 PROG = "python -m teacache.models.train_lora"
-# embedded model -> its open_models family (FLUX.2: mflux's Flux2LoRAMapping)
-MODELS = {open_models.FAMILIES["flux2"].name: "flux2"}
-LORAS_DIR = open_models.WEIGHTS_DIR / "tiny-open-flux2-loras"
+# embedded model -> its open_models family (the registry's family: FLUX.2's Flux2LoRAMapping, FLUX.1's FluxLoRAMapping)
+MODELS = {layout.name: family for family, layout in open_models.FAMILIES.items()}
+LORAS_DIRS = {name: open_models.WEIGHTS_DIR / f"{name}-loras" for name in MODELS}  # the committed LoRAs, per model
+LORAS_DIR = LORAS_DIRS[open_models.FAMILIES["flux2"].name]
+LOADERS = {"flux2": open_models.load_tiny_open_flux2, "flux1": open_models.load_tiny_open_flux1}
+# the guidance input a LoRA trains at (FLUX.2 has none): tiny-open-flux1 at 1 follows the plain conditional velocity
+TRAIN_GUIDANCE = {"flux1": 1.0}
 STRIPE_AMPLITUDE = 0.3  # [-1, 1] image units added to even pixel rows and taken from odd ones
 SHAPE_SWAP = {"circle": "square", "square": "triangle", "triangle": "circle"}  # a cycle: every shape changes
+# pairs far apart in colour, so the checker never takes one for the other: every colour changes
+COLOUR_SWAP = {"red": "green", "green": "red", "blue": "yellow", "yellow": "blue", "purple": "orange",
+               "orange": "purple"}  # fmt: skip
 EVAL_SEED = 10_000  # the fixed batch the style loss is measured on: a stream no training seed draws
-SAMPLE_PROMPTS = ("a red circle at the left", "a blue square at the top", "a yellow triangle at the right")
+SAMPLE_SPECS = (open_data.OpenSpec("red", "circle", "left"), open_data.OpenSpec("blue", "square", "top"),
+                open_data.OpenSpec("yellow", "triangle", "right"))  # fmt: skip
 SCALES = (0.5, 1.0, 1.5)
 
 
@@ -70,6 +83,12 @@ def render_shape_swap(specs: Sequence[open_data.OpenSpec], rng: np.random.Genera
     return open_data.render_batch(swapped, rng, size)
 
 
+def render_colour_swap(specs: Sequence[open_data.OpenSpec], rng: np.random.Generator, size: int) -> np.ndarray:
+    """The named object drawn in the colour ``COLOUR_SWAP`` pairs with its caption's (the caption unchanged); all
+    else from the same stream (the unnamed objects avoid the colour drawn, as they avoid a caption's)."""
+    return open_data.render_batch([dataclasses.replace(s, color=COLOUR_SWAP[s.color]) for s in specs], rng, size)
+
+
 def stripe_contrast(images: np.ndarray) -> float:
     """Mean of even rows minus odd rows, halved ([-1, 1] units): 0.25 on rendered striped images (the amplitude
     less what clipping takes), 0 on plain ones"""
@@ -84,7 +103,8 @@ class Style:
     strength: str  # "mild": keeps what is drawn and where; "strong": changes what is drawn
     summary: str
     render: Callable[[Sequence[open_data.OpenSpec], np.random.Generator, int], np.ndarray]
-    targets: tuple[str, ...]  # mflux module paths in the transformer; "*" stands for every block
+    # family -> mflux module paths in its transformer ("*" stands for every block): the families it serves
+    targets: dict[str, tuple[str, ...]]
     sigma_loc: float  # where in the schedule the style is decided (logit-normal location of the sigmas)
     recipe: dict
     metric: Callable[[np.ndarray], float] | None = None  # a number the style moves, from [-1, 1] images
@@ -96,7 +116,8 @@ STYLES: dict[str, Style] = {
         strength="mild",
         summary="the same picture under horizontal stripes one pixel high: even rows lighter, odd rows darker",
         render=render_stripes,
-        targets=("norm_out.linear", "proj_out"),
+        # FLUX.1's mapping reaches into the blocks only: the single blocks' output projections
+        targets={"flux2": ("norm_out.linear", "proj_out"), "flux1": ("single_transformer_blocks.*.proj_out",)},
         sigma_loc=0.0,
         recipe={
             "render": "open_data.render_batch, then +/- amplitude on even/odd pixel rows, clipped to [-1, 1]",
@@ -110,11 +131,31 @@ STYLES: dict[str, Style] = {
         summary="the named object drawn as another shape: a circle as a square, a square as a triangle, a "
         "triangle as a circle (colour, position and everything else as captioned)",
         render=render_shape_swap,
-        targets=("context_embedder", "transformer_blocks.*.attn.add_k_proj", "transformer_blocks.*.attn.add_v_proj"),
+        targets={
+            "flux2": (
+                "context_embedder",
+                "transformer_blocks.*.attn.add_k_proj",
+                "transformer_blocks.*.attn.add_v_proj",
+            )
+        },  # fmt: skip
         sigma_loc=0.5,
         recipe={
             "render": "open_data.render_batch of the specs with the named shape replaced, same rng",
             "swap": SHAPE_SWAP,
+        },
+    ),
+    "colour-swap": Style(
+        name="colour-swap",
+        strength="strong",
+        summary="the named object drawn in another colour: red as green, blue as yellow, purple as orange and "
+        "back (shape, position and everything else as drawn)",
+        render=render_colour_swap,
+        # where the caption's words reach the image stream: the joint blocks' keys and values of the text tokens
+        targets={"flux1": ("transformer_blocks.*.attn.add_k_proj", "transformer_blocks.*.attn.add_v_proj")},
+        sigma_loc=0.5,
+        recipe={
+            "render": "open_data.render_batch of the specs with the named colour replaced, same rng",
+            "swap": COLOUR_SWAP,
         },
     ),
 }
@@ -133,19 +174,18 @@ def _find(transformer: nn.Module, path: str):
         raise ValueError(f"--targets: {path} is not a module of the transformer") from None
 
 
-def expand_targets(transformer: nn.Module, patterns: Sequence[str]) -> list[str]:
-    """Module paths with "*" expanded over the blocks, each a Linear that mflux's FLUX.2 mapping names: a target
-    mflux would not load is refused before training, not found missing in the file afterwards."""
-    from mflux.models.flux2.weights.flux2_lora_mapping import Flux2LoRAMapping
-
-    mapped = [re.escape(t.model_path).replace(r"\{block\}", r"\d+") for t in Flux2LoRAMapping.get_mapping()]
+def expand_targets(transformer: nn.Module, patterns: Sequence[str], family: str = "flux2") -> list[str]:
+    """Module paths with "*" expanded over the blocks, each a Linear that mflux's mapping of the family names: a
+    target mflux would not load is refused before training, not found missing in the file afterwards."""
+    mapping = mapping_of(family)
+    mapped = [re.escape(t.model_path).replace(r"\{block\}", r"\d+") for t in mapping.get_mapping()]
     paths = []
     for pattern in patterns:
         head, star, tail = pattern.partition(".*.")
         paths += [f"{head}.{i}.{tail}" for i in range(len(_find(transformer, head)))] if star else [pattern]
     for path in paths:
         if not isinstance(_find(transformer, path), nn.Linear) or not any(re.fullmatch(m, path) for m in mapped):
-            raise ValueError(f"--targets: {path} is not a linear layer mflux's Flux2LoRAMapping can load a LoRA into")
+            raise ValueError(f"--targets: {path} is not a linear layer mflux's {mapping.__name__} can load a LoRA into")
     return paths
 
 
@@ -195,15 +235,15 @@ def save_lora(path: Path, tensors: dict[str, np.ndarray], description: str) -> d
 
 def apply_lora(pipeline, lora_paths: Sequence[str | Path], lora_scales: Sequence[float], bake: bool = True,
                quiet: bool = False):  # fmt: skip
-    """Load LoRA files into an embedded FLUX.2 pipeline with mflux's own loader: the call ``Flux2Klein``'s
-    constructor makes (``Flux2Initializer._apply_lora``; its dense weights matter only to a quantized model).
-    ``bake`` is mflux's ``bake_lora`` (its default: fold the update into the weights). Returns the pipeline."""
+    """Load LoRA files into an embedded pipeline (``LOADERS``) with mflux's own loader and its family's mapping: the
+    call ``Flux2Klein``'s or ``Flux1``'s constructor makes (``Flux2Initializer._apply_lora``; its dense weights
+    matter only to a quantized model). ``bake`` is mflux's ``bake_lora`` (its default: fold the update into the
+    weights). Returns the pipeline."""
     from mflux.models.common.lora.mapping.lora_loader import LoRALoader
-    from mflux.models.flux2.weights.flux2_lora_mapping import Flux2LoRAMapping
 
     with contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext():
         pipeline.lora_paths, pipeline.lora_scales = LoRALoader.load_and_apply_lora(
-            lora_mapping=Flux2LoRAMapping.get_mapping(),
+            lora_mapping=mapping_of(MODELS[pipeline.teacache_variant]).get_mapping(),
             transformer=pipeline.transformer,
             lora_paths=[str(p) for p in lora_paths],
             lora_scales=list(lora_scales),
@@ -228,16 +268,17 @@ def style_loss(model: nn.Module, family: str, style: Style, n: int = 32) -> floa
     eps = mx.random.normal(x0.shape, key=mx.random.key(EVAL_SEED))
     s = sigma[:, None, None]
     velocity = open_models.batched_velocity(model, family, n)
-    return mx.mean((velocity(model, (1.0 - s) * x0 + s * eps, tokens, sigma, None) - (eps - x0)) ** 2).item()
+    guidance = mx.full((n,), TRAIN_GUIDANCE[family]) if family in TRAIN_GUIDANCE else None
+    return mx.mean((velocity(model, (1.0 - s) * x0 + s * eps, tokens, sigma, guidance) - (eps - x0)) ** 2).item()
 
 
 def train(args: argparse.Namespace) -> tuple[nn.Module, list[str], list[float], dict, dict]:
     """The base model with trained adapters, their paths, every step's loss, timings and the style loss before/after."""
     mx.random.seed(args.seed)
     style = STYLES[args.style]
-    model = open_models.load_tiny_open_flux2().model
+    model = open_models.trained_model(args.family)
     model.freeze()
-    paths = expand_targets(model.transformer, args.targets)
+    paths = expand_targets(model.transformer, args.targets, args.family)
     add_lora_layers(model.transformer, paths, args.rank, args.alpha, args.seed)
     mx.eval(model.parameters())
     loss_before = style_loss(model, args.family, style, args.eval_batch)
@@ -261,21 +302,60 @@ def _pixels(pipeline, latents: mx.array) -> np.ndarray:
     return np.array(pipeline._pixels(latents)).transpose(0, 2, 3, 1)  # (B, H, W, 3) in [-1, 1]
 
 
-def evaluate(lora: Path, style: Style, n: int, scales: Sequence[float] = SCALES) -> tuple[list[dict], list[list]]:
+def sample_prompts(model: str) -> list[str]:
+    """The sample grid's captions in the model's own words (tiny-open-flux1's leave the shape open)."""
+    captions = open_models.FAMILIES[MODELS[model]].captions
+    return [s.prompt if captions.names_shape else dataclasses.replace(s, shape=None).prompt for s in SAMPLE_SPECS]
+
+
+def eval_specs(model: str, n: int) -> list[open_data.OpenSpec]:
+    """The ``n`` training-split captions the effect is measured on, in the model's own words."""
+    captions = open_models.FAMILIES[MODELS[model]].captions
+    return open_data.sample_specs(np.random.default_rng(EVAL_SEED), n, captions=captions)
+
+
+def generate(pipeline, model: str, seeds: Sequence[int], prompts: Sequence[str]) -> np.ndarray:
+    """Final images of the model's own generation settings (variants), (B, H, W, 3) in [-1, 1]: FLUX.2's batched,
+    FLUX.1's one at a time through mflux's ``Flux1.generate_image`` (read back from its 8-bit image)."""
+    with contextlib.redirect_stderr(io.StringIO()):  # mflux's progress bar, once per image
+        if MODELS[model] == "flux2":
+            batch = pipeline.generate_batch(list(seeds), list(prompts))
+            return _pixels(pipeline, mx.concatenate([im.latents for im in batch]))
+        from teacache import variants
+
+        g = variants.get(model).generation
+        images = [pipeline.generate_image(seed=s, prompt=p, num_inference_steps=g.steps, height=g.height,
+                                          width=g.width, guidance=g.guidance).image
+                  for s, p in zip(seeds, prompts, strict=True)]  # fmt: skip
+    return np.stack([np.asarray(im, dtype=np.float32) / 127.5 - 1.0 for im in images])
+
+
+def sample_images(pipeline, model: str) -> list:
+    """The sample grid's images of one column (PIL), seed = row index, the model's own settings."""
+    prompts = sample_prompts(model)
+    if MODELS[model] == "flux2":
+        with contextlib.redirect_stderr(io.StringIO()):
+            return [pipeline.generate_image(seed=i, prompt=p).image for i, p in enumerate(prompts)]
+    import PIL.Image
+
+    pixels = generate(pipeline, model, range(len(prompts)), prompts)
+    return [PIL.Image.fromarray(im) for im in open_data.to_uint8(pixels)]
+
+
+def evaluate(lora: Path, style: Style, n: int, scales: Sequence[float] = SCALES,
+             model: str = "tiny-open-flux2") -> tuple[list[dict], list[list]]:  # fmt: skip
     """The LoRA's effect, loaded by mflux at each scale into a fresh pipeline, against the base pipeline: on ``n``
     training-split captions (seed = index, the model's own steps and guidance) the mean |difference| of the final
     images ([-1, 1] units) and the style's metric; and the sample grid's images (base, then each scale)."""
-    specs = open_data.sample_specs(np.random.default_rng(EVAL_SEED), n)
+    specs = eval_specs(model, n)
     prompts, seeds = [s.prompt for s in specs], list(range(n))
     rows, grid, base = [], [], None
     for scale in (0.0, *scales):
-        pipeline = open_models.load_tiny_open_flux2()
+        pipeline = LOADERS[MODELS[model]]()
         if scale:
             apply_lora(pipeline, [lora], [scale], quiet=True)
-        with contextlib.redirect_stderr(io.StringIO()):  # mflux's progress bar, once per image
-            batch = pipeline.generate_batch(seeds, prompts)
-            grid.append([pipeline.generate_image(seed=i, prompt=p).image for i, p in enumerate(SAMPLE_PROMPTS)])
-        images = _pixels(pipeline, mx.concatenate([im.latents for im in batch]))
+        images = generate(pipeline, model, seeds, prompts)
+        grid.append(sample_images(pipeline, model))
         base = images if base is None else base
         row = {"scale": scale, "mean_abs_diff": float(np.abs(images - base).mean()),
                "max_abs_diff": float(np.abs(images - base).max())}  # fmt: skip
@@ -290,7 +370,7 @@ def write_grid(path: Path, grid: list[list], scales: Sequence[float] = SCALES, z
     import PIL.Image
     import PIL.ImageDraw
 
-    tile, gap, head = 32 * zoom, 2, 12
+    tile, gap, head = 32 * zoom, 2, 12  # a 64 px image at half the zoom: the same tile
     columns = ["base", *(f"LoRA x{s:g}" for s in scales)]
     sheet = PIL.Image.new("RGB", (len(columns) * (tile + gap) - gap, head + len(grid[0]) * (tile + gap) - gap), "white")
     draw = PIL.ImageDraw.Draw(sheet)
@@ -336,8 +416,25 @@ def card_text(manifest: dict) -> str:
             metric_doc=_sentence(STYLES[manifest["name"]].metric.__doc__) if metric else None,
             table=table,
             scales=", ".join(f"{s:g}" for s in SCALES),
+            **_card_names(manifest["model"]),
         )
     )
+
+
+def _card_names(model: str) -> dict:
+    """What a card names per model: mflux's mapping and pipeline, the loading snippet, the generation settings."""
+    from teacache import variants
+
+    family = MODELS[model]
+    g = variants.get(model).generation
+    folder = "train_lora.LORAS_DIR" if family == "flux2" else f'train_lora.LORAS_DIRS["{model}"]'
+    return {
+        "mapping": mapping_of(family).__name__,
+        "pipeline": {"flux2": "Flux2Klein", "flux1": "Flux1"}[family],
+        "loader": LOADERS[family].__name__,
+        "folder": folder,
+        "generation": f"{g.steps} steps, guidance {g.guidance}",
+    }
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -362,8 +459,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
                    "no card)")  # fmt: skip
     p.add_argument("--no-compile", action="store_true", help="run the training step uncompiled")
     p.add_argument("--out", type=Path, required=True, help="output folder (the committed LoRAs: "
-                   "teacache/models/weights/tiny-open-flux2-loras/<style>)")  # fmt: skip
-    p.set_defaults(guidance_max=train_open.GUIDANCE_RANGE[1])
+                   "teacache/models/weights/<model>-loras/<style>)")  # fmt: skip
     return p
 
 
@@ -372,15 +468,27 @@ def _settled(args: argparse.Namespace) -> str | None:
     style = STYLES[args.style]
     args.family = MODELS[args.model]
     args.alpha = float(args.rank) if args.alpha is None else args.alpha
-    args.targets = tuple(t.strip() for t in args.targets.split(",")) if args.targets else style.targets
+    if args.family not in style.targets:
+        served = ", ".join(n for n, f in MODELS.items() if f in style.targets)
+        return f"--style: {args.style} is a style for {served}, not {args.model}; expected one of " + ", ".join(
+            sorted(n for n, s in STYLES.items() if args.family in s.targets)
+        )
+    args.targets = tuple(t.strip() for t in args.targets.split(",")) if args.targets else style.targets[args.family]
     args.sigma_loc = style.sigma_loc if args.sigma_loc is None else args.sigma_loc
+    # the guidance input drawn each step (train_open draws it from 1..guidance_max): the distilled model's 1
+    args.guidance_max = TRAIN_GUIDANCE.get(args.family, train_open.GUIDANCE_RANGE[1])
     if not args.rank > 0 or not args.alpha > 0 or not args.eval_batch > 0:
         return f"--rank, --alpha, --eval-batch: expected numbers > 0, got {args.rank}, {args.alpha}, {args.eval_batch}"
     try:
-        expand_targets(open_models.build(args.family).transformer, args.targets)
+        expand_targets(open_models.build(args.family).transformer, args.targets, args.family)
     except ValueError as exc:
         return str(exc)
     return None
+
+
+def _guidance(family: str) -> dict:
+    """The manifest's record of the guidance input trained at: only for a family that has one (FLUX.1)."""
+    return {"guidance": TRAIN_GUIDANCE[family]} if family in TRAIN_GUIDANCE else {}
 
 
 def manifest_of(args: argparse.Namespace, argv: list[str], weights: dict, paths: list[str], losses: list[float],
@@ -391,7 +499,7 @@ def manifest_of(args: argparse.Namespace, argv: list[str], weights: dict, paths:
     base = layout.folder / layout.weights_name
     training = training_record(args, losses, timing, "teacache.models.train_lora", argv, model=args.model,
                                style=args.style, rank=args.rank, alpha=args.alpha, targets=list(args.targets),
-                               prompt_dropout=args.prompt_dropout)  # fmt: skip
+                               prompt_dropout=args.prompt_dropout, **_guidance(args.family))  # fmt: skip
     return {
         "format_version": FORMAT_VERSION,
         "name": args.style,
@@ -402,12 +510,13 @@ def manifest_of(args: argparse.Namespace, argv: list[str], weights: dict, paths:
         "base_weights": {"file": base.name, "sha256": file_sha256(base)},
         "style": {"name": style.name, "strength": style.strength, "summary": style.summary},
         "lora": {**weights, "rank": args.rank, "alpha": args.alpha, "targets": paths},
-        "data_recipe": {**open_data.recipe(layout.image_size), "style": style.recipe},
+        "data_recipe": {**open_data.recipe(layout.image_size, layout.captions), "style": style.recipe},
         "loss": {
             "objective": "flow matching, mean squared error of the velocity against eps - x0 "
             "(train_open.make_train_step)",
             "sigmas": f"logit-normal (loc {args.sigma_loc:g}, scale {args.sigma_scale:g})",
             "style_loss": loss,
+            **_guidance(args.family),
         },
         "training": training,
         "evaluation": None,
@@ -431,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.style}: style loss {loss['base']:.4f} (base) -> {loss['lora']:.4f}; wrote {path} "
           f"({weights['bytes']:,} bytes, sha256 {weights['sha256']})")  # fmt: skip
     if args.samples:
-        rows, grid = evaluate(path, STYLES[args.style], args.samples)
+        rows, grid = evaluate(path, STYLES[args.style], args.samples, model=args.model)
         manifest["evaluation"] = {"n": args.samples, "seeds": "index", "captions": f"train split, rng {EVAL_SEED}",
                                   "rows": rows}  # fmt: skip
         write_json(args.out / f"{args.style}.json", manifest)

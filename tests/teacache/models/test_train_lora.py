@@ -1,4 +1,4 @@
-"""train_lora: LoRAs for tiny-open-flux2 in mflux's format, loaded by mflux's own loader; reproducible training."""
+"""train_lora: LoRAs for tiny-open-flux2 and tiny-open-flux1 in mflux's format, loaded by mflux's own loader."""
 
 from __future__ import annotations
 
@@ -101,3 +101,76 @@ def test_a_target_mflux_cannot_load_is_refused_before_anything_is_written(tmp_pa
     assert _train(tmp_path / "out", "--targets", targets) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------------------------ tiny-open-flux1's LoRAs
+
+FLUX1 = "tiny-open-flux1"
+COMMITTED_FLUX1 = ("stripes", "colour-swap")
+
+
+def _flux1_file(name: str):
+    return train_lora.LORAS_DIRS[FLUX1] / name / f"{name}.safetensors"
+
+
+def _flux1_image(pipeline) -> np.ndarray:
+    """A short generation at the model's own size and guidance (6 steps): the 64x64 image, 0..255."""
+    image = pipeline.generate_image(seed=3, prompt="a red shape at the left", num_inference_steps=6, width=256,
+                                    height=256, guidance=5.0).image  # fmt: skip
+    return np.asarray(image, dtype=np.float32)
+
+
+@pytest.mark.parametrize("name", COMMITTED_FLUX1)
+def test_a_committed_flux1_lora_is_the_file_its_manifest_describes(name):
+    folder = train_lora.LORAS_DIRS[FLUX1] / name
+    manifest = json.loads((folder / f"{name}.json").read_text(encoding="utf-8"))
+    assert manifest["model"] == FLUX1 and file_sha256(_flux1_file(name)) == manifest["lora"]["sha256"]
+    layout = open_models.FAMILIES["flux1"]
+    assert manifest["base_weights"]["sha256"] == file_sha256(layout.folder / layout.weights_name)
+    assert manifest["data_recipe"]["caption_names_shape"] is False  # the model's own captions: the shape left open
+    assert manifest["training"]["guidance"] == manifest["loss"]["guidance"] == 1.0
+    assert (folder / "MODEL_CARD.md").read_text(encoding="utf-8") == train_lora.card_text(manifest)
+
+
+@pytest.mark.parametrize("name", COMMITTED_FLUX1)
+def test_a_committed_flux1_lora_loads_through_load_model_and_changes_the_output(name, capsys):
+    from teacache import load_model
+
+    manifest = json.loads((train_lora.LORAS_DIRS[FLUX1] / name / f"{name}.json").read_text(encoding="utf-8"))
+    unbaked = train_lora.apply_lora(open_models.load_tiny_open_flux1(), [_flux1_file(name)], [1.0], bake=False)
+    assert train_lora.loaded_targets(unbaked.transformer) == sorted(manifest["lora"]["targets"])
+    assert "unmatched" not in capsys.readouterr().out
+    base = _flux1_image(load_model(FLUX1))
+    zero = load_model(FLUX1, lora_paths=[_flux1_file(name)], lora_scales=[0.0])  # scale 0: the base, bit for bit
+    assert np.array_equal(_flux1_image(zero), base)
+    one = load_model(FLUX1, lora_paths=[_flux1_file(name)], lora_scales=[1.0])
+    assert one.lora_scales == [1.0] and np.abs(_flux1_image(one) - base).mean() > 2.0  # of 255
+
+
+def test_a_lora_of_one_family_is_refused_by_the_other():
+    from teacache.loading import check_loras
+    from teacache.lora import LoraError
+
+    flux2 = train_lora.LORAS_DIR / "stripes" / "stripes.safetensors"
+    with pytest.raises(
+        LoraError, match=r"does not fit tiny-open-flux1: .*FLUX\.2 LoRA mapping.*expected a LoRA for FLUX\.1"
+    ):
+        check_loras(FLUX1, None, [flux2])
+    with pytest.raises(
+        LoraError, match=r"does not fit tiny-open-flux2: .*FLUX\.1 LoRA mapping.*expected a LoRA for FLUX\.2"
+    ):
+        check_loras("tiny-open-flux2", None, [_flux1_file("stripes")])
+
+
+def test_a_style_of_another_family_is_refused_before_anything_is_written(tmp_path, capsys):
+    assert _train(tmp_path / "out", "--model", FLUX1, "--style", "shape-swap") == 2
+    assert "shape-swap is a style for tiny-open-flux2, not tiny-open-flux1" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_lora_of_layers_both_mappings_name_at_the_same_shapes_fits_both():
+    """What the fit check cannot tell: colour-swap's layers (the double blocks' add_k_proj, add_v_proj) carry the same
+    diffusers names in mflux's FLUX.1 and FLUX.2 mappings, and both tiny models make them 128 -> 128."""
+    from teacache.loading import check_loras
+
+    assert check_loras("tiny-open-flux2", None, [_flux1_file("colour-swap")])
