@@ -280,15 +280,20 @@ class StepController:
                 while_reading()
         return self.gate.decide(step, self.num_steps, None if change is None else change.item(), self.sigma).compute
 
-    def carry(self, output: mx.array) -> mx.array:
-        """``output`` made to depend on the signals not read yet and on the cache, so evaluating the step
-        evaluates them too.
+    def carry(self, output: mx.array, branch: int) -> mx.array:
+        """``output`` of ``branch`` made to depend on the signals not read yet and on what this call may have left
+        lazy in the cache (that branch's residual, the anchor), so evaluating the step evaluates them too.
 
         Left lazy, the cache would hold the graph behind it: the residual its two operands (the embedded input and
         the body's output with the text tokens around it), the anchor the embedded input it is modulated from.
         Evaluated with the step, it holds its own arrays and nothing else, between steps and after the loop.
+        Only this branch's residual: the other branches' are the previous step's until their own call replaces
+        them, and a dependency on one would keep it alive until this output is evaluated, beside the new one its
+        call computes (one image-sized array above vanilla's peak under CFG).
         """
-        pending = [signal for _, signal in self.state.unread] + self.state.cached
+        state = self.state
+        pending = [signal for _, signal in state.unread]
+        pending += [a for a in (state.residuals.get(branch), state.anchor) if a is not None]
         return mx.depends(output, pending) if pending else output
 
     def _read_unread(self) -> None:

@@ -60,7 +60,7 @@ class CachingProxy(nn.Module):
         else:
             body_out = self._from_cache(embedded, ctl.residual(branch))
             residual = None
-        output = ctl.carry(self._tail(body_out, temb))
+        output = ctl.carry(self._tail(body_out, temb), branch)
         ctl.observe_output(branch, output, residual)
         return output
 

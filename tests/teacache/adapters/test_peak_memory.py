@@ -1,0 +1,89 @@
+"""The proxy's transient memory: with every step computed, the allocator's peak in the denoising loop and in the
+decode is vanilla's plus the cache's own bytes (conftest's ``family``: each family's embedded pipeline)."""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import warnings
+
+import mlx.core as mx
+import pytest
+
+from teacache import apply_teacache
+from tests.teacache.adapters import FAMILY_FIXTURES, IDENTITY, STEPS
+
+# Every step forced: no signal read back mid-step, every residual computed (the arm whose peak exceeded).
+FORCED = {"rel_l1_thresh": 1.0, "coefficients": IDENTITY, "skip_first_n_steps": STEPS}
+# Every family under CFG where its pipeline has it (two branches, two residuals): FLUX.1 has none.
+GUIDANCE = {"tiny-flux1": None, "tiny-flux2": 4.0, "tiny-qwen-image": 4.0, "tiny-z-image": 4.0}
+ROUNDS = 3  # each arm's peak is the median of its rounds (one round's peak can land an allocation higher or lower)
+# What the median peak may stay above vanilla's + the cache on the CPU backend, where the worker thread runs up to
+# ~100 operations behind the thread that allocates their outputs, so a single peak moves with the timing.
+# Measured at 128x128, 10 steps, 4 runs of this test per family, one with minima for medians (MLX 0.32.2,
+# mflux 0.24.0, 2-core x86-64, 2026-12): loop excess tiny-flux1 +16..+1004 B, tiny-flux2 -44108..-37964,
+# tiny-qwen-image -6112..+32, tiny-z-image -103285..-4725; decode excess -60..+53 B. Before the fix that keeps
+# other branches' previous residuals out of a branch's dependencies: tiny-qwen-image +59424..+61472, tiny-z-image
+# +60811 (one image-sized array, 64 KiB), tiny-flux1 +1004, tiny-flux2 -5196 (its excess shows only at full width:
+# random Klein base 4B, 1+1 blocks, 128x128, +1.6 MB before and +20..45 KB after).
+SLACK = 16384
+
+
+class _Peaks:
+    """mflux callback: the allocator's peak above the memory in use when the loop starts, in the loop and after."""
+
+    def __init__(self) -> None:
+        self.base = self.loop = 0
+
+    def call_before_loop(self, seed, prompt, latents, config, **_) -> None:
+        mx.synchronize()
+        self.base = mx.get_active_memory()
+        mx.reset_peak_memory()
+
+    def call_after_loop(self, seed, prompt, latents, config) -> None:
+        mx.eval(latents)
+        mx.synchronize()
+        self.loop = mx.get_peak_memory() - self.base
+        mx.reset_peak_memory()
+
+
+def _peaks(model, generate, guidance, settings) -> tuple[int, int, int]:
+    """(loop peak, decode peak, cache bytes) of one generation, TeaCache applied with ``settings`` (None: vanilla)."""
+    gc.collect()
+    mx.synchronize()
+    mx.clear_cache()
+    probe = _Peaks()
+    kwargs = {} if guidance is None else {"guidance": guidance}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "cannot skip any step": by design
+        handle = None if settings is None else apply_teacache(model, **settings)
+        model.callbacks.register(probe)
+        try:
+            generate(seed=7, **kwargs)
+            mx.synchronize()
+            decode = mx.get_peak_memory() - probe.base
+            cache = 0 if handle is None else handle.cache_bytes
+        finally:
+            for registered in (model.callbacks.before_loop, model.callbacks.after_loop):
+                registered[:] = [c for c in registered if c is not probe]
+            if handle is not None:
+                handle.restore()
+    return probe.loop, decode, cache
+
+
+@pytest.mark.parametrize("family", list(FAMILY_FIXTURES), indirect=True)
+def test_every_step_computed_peaks_at_vanillas_peak_plus_the_cache(family, request):
+    """A dependency that keeps an array alive past where vanilla frees it (another CFG branch's previous residual,
+    the embedded input, a lazy graph) raises the peak above vanilla's + the cache by at least that array."""
+    model, generate = family
+    guidance = GUIDANCE[request.node.callspec.params["family"]]
+    runs = {"vanilla": [], "forced": []}
+    for _ in range(ROUNDS):
+        for arm, settings in (("vanilla", None), ("forced", FORCED)):
+            runs[arm].append(_peaks(model, generate, guidance, settings))
+    vanilla_loop, vanilla_decode = (statistics.median_low(r[i] for r in runs["vanilla"]) for i in (0, 1))
+    loop, decode = (statistics.median_low(r[i] for r in runs["forced"]) for i in (0, 1))
+    cache = runs["forced"][0][2]
+    assert cache > 0 and all(r[2] == cache for r in runs["forced"])
+    excess = {"loop": loop - vanilla_loop - cache, "decode": decode - vanilla_decode - cache}
+    assert max(excess.values()) <= SLACK, (excess, cache, runs)
