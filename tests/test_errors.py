@@ -153,25 +153,6 @@ PLAIN_RAISES = [
     ("bench/tolerances/mutants.py", "_proxy_class", "TypeError", 1, "an adapter without a proxy class"),
     ("bench/tolerances/noop_pairs.py", "arm", "ValueError", 1, "run names come from measure.py"),
     ("bench/tolerances/noop_pairs.py", "check", "ValueError", 1, "pairs come from differences()"),
-    # refusals still to become InputError in teacache/models' own change
-    ("teacache/models/open_data.py", "OpenSpec.__post_init__", "ValueError", 3, "refusal, in teacache/models"),
-    ("teacache/models/open_data.py", "parse_prompt", "ValueError", 1, "refusal, in teacache/models"),
-    ("teacache/models/open_data.py", "split_specs", "ValueError", 1, "refusal, in teacache/models"),
-    ("teacache/models/scenes.py", "PixelDecoder.decode", "ValueError", 1, "refusal, in teacache/models"),
-    ("teacache/models/scenes_data.py", "SceneObject.__post_init__", "ValueError", 1, "refusal, in teacache/models"),
-    ("teacache/models/scenes_data.py", "SceneSpec.__post_init__", "ValueError", 3, "refusal, in teacache/models"),
-    ("teacache/models/scenes_data.py", "parse_prompt", "ValueError", 1, "refusal, in teacache/models"),
-    ("teacache/models/scenes_data.py", "split_combinations", "ValueError", 1, "refusal, in teacache/models"),
-    ("teacache/models/shapes.py", "TinyShapesPipeline._check_size", "ValueError", 1, "refusal, in teacache/models"),
-    ("teacache/models/shapes.py", "TinyShapesPipeline.generate_batch", "ValueError", 1, "refusal, in teacache/models"),
-    ("teacache/models/shapes_data.py", "ShapeSpec.__post_init__", "ValueError", 2, "refusal, in teacache/models"),
-    ("teacache/models/shapes_data.py", "evaluation_specs", "ValueError", 1, "refusal, in teacache/models"),
-    ("teacache/models/shapes_data.py", "parse_prompt", "ValueError", 2, "refusal, in teacache/models"),
-    ("teacache/models/shapes_data.py", "split_specs", "ValueError", 1, "refusal, in teacache/models"),
-    ("teacache/models/tiny_flux1.py", "build_tiny_transformer", "ValueError", 1, "refusal, in teacache/models"),
-    ("teacache/models/train_lora.py", "_find", "ValueError", 1, "refusal, in teacache/models"),
-    ("teacache/models/train_lora.py", "expand_targets", "ValueError", 1, "refusal, in teacache/models"),
-    ("teacache/models/vocabulary.py", "caption_words", "ValueError", 2, "refusal, in teacache/models"),
 ]
 PLAIN = ("ValueError", "TypeError", "RuntimeError")
 

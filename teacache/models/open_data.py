@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from teacache.errors import InputError
 from teacache.models.vocabulary import PAD, caption_words, tokenize_caption
 
 # Bump RECIPE_VERSION whenever anything below changes what an image or a token id means: the manifest
@@ -105,11 +106,11 @@ class OpenSpec:
 
     def __post_init__(self) -> None:
         if self.color not in COLORS:
-            raise ValueError(f"color: unknown {self.color!r}; expected one of {', '.join(COLORS)}")
+            raise InputError(f"color: unknown {self.color!r}; expected one of {', '.join(COLORS)}")
         if self.shape is not None and self.shape not in SHAPES:
-            raise ValueError(f"shape: unknown {self.shape!r}; expected one of {', '.join(SHAPES)}")
+            raise InputError(f"shape: unknown {self.shape!r}; expected one of {', '.join(SHAPES)}")
         if self.position is not None and self.position not in POSITIONS:
-            raise ValueError(f"position: unknown {self.position!r}; expected one of {', '.join(POSITIONS)}")
+            raise InputError(f"position: unknown {self.position!r}; expected one of {', '.join(POSITIONS)}")
 
     @property
     def prompt(self) -> str:
@@ -134,7 +135,7 @@ def parse_prompt(text: str, model: str = NAME, captions: Captions = NAMED_SHAPE)
     positions = [w for w in words if w in POSITIONS]
     if len(colors) != 1 or len(nouns) != 1 or len(positions) > 1:
         example = OpenSpec("red", "circle" if captions.names_shape else None, "left").prompt
-        raise ValueError(
+        raise InputError(
             f"prompt: needs one colour ({', '.join(COLORS)}), one of {', '.join(captions.nouns)} and at most one "
             f"position ({', '.join(POSITIONS)}): {text!r}; e.g. {example!r}"
         )
@@ -169,7 +170,7 @@ def split_specs(split: str, captions: Captions = NAMED_SHAPE) -> list[OpenSpec]:
     if split == "all":
         return all_specs(captions)
     if split not in ("train", "held_out"):
-        raise ValueError(f"split: unknown {split!r}; expected train, held_out or all")
+        raise InputError(f"split: unknown {split!r}; expected train, held_out or all")
     want = split == "held_out"
     return [s for s in all_specs(captions) if is_held_out(s) == want]
 

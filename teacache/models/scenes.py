@@ -31,6 +31,7 @@ from mflux.models.flux.variants.txt2img.flux import Flux1
 from mlx import nn
 
 from teacache._platform import use_float32_on_cpu
+from teacache.errors import InputError
 from teacache.models._weights import WeightsError, load_checked_weights, parameter_count, read_checked_manifest
 from teacache.models.scenes_data import (
     IMAGE_SIZE,
@@ -151,7 +152,7 @@ class PixelDecoder(nn.Module):
             latents = latents[:, :, 0, :, :]
         if tuple(latents.shape[-2:]) != (IMAGE_SIZE // self.spatial_scale,) * 2:
             side = latents.shape[-1] * 8
-            raise ValueError(
+            raise InputError(
                 f"height/width: {self.name} draws {IMAGE_SIZE}x{IMAGE_SIZE} images, generated at height = width = "
                 f"{NOMINAL_SIZE}; got {side}"
             )

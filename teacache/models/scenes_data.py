@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from teacache.errors import InputError
 from teacache.models.vocabulary import PAD, caption_words, tokenize_caption
 
 # ---------------------------------------------------------------------------------------------------
@@ -77,7 +78,7 @@ class SceneObject:
         for field, allowed in (("size", SIZES), ("color", PALETTE), ("texture", TEXTURES), ("shape", SHAPES)):
             value = getattr(self, field)
             if value not in allowed:
-                raise ValueError(f"{field}: unknown {value!r}; expected one of {', '.join(allowed)}")
+                raise InputError(f"{field}: unknown {value!r}; expected one of {', '.join(allowed)}")
 
     @property
     def words(self) -> str:
@@ -96,12 +97,12 @@ class SceneSpec:
 
     def __post_init__(self) -> None:
         if self.relation not in RELATIONS:
-            raise ValueError(f"relation: unknown {self.relation!r}; expected one of {', '.join(RELATIONS)}")
+            raise InputError(f"relation: unknown {self.relation!r}; expected one of {', '.join(RELATIONS)}")
         if self.background not in PALETTE:
-            raise ValueError(f"background: unknown {self.background!r}; expected one of {', '.join(PALETTE)}")
+            raise InputError(f"background: unknown {self.background!r}; expected one of {', '.join(PALETTE)}")
         colors = (self.first.color, self.second.color, self.background)
         if len(set(colors)) != 3:
-            raise ValueError(f"colours must differ (first, second, background): got {', '.join(colors)}")
+            raise InputError(f"colours must differ (first, second, background): got {', '.join(colors)}")
 
     @property
     def prompt(self) -> str:
@@ -134,7 +135,7 @@ def parse_prompt(text: str) -> SceneSpec:
     words = caption_words(text, TOKEN_IDS, MODEL_NAME, TEXT_LEN)
     match = _PROMPT.match(" ".join(words))
     if match is None:
-        raise ValueError(f"prompt: expected the form {_EXAMPLE!r} ('striped' is optional): {text!r}")
+        raise InputError(f"prompt: expected the form {_EXAMPLE!r} ('striped' is optional): {text!r}")
     g = match.groups()
     first = SceneObject(g[0], g[1], "striped" if g[2] else "plain", g[3])
     second = SceneObject(g[5], g[6], "striped" if g[7] else "plain", g[8])
@@ -170,7 +171,7 @@ def split_combinations(split: str) -> list[str]:
     if split == "all":
         return keys
     if split not in ("train", "held_out"):
-        raise ValueError(f"split: unknown {split!r}; expected train, held_out or all")
+        raise InputError(f"split: unknown {split!r}; expected train, held_out or all")
     return [k for k in keys if _key_held_out(k) == (split == "held_out")]
 
 

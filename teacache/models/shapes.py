@@ -32,6 +32,7 @@ from mflux.utils.image_util import ImageUtil
 from mlx import nn
 
 from teacache._platform import use_float32_on_cpu
+from teacache.errors import InputError
 from teacache.io import atomic_path, file_sha256
 from teacache.models._weights import WeightsError, load_checked_weights, parameter_count, read_checked_manifest  # noqa: F401
 from teacache.models.shapes_data import (
@@ -235,7 +236,7 @@ class TinyShapesPipeline:
     @staticmethod
     def _check_size(height: int, width: int) -> None:
         if (height, width) != (IMAGE_SIZE, IMAGE_SIZE):
-            raise ValueError(
+            raise InputError(
                 f"height/width: tiny-shapes only makes {IMAGE_SIZE}x{IMAGE_SIZE} images, got {height}x{width}"
             )
 
@@ -329,7 +330,7 @@ class TinyShapesPipeline:
         """Many images in one batched loop, for evaluation; no callbacks. Same noise per seed as
         ``generate_image``; results agree with it up to float rounding of the batched matmuls."""
         if len(seeds) != len(prompts):
-            raise ValueError(f"seeds/prompts: {len(seeds)} seeds for {len(prompts)} prompts")
+            raise InputError(f"seeds/prompts: {len(seeds)} seeds for {len(prompts)} prompts")
         guidance = self.default_guidance if guidance is None else guidance
         config = Config(
             model_config=self.model_config,

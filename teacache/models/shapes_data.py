@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from teacache.errors import InputError
 from teacache.models.vocabulary import PAD, caption_words, tokenize_caption
 
 # ---------------------------------------------------------------------------------------------------
@@ -72,9 +73,9 @@ class ShapeSpec:
         ):
             value = getattr(self, field)
             if value not in allowed:
-                raise ValueError(f"{field}: unknown {value!r}; expected one of {', '.join(allowed)}")
+                raise InputError(f"{field}: unknown {value!r}; expected one of {', '.join(allowed)}")
         if self.color == self.background:
-            raise ValueError(f"color and background are both {self.color!r}: the shape would be invisible")
+            raise InputError(f"color and background are both {self.color!r}: the shape would be invisible")
 
     @property
     def prompt(self) -> str:
@@ -96,7 +97,7 @@ def parse_prompt(text: str) -> ShapeSpec:
     shapes = [w for w in words if w in SHAPES]
     positions = [w for w in words if w in POSITIONS]
     if len(shapes) != 1 or len(positions) != 1:
-        raise ValueError(
+        raise InputError(
             f"prompt: needs exactly one shape ({', '.join(SHAPES)}) and one position "
             f"({', '.join(POSITIONS)}): {text!r}; e.g. {ShapeSpec('red', 'circle', 'blue', 'left').prompt!r}"
         )
@@ -107,7 +108,7 @@ def parse_prompt(text: str) -> ShapeSpec:
         i_bg = words.index("background")
         background = next((w for w in reversed(words[:i_bg]) if w in PALETTE), None)
     if color is None or background is None:
-        raise ValueError(
+        raise InputError(
             f"prompt: needs a colour before the shape and a colour before 'background': {text!r}; "
             f"e.g. {ShapeSpec('red', 'circle', 'blue', 'left').prompt!r}"
         )
@@ -130,7 +131,7 @@ def split_specs(split: str) -> list[ShapeSpec]:
     if split == "all":
         return all_specs()
     if split not in ("train", "held_out"):
-        raise ValueError(f"split: unknown {split!r}; expected train, held_out or all")
+        raise InputError(f"split: unknown {split!r}; expected train, held_out or all")
     want = split == "held_out"
     return [s for s in all_specs() if is_held_out(s) == want]
 
@@ -150,7 +151,7 @@ def evaluation_specs(n: int = 64, seed: int = 0) -> list[ShapeSpec]:
     """``n`` distinct held-out combinations in a fixed order: the model card's and the tests' prompts."""
     specs = split_specs("held_out")
     if n > len(specs):
-        raise ValueError(f"n: only {len(specs)} held-out combinations exist, asked for {n}")
+        raise InputError(f"n: only {len(specs)} held-out combinations exist, asked for {n}")
     order = np.random.default_rng(seed).permutation(len(specs))[:n]
     return [specs[i] for i in order]
 

@@ -23,6 +23,7 @@ from mflux.models.flux.model.flux_transformer.transformer import Transformer
 from mflux.models.flux.variants.txt2img.flux import Flux1
 from mlx import nn
 
+from teacache.errors import InputError
 from teacache.models._init import redraw_linears
 
 FULL_WIDTH = 3072
@@ -62,7 +63,7 @@ def build_tiny_transformer(
     ``text_width``: the width of the prompt embeddings (T5's 4096 and CLIP's pooled 768 when None).
     ``head_dim`` other than FLUX.1's 128 resizes the q/k norms and RoPE's axes (``ROPE_AXES``) with it."""
     if head_dim not in ROPE_AXES:
-        raise ValueError(f"head_dim: expected one of {sorted(ROPE_AXES)}, got {head_dim}")
+        raise InputError(f"head_dim: expected one of {sorted(ROPE_AXES)}, got {head_dim}")
     config = model_config or ModelConfig.dev()
     transformer = Transformer(
         model_config=config, num_transformer_blocks=joint_blocks, num_single_transformer_blocks=single_blocks

@@ -46,6 +46,7 @@ from mflux.models.common.config.model_config import ModelConfig
 from mlx import nn
 from safetensors.numpy import save
 
+from teacache.errors import InputError
 from teacache.io import FORMAT_VERSION, atomic_path, file_sha256, write_json, write_text
 from teacache.lora import mapping_of
 from teacache.models import open_data, open_models, train_open
@@ -171,7 +172,7 @@ def _find(transformer: nn.Module, path: str):
     try:
         return _module(transformer, path)
     except (AttributeError, IndexError, TypeError):
-        raise ValueError(f"--targets: {path} is not a module of the transformer") from None
+        raise InputError(f"--targets: {path} is not a module of the transformer") from None
 
 
 def expand_targets(transformer: nn.Module, patterns: Sequence[str], family: str = "flux2") -> list[str]:
@@ -185,7 +186,7 @@ def expand_targets(transformer: nn.Module, patterns: Sequence[str], family: str 
         paths += [f"{head}.{i}.{tail}" for i in range(len(_find(transformer, head)))] if star else [pattern]
     for path in paths:
         if not isinstance(_find(transformer, path), nn.Linear) or not any(re.fullmatch(m, path) for m in mapped):
-            raise ValueError(f"--targets: {path} is not a linear layer mflux's {mapping.__name__} can load a LoRA into")
+            raise InputError(f"--targets: {path} is not a linear layer mflux's {mapping.__name__} can load a LoRA into")
     return paths
 
 

@@ -6,20 +6,22 @@ import re
 
 import numpy as np
 
+from teacache.errors import InputError
+
 PAD = "<pad>"
 
 
 def caption_words(text: str, token_ids: dict[str, int], model: str, text_len: int | None = None) -> list[str]:
     """The caption's words, lower-cased; a word outside the vocabulary (or the padding), or more words than the
-    text encoder's ``text_len`` positions, is a ValueError naming it (so a prompt check refuses what the
+    text encoder's ``text_len`` positions, is an InputError (a ValueError) naming it (so a prompt check refuses what the
     tokenizer would only refuse once the model runs)."""
     words = re.findall(r"[a-z<>]+", text.lower())
     for word in words:
         if word not in token_ids or word == PAD:
             vocabulary = ", ".join(w for w in token_ids if w != PAD)
-            raise ValueError(f"prompt: unknown word {word!r}; the {model} vocabulary is: {vocabulary}")
+            raise InputError(f"prompt: unknown word {word!r}; the {model} vocabulary is: {vocabulary}")
     if text_len is not None and len(words) > text_len:
-        raise ValueError(f"prompt: {len(words)} words, at most {text_len} fit the {model} text encoder: {text!r}")
+        raise InputError(f"prompt: {len(words)} words, at most {text_len} fit the {model} text encoder: {text!r}")
     return words
 
 
