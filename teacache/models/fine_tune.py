@@ -28,8 +28,11 @@ from pathlib import Path
 import mlx.core as mx
 from mlx.utils import tree_flatten, tree_unflatten
 
+from teacache.models import open_models
+
 PROG = "python -m teacache.models.fine_tune"
-MODELS = ("tiny-open-flux1",)  # embedded models that are mflux pipelines, so mflux can save them
+# embedded models that are mflux pipelines, so mflux can save them: the FLUX.1 open model (mflux's Flux1)
+MODELS = (open_models.FAMILIES["flux1"].name,)
 
 
 def _key(seed: int, name: str) -> mx.array:

@@ -344,7 +344,7 @@ def sample_images(pipeline, model: str) -> list:
 
 
 def evaluate(lora: Path, style: Style, n: int, scales: Sequence[float] = SCALES,
-             model: str = "tiny-open-flux2") -> tuple[list[dict], list[list]]:  # fmt: skip
+             model: str = open_models.FAMILIES["flux2"].name) -> tuple[list[dict], list[list]]:  # fmt: skip
     """The LoRA's effect, loaded by mflux at each scale into a fresh pipeline, against the base pipeline: on ``n``
     training-split captions (seed = index, the model's own steps and guidance) the mean |difference| of the final
     images ([-1, 1] units) and the style's metric; and the sample grid's images (base, then each scale)."""
