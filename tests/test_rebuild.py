@@ -130,6 +130,7 @@ def _script(path: Path):
 
 RULES_FRONT = RESULTS / "cpu-amd-epyc-2c" / "tiny-open-flux2" / "0.24.0" / "rules-front" / "study.py"
 RULES_FRONTS = committed("results/cpu-amd-epyc-2c/*/0.24.0/rules-front/points.csv")
+RULES_AT_BUDGETS = RESULTS / "comparisons" / "rules-at-budgets"
 
 
 @pytest.mark.parametrize("points", RULES_FRONTS, ids=_rel)
@@ -139,3 +140,9 @@ def test_rules_front_summary_rebuilds_from_its_points(points):
     model = points.parents[2].name
     assert study.folder(model) == points.parent
     assert study.summary_text(model) == (points.parent / "summary.md").read_text()
+
+
+def test_rules_at_budgets_table_rebuilds_from_the_committed_points():
+    budgets = _script(RULES_AT_BUDGETS / "budgets.py")
+    assert {p for m in budgets.MODELS for p in budgets.inputs(m)} >= set(RULES_FRONTS)
+    assert budgets.render() == (RULES_AT_BUDGETS / "budgets.md").read_text()
