@@ -116,3 +116,33 @@ def test_a_module_derived_again_from_its_sweeps_alone_keeps_its_quantized_noop_b
     assert rebuilt.text == module.path.read_text()
     held = {quantized_noop.bits_of(name) for name in module.constants} - {None}
     assert rebuilt.kept_bits == sorted(held, reverse=True)
+
+
+def _script(path: Path):
+    """A study script under results/, imported by path (they are run as files, not packages)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"_rebuild_{path.parent.name.replace('-', '_')}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+RULES_FRONT = RESULTS / "cpu-amd-epyc-2c" / "tiny-open-flux2" / "0.24.0" / "rules-front" / "study.py"
+RULES_FRONTS = committed("results/cpu-amd-epyc-2c/*/0.24.0/rules-front/points.csv")
+RULES_AT_BUDGETS = RESULTS / "comparisons" / "rules-at-budgets"
+
+
+@pytest.mark.parametrize("points", RULES_FRONTS, ids=_rel)
+def test_rules_front_summary_rebuilds_from_its_points(points):
+    """`study.py --model M --summarize`'s text: summary.md from points.csv and the campaign's traces alone."""
+    study = _script(RULES_FRONT)
+    model = points.parents[2].name
+    assert study.folder(model) == points.parent
+    assert study.summary_text(model) == (points.parent / "summary.md").read_text()
+
+
+def test_rules_at_budgets_table_rebuilds_from_the_committed_points():
+    budgets = _script(RULES_AT_BUDGETS / "budgets.py")
+    assert {p for m in budgets.MODELS for p in budgets.inputs(m)} >= set(RULES_FRONTS)
+    assert budgets.render() == (RULES_AT_BUDGETS / "budgets.md").read_text()
