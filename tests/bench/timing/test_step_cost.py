@@ -76,7 +76,11 @@ def test_the_committed_h200_figures_rebuild_from_their_raw_step_times():
     assert (phases[("p", 1)]["loop"], phases[("p", 1)]["decode"], phases[("p", 1)]["held"]) == (520, 0, 0)
 
 
-@pytest.mark.parametrize("committed", [COMMITTED, COMMITTED.parent / "step-cost-overlap"], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "committed",
+    [COMMITTED, COMMITTED.parent / "step-cost-overlap", ROOT / "results" / "cuda-nvidia-h100" / "step-cost-cfg-fix"],
+    ids=lambda p: p.name,
+)
 def test_the_committed_summary_rebuilds_byte_for_byte(tmp_path, committed):
     copy = tmp_path / committed.name
     shutil.copytree(committed, copy)
