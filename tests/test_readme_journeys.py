@@ -34,7 +34,6 @@ RUN_HERE = (  # in a fresh clone, after ACTIVATE; then the clone's lint and fast
     (DRIFT, "Refit after a new mflux release", 1),
     (CURVES, "Speed/quality curves for documentation", 0),
     (CURVES, "Speed/quality curves for documentation", 1),
-    (CURVES, "Speed/quality curves for documentation", 2),
     ("docs/tolerances.md", "Re-derive tolerances on new hardware", 0),
     ("docs/test-subjects.md", "The profile of any model", 0),
     (DRIFT, "After loading a LoRA or a fine-tune", 0),
@@ -75,8 +74,6 @@ NOT_RUN_HERE = {  # block -> why no test on one CPU machine runs it
     ("README.md", "Journeys", 6): MACHINES,
     ("docs/sharding.md", "Several Macs or GPUs: sharded record and sweep", 0): MACHINES,
     ("docs/sharding.md", "Several Macs or GPUs: sharded record and sweep", 1): MACHINES,
-    ("docs/campaigns.md", "The second trained model: tiny-scenes", 0):
-        "trains the embedded model for hours on 12 workers (its card says what it measured)",
     ("docs/rescale-forms.md", "Emitting", 0): "TRACES and FIT stand for the reader's own files",
 }  # fmt: skip
 
