@@ -42,7 +42,7 @@ RUN_HERE = (  # in a fresh clone, after ACTIVATE; then the clone's lint and fast
 )
 # A journey whose page says it ends in another status: (exit status, what its output says)
 ENDS = {
-    (DRIFT, "Refit after a new mflux release", 1): (1, "tiny-scenes: refit-recommended"),  # --quantize 4
+    (DRIFT, "Refit after a new mflux release", 1): (1, "tiny-open-flux1: refit-recommended"),  # --quantize 4
     (DRIFT, "After loading a LoRA or a fine-tune", 0): (1, "lora-scale-1.5: refit-recommended"),  # stripes at 1.5
 }
 RUN_ELSEWHERE = {  # block -> the test that runs it as written

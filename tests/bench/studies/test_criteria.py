@@ -186,7 +186,7 @@ def test_a_criterions_pick_is_the_fits_own_selection_where_it_was_swept():
         ({"--levels": "5,a"}, "--levels: expected comma-separated computed step counts"),
         ({"--model": "tiny-shapes"}, "was fitted for 'tiny-open-flux2', not --model 'tiny-shapes'"),
         ({"--traces": "missing.parquet"}, "--traces: missing.parquet does not exist"),
-        ({"--candidate": "mono1+step16"}, "--candidate: 'mono1+step16' is not one of the candidates of --fit"),
+        ({"--candidate": "mono1+step99"}, "--candidate: 'mono1+step99' is not one of the candidates of --fit"),
     ],
 )
 def test_bad_input_is_one_line_before_any_fit_or_model(tmp_path, capsys, change, message):

@@ -41,14 +41,14 @@ def test_mflux_flags_pass_through_seeds_sidecar_and_existing_files_are_never_rep
     out = tmp_path / "img.png"
     out.write_bytes(b"keep")
     prompt = "a red shape at the left"
-    rc = command.main(["--model", "tiny-open-flux1", "--prompt", prompt, "--teacache-threshold", "0.05", "--seed", "1",
-                       "--steps", "12", "--metadata", "--output", str(out)])  # fmt: skip
+    rc = command.main(["--model", "tiny-open-flux1", "--prompt", prompt, "--teacache-threshold", "0.5", "--seed", "1",
+                       "--steps", "20", "--metadata", "--output", str(out)])  # fmt: skip
     assert rc == 0
     assert out.read_bytes() == b"keep"  # mflux's rule: a new name instead
     written = tmp_path / "img_1.png"
     sidecar = json.loads(written.with_suffix(".metadata.json").read_text())
-    assert sidecar["seed"] == 1 and sidecar["steps"] == 12 and sidecar["teacache_steps"] == 12
-    assert sidecar["teacache_threshold"] == 0.05 and sidecar["teacache_threshold_source"] == "--teacache-threshold"
+    assert sidecar["seed"] == 1 and sidecar["steps"] == 20 and sidecar["teacache_steps"] == 20
+    assert sidecar["teacache_threshold"] == 0.5 and sidecar["teacache_threshold_source"] == "--teacache-threshold"
     assert sidecar["teacache_skipped"] > 0
 
 
