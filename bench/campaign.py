@@ -58,6 +58,14 @@ def campaign_models() -> list[str]:
     return sorted(spec.name for spec in variants.all_specs() if spec.campaign_sizes is not None)
 
 
+def campaign_model(name: str) -> str:
+    """argparse ``type`` of --model: a refused name (a retired model) says why, not just that it is no choice."""
+    spec = variants.find(name)
+    if spec is not None and not spec.supported:
+        raise argparse.ArgumentTypeError(variants.refusal_reason(spec))
+    return name
+
+
 def default_out(variant: str) -> Path:
     return PROJECT_ROOT / "results" / hardware_slug() / variant / metadata.version("mflux")
 
@@ -73,7 +81,11 @@ def setup_arg_parser(prog: str = PROG) -> argparse.ArgumentParser:
         prog=prog, description=__doc__.split("\n\n")[0], epilog=f"campaign settings per model:\n{per_model}"
     )
     parser.add_argument(
-        "--model", default=variants.default_model(), choices=campaign_models(), help="the embedded model to campaign"
+        "--model",
+        default=variants.default_model(),
+        type=campaign_model,
+        choices=campaign_models(),
+        help="the embedded model to campaign",
     )
     parser.add_argument(
         "--out", type=arguments.path_argument, default=None, help="default: results/<hardware>/<variant>/<mflux>/"

@@ -20,7 +20,6 @@ SUBCOMMANDS = {
     "overhead": "bench.timing.overhead",
     "blas": "bench.timing.blas",
     "adherence": "bench.quality.adherence",
-    "scene-adherence": "bench.quality.scene_adherence",
     "fullsize": "bench.timing.fullsize",
     "step-cost": "bench.timing.step_cost",
     "peer-table": "bench.peer.table",

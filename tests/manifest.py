@@ -16,7 +16,6 @@ MANIFEST = Path(__file__).with_name("manifest.json")
 FILES = (
     "teacache/models/weights/tiny-shapes.safetensors",
     "teacache/models/weights/tiny-shapes.json",
-    "teacache/models/weights/tiny-scenes/tiny-scenes.safetensors",
 )
 TINY_FLUX1 = "tiny-flux1 parameters (seed 0)"
 

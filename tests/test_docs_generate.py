@@ -29,6 +29,6 @@ def test_the_commands_of_the_page_run_as_written(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert len(re.findall(r"skipped (\d+) of 28 \(steps [\d, ]+\)", done.stdout)) == 2, done.stdout
     assert "skipped 14 of 28" in done.stdout  # --teacache-speedup 2, as the page's table says
-    sidecar = json.loads((tmp_path / "scenes.metadata.json").read_text())
-    assert sidecar["teacache_target"] == "p5 SSIM >= 0.95" and sidecar["teacache_skipped"] == 18
+    sidecar = json.loads((tmp_path / "open.metadata.json").read_text())
+    assert sidecar["teacache_target"] == "p5 SSIM >= 0.95" and sidecar["teacache_skipped"] == 22
     assert (tmp_path / "shapes.png").is_file()

@@ -138,7 +138,6 @@ PLAIN_RAISES = [
     ("calib/run/units.py", "assign", "ValueError", 1, "the world size comes from the launcher"),
     ("bench/peer/gate.py", "_recorded_signal.recorded", "RuntimeError", 1, "mlx-teacache's gate changed"),
     ("bench/quality/adherence.py", "summarize", "ValueError", 1, "callers check --n >= 1"),
-    ("bench/quality/scene_adherence.py", "summarize", "ValueError", 1, "callers check --prompts >= 1"),
     ("bench/report/markdown.py", "header", "ValueError", 1, "alignments are written in code"),
     ("bench/sweep/arms.py", "isolated_times.run", "RuntimeError", 1, "isolated and in-process runs disagree"),
     ("bench/sweep/baselines.py", "Arm.__post_init__", "ValueError", 2, "arms come from the factories"),

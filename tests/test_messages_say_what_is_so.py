@@ -46,8 +46,8 @@ def test_tiny_flux1_s_recipe_is_its_own_settings():
 
 
 def test_image_metadata_names_the_variant_and_the_written_size():
-    scenes = types.SimpleNamespace(teacache_variant="tiny-scenes")  # an mflux Flux1 on FLUX.1-dev's config
-    assert written_facts(scenes, PIL.Image.new("RGB", (64, 64))) == {"model": "tiny-scenes", "width": 64,
-                                                                     "height": 64}  # fmt: skip
+    open_flux1 = types.SimpleNamespace(teacache_variant="tiny-open-flux1")  # an mflux Flux1 on FLUX.1-dev's config
+    assert written_facts(open_flux1, PIL.Image.new("RGB", (64, 64))) == {"model": "tiny-open-flux1", "width": 64,
+                                                                         "height": 64}  # fmt: skip
     released = types.SimpleNamespace(teacache_variant="flux1-dev")
     assert written_facts(released, PIL.Image.new("RGB", (32, 16))) == {"width": 32, "height": 16}

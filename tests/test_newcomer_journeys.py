@@ -127,23 +127,23 @@ def test_a_campaign_whose_sweep_was_measured_with_another_fit_is_refused_before_
 
     out = tmp_path / "campaign"
     for stage in ("traces", "fit", "sweep"):
-        shutil.copytree(ROOT / "results/cpu-intel-xeon-2c/tiny-scenes/0.24.0" / stage, out / stage)
+        shutil.copytree(ROOT / "results/cpu-amd-epyc-2c/tiny-open-flux1/0.24.0" / stage, out / stage)
     recorded = json.loads((out / "sweep" / "fingerprint.json").read_text())
     recorded["settings"]["hardware"] = hardware_slug()  # as if measured here: the hardware is a setting
     (out / "sweep" / "fingerprint.json").write_text(json.dumps(recorded))
 
-    plan_campaign("tiny-scenes", out)  # the committed campaign: its sweep was measured with its fit
+    plan_campaign("tiny-open-flux1", out)  # the committed campaign: its sweep was measured with its fit
     fit = json.loads((out / "fit" / "fit.json").read_text())
     fit["selected"]["coefficients"] = _nudged(fit["selected"]["coefficients"], 1e-3)
     (out / "fit" / "fit.json").write_text(json.dumps(fit))
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    assert campaign(["--model", "tiny-scenes", "--out", str(out)]) == 2
+    assert campaign(["--model", "tiny-open-flux1", "--out", str(out)]) == 2
     printed = capsys.readouterr()
     line = one_line(printed.err)
     assert "sweep: --out" in line and "coefficients.coefficients" in line and "--force-new" in line
     assert "== record" not in printed.out
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
-    plan_campaign("tiny-scenes", out, force_new=True)  # --force-new measures the sweep afresh: accepted
+    plan_campaign("tiny-open-flux1", out, force_new=True)  # --force-new measures the sweep afresh: accepted
 
 
 # --------------------------------------------------------------------- who recorded, who resumed (item 3)

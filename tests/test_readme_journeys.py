@@ -34,7 +34,6 @@ RUN_HERE = (  # in a fresh clone, after ACTIVATE; then the clone's lint and fast
     (DRIFT, "Refit after a new mflux release", 1),
     (CURVES, "Speed/quality curves for documentation", 0),
     (CURVES, "Speed/quality curves for documentation", 1),
-    (CURVES, "Speed/quality curves for documentation", 2),
     ("docs/tolerances.md", "Re-derive tolerances on new hardware", 0),
     ("docs/test-subjects.md", "The profile of any model", 0),
     (DRIFT, "After loading a LoRA or a fine-tune", 0),
@@ -43,7 +42,7 @@ RUN_HERE = (  # in a fresh clone, after ACTIVATE; then the clone's lint and fast
 )
 # A journey whose page says it ends in another status: (exit status, what its output says)
 ENDS = {
-    (DRIFT, "Refit after a new mflux release", 1): (1, "tiny-scenes: refit-recommended"),  # --quantize 4
+    (DRIFT, "Refit after a new mflux release", 1): (1, "tiny-open-flux1: refit-recommended"),  # --quantize 4
     (DRIFT, "After loading a LoRA or a fine-tune", 0): (1, "lora-scale-1.5: refit-recommended"),  # stripes at 1.5
 }
 RUN_ELSEWHERE = {  # block -> the test that runs it as written
@@ -75,8 +74,6 @@ NOT_RUN_HERE = {  # block -> why no test on one CPU machine runs it
     ("README.md", "Journeys", 6): MACHINES,
     ("docs/sharding.md", "Several Macs or GPUs: sharded record and sweep", 0): MACHINES,
     ("docs/sharding.md", "Several Macs or GPUs: sharded record and sweep", 1): MACHINES,
-    ("docs/campaigns.md", "The second trained model: tiny-scenes", 0):
-        "trains the embedded model for hours on 12 workers (its card says what it measured)",
     ("docs/rescale-forms.md", "Emitting", 0): "TRACES and FIT stand for the reader's own files",
 }  # fmt: skip
 

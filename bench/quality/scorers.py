@@ -14,7 +14,6 @@ from teacache.errors import InputError
 
 SCORERS: dict[str, str] = {  # builder module -> module with score_adherence(image, prompt) -> {"score": ...}
     "teacache.models.shapes": "bench.quality.adherence",
-    "teacache.models.scenes": "bench.quality.scene_adherence",
     "teacache.models.open_models": "bench.quality.open_adherence",
 }
 

@@ -1,7 +1,7 @@
 """``teacache-bench across-models``: the two quality questions, answered side by side on several trained models.
 
     teacache-bench across-models --model tiny-shapes=CRITERIA_DIR=BASELINES_REPORT_DIR \\
-        --model tiny-scenes=CRITERIA_DIR=BASELINES_REPORT_DIR --out DIR
+        --model tiny-open-flux1=CRITERIA_DIR=BASELINES_REPORT_DIR --out DIR
 
 1. TeaCache against fewer steps, a static schedule and mflux's step cache at equal work: the rows of each
    model's ``baselines_comparison.csv`` (``teacache-bench report`` of a sweep with ``--baselines``) at the

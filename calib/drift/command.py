@@ -249,9 +249,9 @@ def run_drift(plan_: Plan) -> dict:
 def run_effect(plan_: Plan) -> tuple[dict[str, dict], dict[str, str]]:
     """Record each effect model's runs (into --save, else --out) and judge them by their saved folder.
 
-    A trained effect model whose weights do not load under the installed release (tiny-scenes' norm_out bias
-    under mflux 0.21) is replaced by its family's random-weight model. Returns (effect by family, error by
-    family); Ctrl-C says what is saved."""
+    A trained effect model whose weights do not load under the installed release (a trained FLUX.1 model's
+    norm_out bias under mflux 0.21) is replaced by its family's random-weight model. Returns (effect by family,
+    error by family); Ctrl-C says what is saved."""
     root = plan_.save if plan_.save is not None else plan_.out
     log = FOLDER.logger(root, sys.stderr)
     effects: dict[str, dict] = {}

@@ -166,7 +166,8 @@ def as_generated_image(image, model, args: argparse.Namespace):
 def written_facts(model, image) -> dict:
     """The metadata keys that describe the file as written, the same way for every model: ``model`` is the name
     ``--model`` takes (an embedded model's variant, not the Hugging Face repo of the pipeline it is built on), and
-    ``width``/``height`` the image's own size (tiny-scenes samples at FLUX.1's nominal 256x256 and decodes 64x64)."""
+    ``width``/``height`` the image's own size (tiny-open-flux1 samples at FLUX.1's nominal 256x256 and decodes
+    64x64)."""
     from teacache import variants
 
     facts = {"width": image.width, "height": image.height}

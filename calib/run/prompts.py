@@ -67,29 +67,6 @@ TINY_SHAPES = {
 TINY_SHAPES_FAST = {k: TINY_SHAPES[k] for k in ("shapes-00", "shapes-01", "shapes-02")}
 TINY_SHAPES_SWEEP = {k: TINY_SHAPES[k] for k in sorted(TINY_SHAPES)[:8]}
 
-# tiny-scenes understands only its training vocabulary (teacache.models.scenes_data); 16 captions drawn from
-# its train split (scenes_data.sample_specs(numpy.random.default_rng(2026), 16)).
-TINY_SCENES = {
-    "scenes-00": "a big white triangle right of a big orange triangle on a red background",
-    "scenes-01": "a big green striped square left of a big black triangle on a purple background",
-    "scenes-02": "a big red circle above a big purple striped triangle on a orange background",
-    "scenes-03": "a big orange circle right of a big white square on a blue background",
-    "scenes-04": "a small blue triangle below a small green square on a black background",
-    "scenes-05": "a big yellow triangle left of a small black triangle on a purple background",
-    "scenes-06": "a big red square below a small purple triangle on a black background",
-    "scenes-07": "a small blue triangle below a small white circle on a purple background",
-    "scenes-08": "a small orange striped circle above a small red triangle on a black background",
-    "scenes-09": "a small blue striped triangle above a big green striped triangle on a white background",
-    "scenes-10": "a big white square below a big black square on a blue background",
-    "scenes-11": "a big white striped square left of a big red striped circle on a yellow background",
-    "scenes-12": "a small orange square below a big purple triangle on a blue background",
-    "scenes-13": "a big black circle below a small red circle on a blue background",
-    "scenes-14": "a small orange triangle right of a big blue circle on a purple background",
-    "scenes-15": "a small green striped square left of a small white striped triangle on a blue background",
-}
-TINY_SCENES_FAST = {k: TINY_SCENES[k] for k in ("scenes-00", "scenes-01", "scenes-02")}
-TINY_SCENES_SWEEP = {k: TINY_SCENES[k] for k in sorted(TINY_SCENES)[:8]}
-
 # tiny-open-flux1 and tiny-open-flux2 understand only their training vocabulary (teacache.models.open_data); 16
 # distinct captions drawn from its train split (open_data.sample_specs(numpy.random.default_rng(2026), 1) in turn).
 TINY_OPEN = {
@@ -142,9 +119,6 @@ SETS = {
     "tiny-shapes": TINY_SHAPES,
     "tiny-shapes-fast": TINY_SHAPES_FAST,
     "tiny-shapes-sweep": TINY_SHAPES_SWEEP,
-    "tiny-scenes": TINY_SCENES,
-    "tiny-scenes-fast": TINY_SCENES_FAST,
-    "tiny-scenes-sweep": TINY_SCENES_SWEEP,
     "tiny-open": TINY_OPEN,
     "tiny-open-fast": TINY_OPEN_FAST,
     "tiny-open-sweep": TINY_OPEN_SWEEP,

@@ -1,5 +1,5 @@
 """The zoo: the embedded models (random-weight ``tiny-*``; the trained ``tiny-open-flux2`` and ``tiny-open-flux1``,
-whose captions leave the picture open, and ``tiny-shapes`` and ``tiny-scenes``, whose captions fix it; full-size
+whose captions leave the picture open, and ``tiny-shapes``, whose captions fix it; full-size
 ``random-<variant>``), their data, training scripts, weights loading and their vocabularies.
 
 The seam: the core (gate, rescale, adapters, variants, api, loading) imports nothing from here. A variant

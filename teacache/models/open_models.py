@@ -1,10 +1,11 @@
 """The open-scenes models: ``tiny-open-flux2`` and ``tiny-open-flux1``, one spec per family.
 
 Both are trained on ``open_data`` (captions that name one object and leave the rest open) with the
-same mflux transformers and token layouts as ``tiny-shapes`` (FLUX.2: 32 px, 2x2 patches) and
-``tiny-scenes`` (FLUX.1: 64 px as a 16-channel latent); only the data, the vocabulary and the latent
-scale differ. Pixels are multiplied by ``open_data.LATENT_SCALE`` on the way in and divided on the way
-out, as a VAE's scaling factor: content then spreads as widely as the noise, as in a real latent space.
+same mflux transformers and token layouts as ``tiny-shapes`` (FLUX.2: 32 px, 2x2 patches) and, for
+FLUX.1, 64 px laid out as a 16-channel latent (``flux1_latents``, ``flux1_pipeline``); only the data, the
+vocabulary and the latent scale differ. Pixels are multiplied by ``open_data.LATENT_SCALE`` on the way in
+and divided on the way out, as a VAE's scaling factor: content then spreads as widely as the noise, as in a
+real latent space.
 
 At this width mflux's FLUX.1 transformer never learned to draw a named shape
 (results/cuda-nvidia-h200/flux1-layout-study): ``train_open --captions any-shape`` trains it on captions that
@@ -21,7 +22,7 @@ import mlx.core as mx
 import numpy as np
 from mlx import nn
 
-from teacache.models import open_data, scenes_data, shapes_data
+from teacache.models import flux1_latents, open_data, shapes_data
 from teacache.models._weights import parameter_count
 
 __all__ = [
@@ -71,7 +72,7 @@ def _flux2_tokens(images: np.ndarray) -> np.ndarray:
 
 
 def _flux1_tokens(images: np.ndarray) -> np.ndarray:
-    return scenes_data.pack(scenes_data.to_latents(images)) * open_data.LATENT_SCALE
+    return flux1_latents.pack(flux1_latents.to_latents(images)) * open_data.LATENT_SCALE
 
 
 def _text(captions: open_data.Captions) -> dict:
@@ -105,7 +106,7 @@ FAMILIES: dict[str, OpenLayout] = {
     "flux1": OpenLayout(
         name="tiny-open-flux1",
         family="flux1",
-        image_size=scenes_data.IMAGE_SIZE,
+        image_size=flux1_latents.IMAGE_SIZE,
         architecture={
             "text_encoder": _text(open_data.ANY_SHAPE),
             "transformer": {
@@ -145,9 +146,9 @@ def build(family: str, seed: int = 0, architecture: dict | None = None) -> nn.Mo
         from teacache.models.shapes import TinyShapesModel
 
         return TinyShapesModel(architecture or layout.architecture)
-    from teacache.models.scenes import TinyScenesModel
+    from teacache.models.flux1_pipeline import TinyFlux1Model
 
-    return TinyScenesModel(architecture or layout.architecture, seed=seed)
+    return TinyFlux1Model(architecture or layout.architecture, seed=seed)
 
 
 def flux2_text_ids(batch_size: int = 1) -> mx.array:
@@ -161,7 +162,7 @@ def flux1_rotary(transformer) -> mx.array:
     from mflux.models.flux.model.flux_transformer.transformer import Transformer
 
     txt_ids = Transformer._prepare_text_ids(seq_len=open_data.TEXT_LEN)
-    img_ids = Transformer._prepare_latent_image_ids(height=scenes_data.NOMINAL_SIZE, width=scenes_data.NOMINAL_SIZE)
+    img_ids = Transformer._prepare_latent_image_ids(height=flux1_latents.NOMINAL_SIZE, width=flux1_latents.NOMINAL_SIZE)
     return transformer.pos_embed(mx.concatenate((txt_ids, img_ids), axis=1))
 
 
@@ -192,7 +193,7 @@ def sampling_record(family: str) -> dict:
         from teacache.models.train_shapes import sampling_record as flux2_record
 
         return flux2_record()
-    from teacache.models.train_scenes import sampling_record as flux1_record
+    from teacache.models.flux1_pipeline import sampling_record as flux1_record
 
     return flux1_record()
 
@@ -250,7 +251,7 @@ def load_tiny_open_flux2(weights_path: str | Path | None = None, manifest_path: 
 
 def load_tiny_open_flux1(weights_path: str | Path | None = None, manifest_path: str | Path | None = None):
     """``tiny-open-flux1`` as mflux's ``Flux1`` (FLUX.1-dev config); generate at 256x256, the image is 64x64."""
-    from teacache.models.scenes import as_pipeline
+    from teacache.models.flux1_pipeline import as_pipeline
 
     layout = FAMILIES["flux1"]
     model, manifest = _checked("flux1", weights_path, manifest_path)

@@ -116,7 +116,7 @@ class VariantSpec:
     is_default_model: bool = False  # what the commands use when no --model is given
     drift_subject: bool = False  # the family's model whose calibrated gate bare `drift` judges a release by
     only_its_size: bool = False  # generates at its own width x height only (checked before it loads)
-    image_side: int | None = None  # the decoded image's side where it is not width x height (no VAE: tiny-scenes)
+    image_side: int | None = None  # the decoded image's side where it is not width x height (no VAE: tiny-open-flux1)
     prompt_check: str | None = None  # zoo "module:function(text)": ValueError for a prompt it cannot draw
 
     @property
@@ -273,9 +273,14 @@ def pinned_revisions() -> dict[str, str]:
     return {spec.mflux_names[0]: spec.revision for spec in all_specs() if spec.revision}
 
 
-def _refusal(spec: VariantSpec) -> str:
+def refusal_reason(spec: VariantSpec) -> str:
+    """Why a refused spec is refused, with its family's supported variants (the line after ``model:``)."""
     fam = family(spec.family)
-    return f"model: {spec.refuse_why}; supported {fam.label} variants: {', '.join(family_variants(fam.name))}"
+    return f"{spec.refuse_why}; supported {fam.label} variants: {', '.join(family_variants(fam.name))}"
+
+
+def _refusal(spec: VariantSpec) -> str:
+    return f"model: {refusal_reason(spec)}"
 
 
 def dtype_name(dtype) -> str:

@@ -73,28 +73,14 @@ SPECS = (
         name="tiny-scenes",
         family="flux1",
         default_threshold=0.03,
-        default_threshold_why=(
-            "the recommended threshold of its campaign (the highest whose p5 SSIM against vanilla stays >= 0.95): "
-            "0.03 skipped 18 of 28 steps at 2.63x (ideal 2.80x), p5 SSIM 0.951 (2026-12-01, CPU Intel Xeon 2 "
-            "cores, 8 prompts x 1 seed; results/<hardware>/tiny-scenes/ holds the committed campaign)"
-        ),
+        default_threshold_why="retired: its campaign's recommendation (results/cpu-intel-xeon-2c/tiny-scenes/0.24.0)",
         skip_first_n_steps=2,
-        skip_first_why=(
-            "the first step pair changes the output far more than its signal says (traces of 16 prompts x 2 "
-            "seeds, 28 steps: mean y 0.075 at x 0.117 on step 1, y 0.006-0.016 at x 0.04-0.07 on steps 2-19), "
-            "so steps 0 and 1 are always computed, as for tiny-shapes"
+        generation=Generation(steps=28, width=256, height=256, guidance=3.5),  # what its committed results ran
+        refuse_why=(
+            "tiny-scenes was retired (its output changed 10-30x less per step than a real model's); tiny-open-flux1 "
+            "replaces it, and its weights are in the git history (teacache/models/weights/tiny-scenes/ at commit "
+            "08304d6)"
         ),
-        generation=Generation(steps=28, width=256, height=256, guidance=3.5),
-        coefficients="tiny_scenes",
-        prompt_set="tiny-scenes",
-        campaign_sizes=CampaignSizes(
-            "tiny-scenes", "0,1", "tiny-scenes-sweep", "0", "0,0.005,0.01,0.02,0.03,0.05,0.1", 2
-        ),
-        builder="teacache.models.scenes:load_tiny_scenes",
-        trained=True,
-        only_its_size=True,
-        image_side=64,
-        prompt_check="teacache.models.scenes_data:parse_prompt",
     ),
     VariantSpec(
         name="tiny-open-flux1",

@@ -50,7 +50,7 @@ def test_threshold_for_a_speedup_replays_the_committed_traces_and_says_so():
 
 
 def test_threshold_for_a_floor_reads_the_committed_report():
-    choice = threshold_for("tiny-scenes", ssim=0.95)
+    choice = threshold_for("tiny-open-flux1", ssim=0.95)
     assert choice.expected["ssim_p5"] >= 0.95 and choice.expected["skipped_steps"] > 0
     assert "report/summary.json" in choice.evidence
 

@@ -23,7 +23,7 @@ from mflux.models.common.config.model_config import ModelConfig
 from mlx.utils import tree_unflatten
 
 from bench.quality.open_adherence import check, summarize
-from teacache.models import open_data, open_models, scenes_data, train_open
+from teacache.models import flux1_latents, open_data, open_models, train_open
 
 N, STEPS = 12, 28
 ModelConfig.precision = mx.float32
@@ -50,9 +50,9 @@ rotary = open_models.flux1_rotary(model.transformer)
 
 
 def images(x):
-    t = scenes_data.TOKEN_SIDE
+    t = flux1_latents.TOKEN_SIDE
     latents = (x / open_data.LATENT_SCALE).reshape(N, t, t, 16, 2, 2).transpose(0, 3, 1, 4, 2, 5)
-    return np.array(scenes_data.from_latents(latents.reshape(N, 16, 32, 32))).transpose(0, 2, 3, 1)
+    return np.array(flux1_latents.from_latents(latents.reshape(N, 16, 32, 32))).transpose(0, 2, 3, 1)
 
 
 for w in scales:

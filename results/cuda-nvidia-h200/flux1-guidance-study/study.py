@@ -17,7 +17,7 @@ import numpy as np
 from mflux.models.common.config.config import Config
 from mflux.models.common.config.model_config import ModelConfig
 
-from teacache.models import open_data, open_models, scenes_data
+from teacache.models import flux1_latents, open_data, open_models
 
 
 def score(paths):
@@ -61,9 +61,9 @@ def probe(weights: str, heads: int) -> None:
         x = x + float(sig[t + 1] - sig[t]) * v
         mx.eval(x, prev)
     ys, frac = np.array(ys), np.arange(1, 28) / 28
-    side = scenes_data.TOKEN_SIDE
+    side = flux1_latents.TOKEN_SIDE
     lat = (x / open_data.LATENT_SCALE).reshape(n, side, side, 16, 2, 2).transpose(0, 3, 1, 4, 2, 5)
-    imgs = np.array(scenes_data.from_latents(lat.reshape(n, 16, 2 * side, 2 * side))).transpose(0, 2, 3, 1)
+    imgs = np.array(flux1_latents.from_latents(lat.reshape(n, 16, 2 * side, 2 * side))).transpose(0, 2, 3, 1)
     res = summarize([check(im, sp) for im, sp in zip(imgs, specs, strict=True)])
     parts = [np.median(ys[m]) for m in (frac < 1 / 7, (frac >= 3 / 7) & (frac < 4 / 7), frac >= 6 / 7)]
     print(" ".join(f"{k} {v:.3f}" for k, v in res.items()), "| y by seventh", " / ".join(f"{p:.3f}" for p in parts))
@@ -89,7 +89,7 @@ model.set_batch_size(2 * n)
 rot = open_models.flux1_rotary(model.transformer)
 cap = mx.array(np.stack([open_data.tokenize(s.prompt) for s in specs]))
 tok = mx.concatenate([cap, mx.zeros_like(cap)])
-T = scenes_data.TOKEN_SIDE
+T = flux1_latents.TOKEN_SIDE
 result = {"prompts": np.array([s.prompt for s in specs]), "sigmas": sig}
 for value in values:
     t0 = time.time()
@@ -115,7 +115,7 @@ for value in values:
             .transpose(0, 3, 1, 4, 2, 5)
             .reshape(n, 16, 2 * T, 2 * T)
         )
-        images.append(np.array(scenes_data.from_latents(lat)).transpose(0, 2, 3, 1).astype(np.float16))
+        images.append(np.array(flux1_latents.from_latents(lat)).transpose(0, 2, 3, 1).astype(np.float16))
         ys_all.append(np.array(ys))
     ys = np.concatenate(ys_all, axis=1)
     frac = np.arange(1, steps) / steps

@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 
-from teacache.models import open_data, open_models, scenes_data
+from teacache.models import flux1_latents, open_data, open_models
 
 VARIANT = os.environ.get("EXP_VARIANT", "base64")
 
@@ -26,7 +26,7 @@ def _tokens32(images):
     b = images.shape[0]
     lat = np.zeros((b, 16, 32, 32), np.float32)
     lat[:, :3] = images.transpose(0, 3, 1, 2)
-    return scenes_data.pack(lat) * open_data.LATENT_SCALE
+    return flux1_latents.pack(lat) * open_data.LATENT_SCALE
 
 
 def apply(variant):
@@ -43,11 +43,11 @@ apply(VARIANT)  # top level: spawn workers re-run it
 
 def to_images(x, variant):
     n = x.shape[0]
-    t = scenes_data.TOKEN_SIDE
+    t = flux1_latents.TOKEN_SIDE
     lat = (x / open_data.LATENT_SCALE).reshape(n, t, t, 16, 2, 2).transpose(0, 3, 1, 4, 2, 5).reshape(n, 16, 32, 32)
     if variant == "px32":
         return np.array(lat[:, :3].transpose(0, 2, 3, 1))
-    return np.array(scenes_data.from_latents(lat)).transpose(0, 2, 3, 1)
+    return np.array(flux1_latents.from_latents(lat)).transpose(0, 2, 3, 1)
 
 
 def probe(variant, outdir, heads):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import importlib.util
 
@@ -12,7 +11,6 @@ import pytest
 from bench.quality import scorers
 from bench.sweep import measure
 from teacache import variants
-from teacache.models import scenes_data
 
 
 def test_the_trained_models_and_only_they_score_adherence():
@@ -26,19 +24,8 @@ def test_each_builder_names_a_real_model_and_scorer():
     for builder, scorer in scorers.SCORERS.items():
         assert hasattr(importlib.import_module(scorer), "score_adherence")
         assert importlib.util.find_spec(builder) is not None
-    assert scorers.scorer_module("teacache.models.scenes:load_tiny_scenes") == "bench.quality.scene_adherence"
+    assert scorers.scorer_module("teacache.models.open_models:load_tiny_open_flux1") == "bench.quality.open_adherence"
     assert scorers.scorer_module(None) is None
-
-
-def test_the_scenes_scorer_reads_scene_captions(monkeypatch):
-    scoring = next(s for s in variants.all_specs() if s.trained)
-    scenes_spec = dataclasses.replace(scoring, builder="teacache.models.scenes:load_tiny_scenes")
-    monkeypatch.setattr(variants, "get", lambda _name: scenes_spec)
-    prompt = "a big red striped circle left of a small blue square on a white background"
-    image = scenes_data.to_uint8(scenes_data.render(scenes_data.parse_prompt(prompt), np.random.default_rng(0)))
-    score = scorers.adherence_scorer("a scenes model")
-    assert score(image, prompt) == 1.0
-    assert score(image, prompt.replace("left of", "right of")) == pytest.approx(0.8)
 
 
 def test_the_sweep_scores_only_variants_that_score_adherence():

@@ -184,17 +184,17 @@ def test_a_criterions_pick_is_the_fits_own_selection_where_it_was_swept():
     ("change", "message"),
     [
         ({"--levels": "5,a"}, "--levels: expected comma-separated computed step counts"),
-        ({"--model": "tiny-shapes"}, "was fitted for 'tiny-scenes', not --model 'tiny-shapes'"),
+        ({"--model": "tiny-shapes"}, "was fitted for 'tiny-open-flux2', not --model 'tiny-shapes'"),
         ({"--traces": "missing.parquet"}, "--traces: missing.parquet does not exist"),
-        ({"--candidate": "mono1+step16"}, "--candidate: 'mono1+step16' is not one of the candidates of --fit"),
+        ({"--candidate": "mono1+step99"}, "--candidate: 'mono1+step99' is not one of the candidates of --fit"),
     ],
 )
 def test_bad_input_is_one_line_before_any_fit_or_model(tmp_path, capsys, change, message):
     from tests import ROOT
 
-    folder = ROOT / "results" / "cpu-intel-xeon-2c" / "tiny-scenes" / "0.24.0"
+    folder = ROOT / "results" / "cpu-amd-epyc-2c" / "tiny-open-flux2" / "0.24.0"
     options = {
-        "--model": "tiny-scenes",
+        "--model": "tiny-open-flux2",
         "--fit": str(folder / "fit" / "fit.json"),
         "--traces": str(folder / "traces" / "traces.parquet"),
         "--out": str(tmp_path / "out"),
@@ -208,12 +208,12 @@ def test_bad_input_is_one_line_before_any_fit_or_model(tmp_path, capsys, change,
 def test_a_folder_made_with_other_settings_is_refused_before_anything_is_written(tmp_path, capsys):
     from tests import ROOT
 
-    folder = ROOT / "results" / "cpu-intel-xeon-2c" / "tiny-scenes" / "0.24.0"
+    folder = ROOT / "results" / "cpu-amd-epyc-2c" / "tiny-open-flux2" / "0.24.0"
     out = tmp_path / "out"
     out.mkdir()
-    earlier = {"model": "tiny-scenes", "seeds": "0"}
+    earlier = {"model": "tiny-open-flux2", "seeds": "0"}
     (out / criteria.SETTINGS_NAME).write_text(json.dumps(earlier))
-    argv = ["--model", "tiny-scenes", "--fit", str(folder / "fit" / "fit.json"), "--traces",
+    argv = ["--model", "tiny-open-flux2", "--fit", str(folder / "fit" / "fit.json"), "--traces",
             str(folder / "traces" / "traces.parquet"), "--out", str(out)]  # fmt: skip
     assert criteria.main(argv) == 2
     err = capsys.readouterr().err.strip()
@@ -229,7 +229,7 @@ def test_across_models_on_one_model_says_model_not_models(tmp_path):
     assert title.endswith("on 1 trained model"), title
 
 
-@pytest.mark.parametrize("model", ["tiny-open-flux1", "tiny-open-flux2", "tiny-shapes", "tiny-scenes"])
+@pytest.mark.parametrize("model", ["tiny-open-flux1", "tiny-open-flux2", "tiny-shapes"])
 def test_the_default_sweep_prompts_are_the_models_campaign_sweep_set(model):
     from calib.run.prompts import SETS
     from teacache import variants

@@ -26,7 +26,10 @@ from tests.tolerances import describe, measured_case, measured_cases
 HARDWARE = {"backend": "cpu", "device_name": "Test Chip", "cpu_count": 3}  # slug cpu-test-chip-3c
 PROMPTS = ({"id": "p0", "text": "a red fox"}, {"id": "p1", "text": "a lighthouse"}, {"id": "p2", "text": "a cat"})
 SEEDS = (4, 7, 9)
-COMMITTED_VARIANTS = set(campaign_models())  # every embedded model has a committed campaign and tolerances
+# every embedded model has a committed campaign and tolerances; so has the retired tiny-scenes, whose constants stay
+# in the committed module that measured them (cpu_intel_xeon_2c.py) and are carried as provisional like any other's
+RETIRED_WITH_TOLERANCES = {"tiny-scenes"}
+COMMITTED_VARIANTS = set(campaign_models()) | RETIRED_WITH_TOLERANCES
 
 
 def make_sweep(folder: Path, variant: str) -> Path:

@@ -117,17 +117,17 @@ def test_a_save_that_does_not_match_is_refused_in_one_line_before_any_model_load
 def test_a_trained_model_saved_and_judged_again_is_unchanged(tmp_path):
     """The done-when of the per-model flow on a trained model with its packaged gate."""
     assert (
-        calib_main(["drift", "--model", "tiny-scenes", "--save", str(tmp_path / "A"), "--out", str(tmp_path / "o")])
+        calib_main(["drift", "--model", "tiny-open-flux1", "--save", str(tmp_path / "A"), "--out", str(tmp_path / "o")])
         == 0
     )
-    folder = tmp_path / "A" / "effect" / "tiny-scenes"
+    folder = tmp_path / "A" / "effect" / "tiny-open-flux1"
     gate = json.loads((folder / "gate.json").read_text())
-    assert gate["source"].startswith("packaged tiny-scenes") and gate["skip_first_n_steps"] == 2
+    assert gate["source"].startswith("packaged tiny-open-flux1") and gate["skip_first_n_steps"] == 2
     tolerance = json.loads((folder / "tolerance.json").read_text())
-    assert tolerance["provenance"]["variant"] == "tiny-scenes" and len(tolerance["thresholds"]) >= 2
-    assert "tiny-scenes: gate packaged" in (tmp_path / "A" / "progress.log").read_text()
+    assert tolerance["provenance"]["variant"] == "tiny-open-flux1" and len(tolerance["thresholds"]) >= 2
+    assert "tiny-open-flux1: gate packaged" in (tmp_path / "A" / "progress.log").read_text()
     out = tmp_path / "after"
-    assert calib_main(["drift", "--model", "tiny-scenes", "--against", str(tmp_path / "A"), "--out", str(out)]) == 0
+    assert calib_main(["drift", "--model", "tiny-open-flux1", "--against", str(tmp_path / "A"), "--out", str(out)]) == 0
     (line,) = json.loads((out / "verdict.json").read_text())["verdicts"]
     assert line["status"] == verdict.UNCHANGED, line["line"]
 

@@ -40,15 +40,15 @@ def test_a_speedup_target_gives_the_skips_it_asks_for_and_the_image_says_so(tmp_
 def test_mflux_flags_pass_through_seeds_sidecar_and_existing_files_are_never_replaced(tmp_path):
     out = tmp_path / "img.png"
     out.write_bytes(b"keep")
-    prompt = "a big red circle left of a small blue square on a white background"
-    rc = command.main(["--model", "tiny-scenes", "--prompt", prompt, "--teacache-threshold", "0.05", "--seed", "1",
-                       "--steps", "12", "--metadata", "--output", str(out)])  # fmt: skip
+    prompt = "a red shape at the left"
+    rc = command.main(["--model", "tiny-open-flux1", "--prompt", prompt, "--teacache-threshold", "0.5", "--seed", "1",
+                       "--steps", "20", "--metadata", "--output", str(out)])  # fmt: skip
     assert rc == 0
     assert out.read_bytes() == b"keep"  # mflux's rule: a new name instead
     written = tmp_path / "img_1.png"
     sidecar = json.loads(written.with_suffix(".metadata.json").read_text())
-    assert sidecar["seed"] == 1 and sidecar["steps"] == 12 and sidecar["teacache_steps"] == 12
-    assert sidecar["teacache_threshold"] == 0.05 and sidecar["teacache_threshold_source"] == "--teacache-threshold"
+    assert sidecar["seed"] == 1 and sidecar["steps"] == 20 and sidecar["teacache_steps"] == 20
+    assert sidecar["teacache_threshold"] == 0.5 and sidecar["teacache_threshold_source"] == "--teacache-threshold"
     assert sidecar["teacache_skipped"] > 0
 
 
@@ -220,8 +220,8 @@ def test_ctrl_c_exits_130_saying_what_was_saved(monkeypatch, tmp_path, capsys):
 def test_a_sidecar_that_exists_is_never_replaced_the_next_free_name_is_taken(tmp_path):
     out = tmp_path / "img.png"
     (tmp_path / "img.metadata.json").write_text("mine")  # the image's name is free, its sidecar's is not
-    prompt = "a big red circle left of a small blue square on a white background"
-    rc = command.main(["--model", "tiny-scenes", "--prompt", prompt, "--seed", "1", "--steps", "6", "--metadata",
+    prompt = "a red shape at the left"
+    rc = command.main(["--model", "tiny-open-flux1", "--prompt", prompt, "--seed", "1", "--steps", "6", "--metadata",
                        "--output", str(out)])  # fmt: skip
     assert rc == 0
     assert (tmp_path / "img.metadata.json").read_text() == "mine" and not out.exists()
@@ -230,20 +230,21 @@ def test_a_sidecar_that_exists_is_never_replaced_the_next_free_name_is_taken(tmp
 
 
 def test_a_sidecar_replays_its_image_at_its_steps_on_a_model_that_writes_another_size(tmp_path, capsys):
-    """tiny-scenes samples at 256x256 and writes 64x64, and the sidecar says 64x64: --config-from-metadata
+    """tiny-open-flux1 samples at 256x256 and writes 64x64, and the sidecar says 64x64: --config-from-metadata
     takes that as its own size, and the sidecar's steps over the model's default, so the image comes back."""
-    prompt = "a big red circle left of a small blue square on a white background"
+    prompt = "a red shape at the left"
     first, again = tmp_path / "a.png", tmp_path / "b.png"
-    rc = command.main(["--model", "tiny-scenes", "--prompt", prompt, "--seed", "3", "--steps", "5", "--metadata",
+    rc = command.main(["--model", "tiny-open-flux1", "--prompt", prompt, "--seed", "3", "--steps", "5", "--metadata",
                        "--output", str(first)])  # fmt: skip
     assert rc == 0
     sidecar = tmp_path / "a.metadata.json"
     assert (json.loads(sidecar.read_text())["width"], json.loads(sidecar.read_text())["steps"]) == (64, 5)
     capsys.readouterr()
-    assert command.main(["--model", "tiny-scenes", "--config-from-metadata", str(sidecar), "--output", str(again)]) == 0
+    argv = ["--model", "tiny-open-flux1", "--config-from-metadata", str(sidecar), "--output", str(again)]
+    assert command.main(argv) == 0
     assert "of 5 (" in capsys.readouterr().out
     assert PIL.Image.open(first).tobytes() == PIL.Image.open(again).tobytes()
-    rc = command.main(["--model", "tiny-scenes", "--prompt", prompt, "--width", "128", "--height", "128",
+    rc = command.main(["--model", "tiny-open-flux1", "--prompt", prompt, "--width", "128", "--height", "128",
                        "--output", str(tmp_path / "c.png")])  # fmt: skip
     assert rc == 2 and "256x256 images only, written as 64x64" in capsys.readouterr().err
 

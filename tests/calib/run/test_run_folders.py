@@ -282,7 +282,7 @@ def test_a_resume_keeps_the_measured_overhead_and_judges_an_unjudged_one(tmp_pat
     assert kept["pairs"] == 3
 
 
-@pytest.mark.parametrize("model", ["tiny-open-flux2", "tiny-open-flux1", "tiny-shapes", "tiny-scenes"])
+@pytest.mark.parametrize("model", ["tiny-open-flux2", "tiny-open-flux1", "tiny-shapes"])
 def test_a_trained_embedded_model_is_identified_by_its_weights_file(model):
     """A folder recorded from one training's weights never resumes with another's: the fingerprint holds the file's
     SHA-256 (a random-weight embedded model's holds its seed)."""

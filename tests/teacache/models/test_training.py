@@ -5,16 +5,16 @@ from __future__ import annotations
 import pytest
 
 from teacache.io import project_root
-from teacache.models import train_lora, train_open, train_scenes, train_shapes
+from teacache.models import train_lora, train_open, train_shapes
 
 SCRIPTS = pytest.mark.parametrize(
     ("script", "argv"),
-    [(train_shapes, []), (train_scenes, []), (train_open, ["--family", "flux2"]), (train_lora, ["--style", "stripes"])],
-    ids=["tiny-shapes", "tiny-scenes", "tiny-open", "tiny-open-flux2-lora"],
+    [(train_shapes, []), (train_open, ["--family", "flux2"]), (train_lora, ["--style", "stripes"])],
+    ids=["tiny-shapes", "tiny-open", "tiny-open-flux2-lora"],
 )
 
 
-@pytest.mark.parametrize("script", [train_shapes, train_scenes], ids=["tiny-shapes", "tiny-scenes"])
+@pytest.mark.parametrize("script", [train_shapes], ids=["tiny-shapes"])
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
