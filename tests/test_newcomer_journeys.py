@@ -123,13 +123,15 @@ def test_a_campaign_whose_sweep_was_measured_with_another_fit_is_refused_before_
 
     from bench.campaign import main as campaign
     from bench.campaign import plan_campaign
+    from calib.run import fingerprint
     from teacache.provenance import hardware_slug
 
     out = tmp_path / "campaign"
     for stage in ("traces", "fit", "sweep"):
         shutil.copytree(ROOT / "results/cpu-amd-epyc-2c/tiny-open-flux1/0.24.0" / stage, out / stage)
     recorded = json.loads((out / "sweep" / "fingerprint.json").read_text())
-    recorded["settings"]["hardware"] = hardware_slug()  # as if measured here: the hardware is a setting
+    recorded["settings"]["hardware"] = hardware_slug()  # as if measured here: the hardware is a setting,
+    recorded["settings"]["versions"] = fingerprint.versions()  # and so are the installed MLX and mflux
     (out / "sweep" / "fingerprint.json").write_text(json.dumps(recorded))
 
     plan_campaign("tiny-open-flux1", out)  # the committed campaign: its sweep was measured with its fit

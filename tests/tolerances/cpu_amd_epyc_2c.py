@@ -20,30 +20,30 @@ VARIANTS = (
 )
 
 # the generation settings every constant below was measured with
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux1, 20
-#   steps, 128x128, guidance 3.5; 3 prompts x 3 seeds; sweep commit 5351cafb976181948bd8894cd00b5c695789e0f3
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-flux1, 20
+#   steps, 128x128, guidance 3.5; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # calibrated
 TINY_FLUX1_SETTINGS = {
     "guidance": 3.5,
     "rescale": {
         "coefficients": [
-            4.091728671384665,
-            -0.13755336899933507,
+            4.091719080589217,
+            -0.13755265848413706,
         ],
         "form": "poly+sigma",
         "interaction_coefficients": [
-            8.036599035626677,
-            -10.888220981754488,
+            8.036552291620639,
+            -10.888170799808087,
         ],
         "provenance": {
-            "cv_r2": 0.8500125898407473,
-            "date_utc": "2026-12-01T14:57:09Z",
+            "cv_r2": 0.8500126544920584,
+            "date_utc": "2026-12-06T20:29:12Z",
             "fitted_model": "poly1+sigma5+x*sigma2",
-            "git_commit": "291d3502c856f890f9270142fa1f0800b308fff0",
+            "git_commit": "b50a48c060fb7acfe89f4d8aeca132309ab1e960",
             "n_pairs": 114,
             "n_prompts": 3,
-            "r2": 0.8602585006379325,
-            "rmse_cv": 0.0023365396969495127,
+            "r2": 0.8602585356767277,
+            "rmse_cv": 0.0023365397370324905,
             "source": "teacache-calib fit",
             "variant": "tiny-flux1",
         },
@@ -56,29 +56,29 @@ TINY_FLUX1_SETTINGS = {
             ],
             "x_ranges": [
                 [
-                    0.05475065857172012,
-                    0.05940752476453781,
+                    0.054750680923461914,
+                    0.059407491236925125,
                 ],
                 [
-                    0.05280887335538864,
-                    0.06265668570995331,
+                    0.052808843553066254,
+                    0.0626566931605339,
                 ],
                 [
-                    0.043028127402067184,
-                    0.05763576179742813,
+                    0.04302813857793808,
+                    0.057635754346847534,
                 ],
             ],
         },
         "time_coefficients": [
-            -2.465481575936267,
-            6.61740531421914,
-            -6.499922534702809,
-            2.3814243590270103,
-            0.0879126508359007,
+            -2.4654894054218666,
+            6.617425724052843,
+            -6.499942916785459,
+            2.381436621454784,
+            0.08790771927495138,
         ],
         "x_range": [
-            0.043028127402067184,
-            0.06265668570995331,
+            0.04302813857793808,
+            0.0626566931605339,
         ],
     },
     "resolution": "128x128",
@@ -88,8 +88,8 @@ TINY_FLUX1_SETTINGS = {
 }
 
 # the (prompt id, prompt, seed) pairs the bounds below were measured on; the tests run on these
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux1, 20
-#   steps, 128x128, guidance 3.5; 3 prompts x 3 seeds; sweep commit 5351cafb976181948bd8894cd00b5c695789e0f3
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-flux1, 20
+#   steps, 128x128, guidance 3.5; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # calibrated
 TINY_FLUX1_CASES = (
     ("obj-teapot", "a porcelain teapot with blue floral patterns on a wooden table, soft window light", 0),
@@ -104,53 +104,53 @@ TINY_FLUX1_CASES = (
 )
 
 # threshold 0 against the paired vanilla run, final latents max-abs (the fast path swaps nothing in)
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux1, 20
-#   steps, 128x128, guidance 3.5; 3 prompts x 3 seeds; sweep commit 5351cafb976181948bd8894cd00b5c695789e0f3
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-flux1, 20
+#   steps, 128x128, guidance 3.5; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # n 9: min 0, p1 0, median 0, max 0
 # bit-exact: every run equal to vanilla
 # calibrated
 TINY_FLUX1_NOOP_THRESHOLD0 = "bit-exact"
 
 # proxy active, every step computed, against vanilla: bit-exact in every run (path unchanged)
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux1, 20
-#   steps, 128x128, guidance 3.5; 3 prompts x 3 seeds; sweep commit 5351cafb976181948bd8894cd00b5c695789e0f3
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-flux1, 20
+#   steps, 128x128, guidance 3.5; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # n 9: min 0, p1 0, median 0, max 0
 # calibrated
 TINY_FLUX1_PROXY_NOOP = "bit-exact"
 
 # vanilla runs before and after TeaCache runs in one process: every repeat equal
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux1, 20
-#   steps, 128x128, guidance 3.5; 3 prompts x 3 seeds; sweep commit 5351cafb976181948bd8894cd00b5c695789e0f3
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-flux1, 20
+#   steps, 128x128, guidance 3.5; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # calibrated
 TINY_FLUX1_RESTORE = "bit-exact"
 
 # SSIM of decoded images against vanilla at threshold 0.25
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux1, 20
-#   steps, 128x128, guidance 3.5; 3 prompts x 3 seeds; sweep commit 5351cafb976181948bd8894cd00b5c695789e0f3
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-flux1, 20
+#   steps, 128x128, guidance 3.5; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # n 9: min 0.999971, p1 0.999971, median 0.999975, max 0.99998
 # margin: one median-to-worst spread beyond the worst run (see the module docstring)
 # calibrated
-TINY_FLUX1_SSIM_FLOOR = 0.9999667993136381
+TINY_FLUX1_SSIM_FLOOR = 0.9999667925128914
 
 # PSNR (dB) against vanilla at threshold 0.25
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux1, 20
-#   steps, 128x128, guidance 3.5; 3 prompts x 3 seeds; sweep commit 5351cafb976181948bd8894cd00b5c695789e0f3
-# n 9: min 54.7479, p1 54.7586, median 55.3731, max 56.1779
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-flux1, 20
+#   steps, 128x128, guidance 3.5; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
+# n 9: min 54.7475, p1 54.7582, median 55.3731, max 56.1779
 # margin: one median-to-worst spread beyond the worst run (see the module docstring)
 # calibrated
-TINY_FLUX1_PSNR_FLOOR = 54.122754345490755
+TINY_FLUX1_PSNR_FLOOR = 54.12194345162488
 
 # steps skipped at threshold 0.25 (of 20)
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux1, 20
-#   steps, 128x128, guidance 3.5; 3 prompts x 3 seeds; sweep commit 5351cafb976181948bd8894cd00b5c695789e0f3
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-flux1, 20
+#   steps, 128x128, guidance 3.5; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # n 9: min 14, p1 14, median 14, max 15
 # margin: one median-to-worst spread beyond the worst run (see the module docstring); rounded outward
 # calibrated
 TINY_FLUX1_SKIP_BAND = (14, 16)
 
 # the generation settings every constant below was measured with
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux2, 20
-#   steps, 128x128, guidance 1.0; 3 prompts x 3 seeds; sweep commit c27e1325c1d5a11fc89623192747f7acf9354df3
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-flux2, 20
+#   steps, 128x128, guidance 1.0; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # calibrated
 TINY_FLUX2_SETTINGS = {
     "guidance": 1.0,
@@ -219,8 +219,8 @@ TINY_FLUX2_SETTINGS = {
 }
 
 # the (prompt id, prompt, seed) pairs the bounds below were measured on; the tests run on these
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux2, 20
-#   steps, 128x128, guidance 1.0; 3 prompts x 3 seeds; sweep commit c27e1325c1d5a11fc89623192747f7acf9354df3
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-flux2, 20
+#   steps, 128x128, guidance 1.0; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # calibrated
 TINY_FLUX2_CASES = (
     ("obj-teapot", "a porcelain teapot with blue floral patterns on a wooden table, soft window light", 0),
@@ -235,76 +235,76 @@ TINY_FLUX2_CASES = (
 )
 
 # threshold 0 against the paired vanilla run, final latents max-abs (the fast path swaps nothing in)
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux2, 20
-#   steps, 128x128, guidance 1.0; 3 prompts x 3 seeds; sweep commit c27e1325c1d5a11fc89623192747f7acf9354df3
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-flux2, 20
+#   steps, 128x128, guidance 1.0; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # n 9: min 0, p1 0, median 0, max 0
 # bit-exact: every run equal to vanilla
 # calibrated
 TINY_FLUX2_NOOP_THRESHOLD0 = "bit-exact"
 
 # proxy active, every step computed, against vanilla: bit-exact in every run (path unchanged)
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux2, 20
-#   steps, 128x128, guidance 1.0; 3 prompts x 3 seeds; sweep commit c27e1325c1d5a11fc89623192747f7acf9354df3
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-flux2, 20
+#   steps, 128x128, guidance 1.0; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # n 9: min 0, p1 0, median 0, max 0
 # calibrated
 TINY_FLUX2_PROXY_NOOP = "bit-exact"
 
 # vanilla runs before and after TeaCache runs in one process: every repeat equal
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux2, 20
-#   steps, 128x128, guidance 1.0; 3 prompts x 3 seeds; sweep commit c27e1325c1d5a11fc89623192747f7acf9354df3
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-flux2, 20
+#   steps, 128x128, guidance 1.0; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # calibrated
 TINY_FLUX2_RESTORE = "bit-exact"
 
 # SSIM of decoded images against vanilla at threshold 0.3
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux2, 20
-#   steps, 128x128, guidance 1.0; 3 prompts x 3 seeds; sweep commit c27e1325c1d5a11fc89623192747f7acf9354df3
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-flux2, 20
+#   steps, 128x128, guidance 1.0; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # n 9: min 0.999983, p1 0.999983, median 0.999985, max 0.999988
 # margin: one median-to-worst spread beyond the worst run (see the module docstring)
 # calibrated
-TINY_FLUX2_SSIM_FLOOR = 0.9999808826452419
+TINY_FLUX2_SSIM_FLOOR = 0.9999808948525988
 
 # PSNR (dB) against vanilla at threshold 0.3
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux2, 20
-#   steps, 128x128, guidance 1.0; 3 prompts x 3 seeds; sweep commit c27e1325c1d5a11fc89623192747f7acf9354df3
-# n 9: min 56.741, p1 56.7414, median 57.3754, max 58.1186
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-flux2, 20
+#   steps, 128x128, guidance 1.0; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
+# n 9: min 56.7423, p1 56.7426, median 57.3747, max 58.1186
 # margin: one median-to-worst spread beyond the worst run (see the module docstring)
 # calibrated
-TINY_FLUX2_PSNR_FLOOR = 56.106541480521145
+TINY_FLUX2_PSNR_FLOOR = 56.109850679985506
 
 # steps skipped at threshold 0.3 (of 20)
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-flux2, 20
-#   steps, 128x128, guidance 1.0; 3 prompts x 3 seeds; sweep commit c27e1325c1d5a11fc89623192747f7acf9354df3
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-flux2, 20
+#   steps, 128x128, guidance 1.0; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # n 9: min 15, p1 15, median 15, max 16
 # margin: one median-to-worst spread beyond the worst run (see the module docstring); rounded outward
 # calibrated
 TINY_FLUX2_SKIP_BAND = (15, 17)
 
 # the generation settings every constant below was measured with
-# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
-#   steps, 256x256, guidance 5.0; 8 prompts x 1 seeds; sweep commit ec1704a3778e4d7cce6d214e995bf26bbf4b7cb0
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-open-flux1, 28
+#   steps, 256x256, guidance 5.0; 8 prompts x 1 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # calibrated
 TINY_OPEN_FLUX1_SETTINGS = {
     "guidance": 5.0,
     "rescale": {
         "coefficients": [
-            0.0009404036995796811,
-            0.12196065718834773,
-            0.08244669297115377,
-            0.07108149702077567,
-            0.07426266141562574,
-            0.06952763081014421,
-            0.06790962557580563,
-            0.060130496266478935,
-            0.05363041955894919,
-            0.046982658528689804,
-            0.04221829967025925,
-            0.03972085626383139,
-            0.03827588396445787,
-            0.03969803581513315,
-            0.04568669263249368,
-            0.05567442065554669,
-            0.09528275586861158,
-            0.4143607129570021,
+            0.0009404980619971531,
+            0.121960666553794,
+            0.08244667471699445,
+            0.07108151916423068,
+            0.07426263803037227,
+            0.06952763124566352,
+            0.06790961742858105,
+            0.060130484677069995,
+            0.053630425682609804,
+            0.04698266767405387,
+            0.04221831911218171,
+            0.03972087063685962,
+            0.03827591397084223,
+            0.03969805082045805,
+            0.04568671613468918,
+            0.05567442402919766,
+            0.09528273295695888,
+            0.41436105627173203,
             0.0,
             0.0,
             0.0,
@@ -320,22 +320,22 @@ TINY_OPEN_FLUX1_SETTINGS = {
             0.0,
             0.0,
             0.0,
-            0.005804592891018993,
+            0.005804561244356492,
         ],
         "form": "mono+step",
         "knots": [
-            0.06677807867527008,
-            0.15811170637607574,
+            0.06677810847759247,
+            0.1581117808818817,
         ],
         "provenance": {
-            "cv_r2": 0.8264434489490406,
-            "date_utc": "2026-12-06T05:03:41Z",
+            "cv_r2": 0.8264433283621471,
+            "date_utc": "2026-12-06T20:40:32Z",
             "fitted_model": "mono1+step16",
-            "git_commit": "a86030c055e0980c15ec8033a97f6edae85e9a3d",
+            "git_commit": "b0779da69d56996d86be0c2b1c3439aebd2eb5b3",
             "n_pairs": 832,
             "n_prompts": 16,
-            "r2": 0.8397327412771606,
-            "rmse_cv": 0.014028324339803768,
+            "r2": 0.8397326577137497,
+            "rmse_cv": 0.014028327588122539,
             "source": "teacache-calib fit",
             "variant": "tiny-open-flux1",
         },
@@ -348,16 +348,16 @@ TINY_OPEN_FLUX1_SETTINGS = {
             ],
             "x_ranges": [
                 [
-                    0.06693317741155624,
-                    0.10807152837514877,
+                    0.06693314015865326,
+                    0.10807155817747116,
                 ],
                 [
-                    0.06677807867527008,
+                    0.06677810847759247,
                     0.08819396793842316,
                 ],
                 [
                     0.08220509439706802,
-                    0.15811170637607574,
+                    0.1581117808818817,
                 ],
             ],
         },
@@ -382,19 +382,19 @@ TINY_OPEN_FLUX1_SETTINGS = {
             1.0,
         ],
         "x_range": [
-            0.06677807867527008,
-            0.15811170637607574,
+            0.06677810847759247,
+            0.1581117808818817,
         ],
     },
     "resolution": "256x256",
     "skip_first_n_steps": 2,
     "steps": 28,
-    "threshold": 0.3,
+    "threshold": 0.5,
 }
 
 # the (prompt id, prompt, seed) pairs the bounds below were measured on; the tests run on these
-# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
-#   steps, 256x256, guidance 5.0; 8 prompts x 1 seeds; sweep commit ec1704a3778e4d7cce6d214e995bf26bbf4b7cb0
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-open-flux1, 28
+#   steps, 256x256, guidance 5.0; 8 prompts x 1 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # calibrated
 TINY_OPEN_FLUX1_CASES = (
     ("open-any-00", "a yellow shape at the bottom", 0),
@@ -408,76 +408,76 @@ TINY_OPEN_FLUX1_CASES = (
 )
 
 # threshold 0 against the paired vanilla run, final latents max-abs (the fast path swaps nothing in)
-# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
-#   steps, 256x256, guidance 5.0; 8 prompts x 1 seeds; sweep commit ec1704a3778e4d7cce6d214e995bf26bbf4b7cb0
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-open-flux1, 28
+#   steps, 256x256, guidance 5.0; 8 prompts x 1 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # n 8: min 0, p1 0, median 0, max 0
 # bit-exact: every run equal to vanilla
 # calibrated
 TINY_OPEN_FLUX1_NOOP_THRESHOLD0 = "bit-exact"
 
 # proxy active, every step computed, against vanilla: bit-exact in every run (path unchanged)
-# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
-#   steps, 256x256, guidance 5.0; 8 prompts x 1 seeds; sweep commit ec1704a3778e4d7cce6d214e995bf26bbf4b7cb0
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-open-flux1, 28
+#   steps, 256x256, guidance 5.0; 8 prompts x 1 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # n 8: min 0, p1 0, median 0, max 0
 # calibrated
 TINY_OPEN_FLUX1_PROXY_NOOP = "bit-exact"
 
 # vanilla runs before and after TeaCache runs in one process: every repeat equal
-# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
-#   steps, 256x256, guidance 5.0; 8 prompts x 1 seeds; sweep commit ec1704a3778e4d7cce6d214e995bf26bbf4b7cb0
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-open-flux1, 28
+#   steps, 256x256, guidance 5.0; 8 prompts x 1 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # calibrated
 TINY_OPEN_FLUX1_RESTORE = "bit-exact"
 
-# SSIM of decoded images against vanilla at threshold 0.3
-# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
-#   steps, 256x256, guidance 5.0; 8 prompts x 1 seeds; sweep commit ec1704a3778e4d7cce6d214e995bf26bbf4b7cb0
-# n 8: min 0.97896, p1 0.979076, median 0.984747, max 0.98659
+# SSIM of decoded images against vanilla at threshold 0.5
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-open-flux1, 28
+#   steps, 256x256, guidance 5.0; 8 prompts x 1 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
+# n 8: min 0.962211, p1 0.962221, median 0.965315, max 0.969981
 # margin: one median-to-worst spread beyond the worst run (see the module docstring)
 # calibrated
-TINY_OPEN_FLUX1_SSIM_FLOOR = 0.9731724743928621
+TINY_OPEN_FLUX1_SSIM_FLOOR = 0.9591067425443902
 
-# PSNR (dB) against vanilla at threshold 0.3
-# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
-#   steps, 256x256, guidance 5.0; 8 prompts x 1 seeds; sweep commit ec1704a3778e4d7cce6d214e995bf26bbf4b7cb0
-# n 8: min 26.7551, p1 26.7798, median 27.6292, max 28.0665
+# PSNR (dB) against vanilla at threshold 0.5
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-open-flux1, 28
+#   steps, 256x256, guidance 5.0; 8 prompts x 1 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
+# n 8: min 23.4344, p1 23.4461, median 23.8926, max 24.6161
 # margin: one median-to-worst spread beyond the worst run (see the module docstring)
 # calibrated
-TINY_OPEN_FLUX1_PSNR_FLOOR = 25.88108206423402
+TINY_OPEN_FLUX1_PSNR_FLOOR = 22.976159207689044
 
-# steps skipped at threshold 0.3 (of 28)
-# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux1, 28
-#   steps, 256x256, guidance 5.0; 8 prompts x 1 seeds; sweep commit ec1704a3778e4d7cce6d214e995bf26bbf4b7cb0
-# n 8: min 20, p1 20, median 20.5, max 21
+# steps skipped at threshold 0.5 (of 28)
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-open-flux1, 28
+#   steps, 256x256, guidance 5.0; 8 prompts x 1 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
+# n 8: min 22, p1 22, median 22, max 22
 # margin: one median-to-worst spread beyond the worst run (see the module docstring); rounded outward
 # calibrated
-TINY_OPEN_FLUX1_SKIP_BAND = (19, 22)
+TINY_OPEN_FLUX1_SKIP_BAND = (22, 22)
 
 # the generation settings every constant below was measured with
-# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux2, 28
-#   steps, 32x32, guidance 2.0; 8 prompts x 1 seeds; sweep commit 81a2cf291d1bf1babecbda723ecd9b672781919c
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-open-flux2, 28
+#   steps, 32x32, guidance 2.0; 8 prompts x 1 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # calibrated
 TINY_OPEN_FLUX2_SETTINGS = {
     "guidance": 2.0,
     "rescale": {
         "coefficients": [
-            0.0007585827226284891,
-            0.13285188787911442,
-            0.06379450332120556,
-            0.03580470001986236,
-            0.03970302109845957,
-            0.03849094783780625,
-            0.04231501867404475,
-            0.04641869323546499,
-            0.05118837607946203,
-            0.05983814801853341,
-            0.07056591586343305,
-            0.07707665432227453,
-            0.08574914857156432,
-            0.08626084789040439,
-            0.09088291939216135,
-            0.0905113506622019,
-            0.13031573811290842,
-            0.12488559551510656,
+            0.0007585817248148557,
+            0.13284670044580552,
+            0.06379431646565548,
+            0.03580414897050377,
+            0.03970319193816859,
+            0.03849086981433172,
+            0.042315005508431744,
+            0.046418831869482854,
+            0.051188755251059405,
+            0.059838576367624956,
+            0.07056577154523826,
+            0.07707688796995396,
+            0.08574932075650671,
+            0.08626095097408602,
+            0.09088294595481555,
+            0.09051146216635876,
+            0.13031572549435627,
+            0.12488318399409191,
             0.0,
             0.0,
             0.0,
@@ -511,8 +511,8 @@ TINY_OPEN_FLUX2_SETTINGS = {
             0.0,
             0.0,
             0.0,
+            4.613426427670068,
             0.0,
-            2.594549033669336,
             0.0,
             0.0,
             0.0,
@@ -531,20 +531,20 @@ TINY_OPEN_FLUX2_SETTINGS = {
         ],
         "form": "mono+step",
         "knots": [
-            0.0229729525744915,
-            0.05237249657511711,
-            0.07416673749685287,
-            0.1925736367702484,
+            0.022974533960223198,
+            0.05237255617976189,
+            0.07416645437479019,
+            0.19257338345050812,
         ],
         "provenance": {
-            "cv_r2": 0.9340836426682877,
-            "date_utc": "2026-12-03T17:16:14Z",
+            "cv_r2": 0.9340828841555903,
+            "date_utc": "2026-12-06T20:44:41Z",
             "fitted_model": "mono3+step16",
-            "git_commit": "81a2cf291d1bf1babecbda723ecd9b672781919c",
+            "git_commit": "b0779da69d56996d86be0c2b1c3439aebd2eb5b3",
             "n_pairs": 832,
             "n_prompts": 16,
-            "r2": 0.937139297668087,
-            "rmse_cv": 0.010281561152662388,
+            "r2": 0.9371385800627379,
+            "rmse_cv": 0.01028158761325114,
             "source": "teacache-calib fit",
             "variant": "tiny-open-flux2",
         },
@@ -557,16 +557,16 @@ TINY_OPEN_FLUX2_SETTINGS = {
             ],
             "x_ranges": [
                 [
-                    0.0229729525744915,
-                    0.0812528133392334,
+                    0.022974533960223198,
+                    0.08125139027833939,
                 ],
                 [
-                    0.04531634598970413,
-                    0.06950893253087997,
+                    0.045316074043512344,
+                    0.06950857490301132,
                 ],
                 [
-                    0.0655909925699234,
-                    0.1925736367702484,
+                    0.06559083610773087,
+                    0.19257338345050812,
                 ],
             ],
         },
@@ -591,8 +591,8 @@ TINY_OPEN_FLUX2_SETTINGS = {
             1.0,
         ],
         "x_range": [
-            0.0229729525744915,
-            0.1925736367702484,
+            0.022974533960223198,
+            0.19257338345050812,
         ],
     },
     "resolution": "32x32",
@@ -602,8 +602,8 @@ TINY_OPEN_FLUX2_SETTINGS = {
 }
 
 # the (prompt id, prompt, seed) pairs the bounds below were measured on; the tests run on these
-# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux2, 28
-#   steps, 32x32, guidance 2.0; 8 prompts x 1 seeds; sweep commit 81a2cf291d1bf1babecbda723ecd9b672781919c
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-open-flux2, 28
+#   steps, 32x32, guidance 2.0; 8 prompts x 1 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # calibrated
 TINY_OPEN_FLUX2_CASES = (
     ("open-00", "a yellow triangle at the left", 0),
@@ -617,78 +617,78 @@ TINY_OPEN_FLUX2_CASES = (
 )
 
 # threshold 0 against the paired vanilla run, final latents max-abs (the fast path swaps nothing in)
-# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux2, 28
-#   steps, 32x32, guidance 2.0; 8 prompts x 1 seeds; sweep commit 81a2cf291d1bf1babecbda723ecd9b672781919c
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-open-flux2, 28
+#   steps, 32x32, guidance 2.0; 8 prompts x 1 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # n 8: min 0, p1 0, median 0, max 0
 # bit-exact: every run equal to vanilla
 # calibrated
 TINY_OPEN_FLUX2_NOOP_THRESHOLD0 = "bit-exact"
 
 # proxy active, every step computed, against vanilla: bit-exact in every run (path unchanged)
-# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux2, 28
-#   steps, 32x32, guidance 2.0; 8 prompts x 1 seeds; sweep commit 81a2cf291d1bf1babecbda723ecd9b672781919c
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-open-flux2, 28
+#   steps, 32x32, guidance 2.0; 8 prompts x 1 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # n 8: min 0, p1 0, median 0, max 0
 # calibrated
 TINY_OPEN_FLUX2_PROXY_NOOP = "bit-exact"
 
 # vanilla runs before and after TeaCache runs in one process: every repeat equal
-# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux2, 28
-#   steps, 32x32, guidance 2.0; 8 prompts x 1 seeds; sweep commit 81a2cf291d1bf1babecbda723ecd9b672781919c
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-open-flux2, 28
+#   steps, 32x32, guidance 2.0; 8 prompts x 1 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # calibrated
 TINY_OPEN_FLUX2_RESTORE = "bit-exact"
 
 # SSIM of decoded images against vanilla at threshold 0.5
-# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux2, 28
-#   steps, 32x32, guidance 2.0; 8 prompts x 1 seeds; sweep commit 81a2cf291d1bf1babecbda723ecd9b672781919c
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-open-flux2, 28
+#   steps, 32x32, guidance 2.0; 8 prompts x 1 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # n 8: min 0.952711, p1 0.953145, median 0.962008, max 0.975562
 # margin: one median-to-worst spread beyond the worst run (see the module docstring)
 # calibrated
-TINY_OPEN_FLUX2_SSIM_FLOOR = 0.943414370351253
+TINY_OPEN_FLUX2_SSIM_FLOOR = 0.9434143233038026
 
 # PSNR (dB) against vanilla at threshold 0.5
-# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux2, 28
-#   steps, 32x32, guidance 2.0; 8 prompts x 1 seeds; sweep commit 81a2cf291d1bf1babecbda723ecd9b672781919c
-# n 8: min 23.8745, p1 23.8825, median 24.3882, max 25.8055
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-open-flux2, 28
+#   steps, 32x32, guidance 2.0; 8 prompts x 1 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
+# n 8: min 23.8745, p1 23.8825, median 24.3883, max 25.8056
 # margin: one median-to-worst spread beyond the worst run (see the module docstring)
 # calibrated
-TINY_OPEN_FLUX2_PSNR_FLOOR = 23.360796647296667
+TINY_OPEN_FLUX2_PSNR_FLOOR = 23.360700726972645
 
 # steps skipped at threshold 0.5 (of 28)
-# measured 2026-12-03 on cpu AMD EPYC (Linux 6.18.44-fc-v1147 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-open-flux2, 28
-#   steps, 32x32, guidance 2.0; 8 prompts x 1 seeds; sweep commit 81a2cf291d1bf1babecbda723ecd9b672781919c
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-open-flux2, 28
+#   steps, 32x32, guidance 2.0; 8 prompts x 1 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # n 8: min 22, p1 22, median 22, max 22
 # margin: one median-to-worst spread beyond the worst run (see the module docstring); rounded outward
 # calibrated
 TINY_OPEN_FLUX2_SKIP_BAND = (22, 22)
 
 # the generation settings every constant below was measured with
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-qwen-image, 10
-#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit c27e1325c1d5a11fc89623192747f7acf9354df3
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-qwen-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # calibrated
 TINY_QWEN_IMAGE_SETTINGS = {
     "guidance": 4.0,
     "rescale": {
         "coefficients": [
-            -99314.61045140149,
-            31023.28593124312,
-            -3600.7791621504034,
-            185.01528670634895,
-            -3.497425818109323,
+            -99319.72383298501,
+            31024.861777020145,
+            -3600.959423570143,
+            185.02434238764198,
+            -3.4975939350290877,
         ],
         "form": "poly+sigma",
         "interaction_coefficients": [
-            9.444621575265872,
-            -5.088400266807603,
+            9.444372626133298,
+            -5.08821823030732,
         ],
         "provenance": {
-            "cv_r2": 0.9754222214066605,
-            "date_utc": "2026-12-01T14:58:29Z",
+            "cv_r2": 0.9754214323073064,
+            "date_utc": "2026-12-06T20:31:51Z",
             "fitted_model": "poly4+sigma5+x*sigma2-monotone",
-            "git_commit": "32a8f9cf7023420fb84d68fbd7f68ba2fab2553c",
+            "git_commit": "b0779da69d56996d86be0c2b1c3439aebd2eb5b3",
             "n_pairs": 54,
             "n_prompts": 3,
-            "r2": 0.9754892000058614,
-            "rmse_cv": 0.0013123867197498238,
+            "r2": 0.9754884060580379,
+            "rmse_cv": 0.0013124078308948417,
             "source": "teacache-calib fit",
             "variant": "tiny-qwen-image",
         },
@@ -702,28 +702,28 @@ TINY_QWEN_IMAGE_SETTINGS = {
             "x_ranges": [
                 [
                     0.07922914624214172,
-                    0.09304319322109222,
+                    0.09304316341876984,
                 ],
                 [
-                    0.07849323004484177,
-                    0.0813693255186081,
+                    0.07849322259426117,
+                    0.0813693106174469,
                 ],
                 [
-                    0.062319085001945496,
-                    0.07118605822324753,
+                    0.06231909245252609,
+                    0.07118606567382812,
                 ],
             ],
         },
         "time_coefficients": [
-            3.255231190858052,
-            -7.316257385051883,
-            6.008593425743363,
-            -2.8523225521416835,
-            0.6827704882326611,
+            3.2551800197070246,
+            -7.316144358873789,
+            6.008500266052644,
+            -2.852269166098166,
+            0.6827514172426236,
         ],
         "x_range": [
-            0.062319085001945496,
-            0.09304319322109222,
+            0.06231909245252609,
+            0.09304316341876984,
         ],
     },
     "resolution": "128x128",
@@ -733,8 +733,8 @@ TINY_QWEN_IMAGE_SETTINGS = {
 }
 
 # the (prompt id, prompt, seed) pairs the bounds below were measured on; the tests run on these
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-qwen-image, 10
-#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit c27e1325c1d5a11fc89623192747f7acf9354df3
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-qwen-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # calibrated
 TINY_QWEN_IMAGE_CASES = (
     ("obj-teapot", "a porcelain teapot with blue floral patterns on a wooden table, soft window light", 0),
@@ -749,53 +749,53 @@ TINY_QWEN_IMAGE_CASES = (
 )
 
 # threshold 0 against the paired vanilla run, final latents max-abs (the fast path swaps nothing in)
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-qwen-image, 10
-#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit c27e1325c1d5a11fc89623192747f7acf9354df3
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-qwen-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # n 9: min 0, p1 0, median 0, max 0
 # bit-exact: every run equal to vanilla
 # calibrated
 TINY_QWEN_IMAGE_NOOP_THRESHOLD0 = "bit-exact"
 
 # proxy active, every step computed, against vanilla: bit-exact in every run (path unchanged)
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-qwen-image, 10
-#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit c27e1325c1d5a11fc89623192747f7acf9354df3
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-qwen-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # n 9: min 0, p1 0, median 0, max 0
 # calibrated
 TINY_QWEN_IMAGE_PROXY_NOOP = "bit-exact"
 
 # vanilla runs before and after TeaCache runs in one process: every repeat equal
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-qwen-image, 10
-#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit c27e1325c1d5a11fc89623192747f7acf9354df3
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-qwen-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # calibrated
 TINY_QWEN_IMAGE_RESTORE = "bit-exact"
 
 # SSIM of decoded images against vanilla at threshold 0.3
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-qwen-image, 10
-#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit c27e1325c1d5a11fc89623192747f7acf9354df3
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-qwen-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # n 9: min 0.999964, p1 0.999964, median 0.999966, max 0.999968
 # margin: one median-to-worst spread beyond the worst run (see the module docstring)
 # calibrated
-TINY_QWEN_IMAGE_SSIM_FLOOR = 0.999961676785711
+TINY_QWEN_IMAGE_SSIM_FLOOR = 0.9999616805616203
 
 # PSNR (dB) against vanilla at threshold 0.3
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-qwen-image, 10
-#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit c27e1325c1d5a11fc89623192747f7acf9354df3
-# n 9: min 53.9088, p1 53.9108, median 54.0161, max 54.1876
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-qwen-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
+# n 9: min 53.9088, p1 53.9109, median 54.0164, max 54.1876
 # margin: one median-to-worst spread beyond the worst run (see the module docstring)
 # calibrated
-TINY_QWEN_IMAGE_PSNR_FLOOR = 53.80152320352926
+TINY_QWEN_IMAGE_PSNR_FLOOR = 53.80118060542873
 
 # steps skipped at threshold 0.3 (of 10)
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-qwen-image, 10
-#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit c27e1325c1d5a11fc89623192747f7acf9354df3
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-qwen-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # n 9: min 7, p1 7, median 7, max 7
 # margin: one median-to-worst spread beyond the worst run (see the module docstring); rounded outward
 # calibrated
 TINY_QWEN_IMAGE_SKIP_BAND = (7, 7)
 
 # the generation settings every constant below was measured with
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-shapes, 28
-#   steps, 32x32, guidance 1.0; 16 prompts x 1 seeds; sweep commit 99b2848a4ca7e94f88b5007514fa89a05fc2b3c9
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-shapes, 28
+#   steps, 32x32, guidance 1.0; 16 prompts x 1 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # calibrated
 TINY_SHAPES_SETTINGS = {
     "guidance": 1.0,
@@ -857,8 +857,8 @@ TINY_SHAPES_SETTINGS = {
 }
 
 # the (prompt id, prompt, seed) pairs the bounds below were measured on; the tests run on these
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-shapes, 28
-#   steps, 32x32, guidance 1.0; 16 prompts x 1 seeds; sweep commit 99b2848a4ca7e94f88b5007514fa89a05fc2b3c9
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-shapes, 28
+#   steps, 32x32, guidance 1.0; 16 prompts x 1 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # calibrated
 TINY_SHAPES_CASES = (
     ("shapes-00", "a red circle on a blue background at the center", 0),
@@ -880,53 +880,53 @@ TINY_SHAPES_CASES = (
 )
 
 # threshold 0 against the paired vanilla run, final latents max-abs (the fast path swaps nothing in)
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-shapes, 28
-#   steps, 32x32, guidance 1.0; 16 prompts x 1 seeds; sweep commit 99b2848a4ca7e94f88b5007514fa89a05fc2b3c9
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-shapes, 28
+#   steps, 32x32, guidance 1.0; 16 prompts x 1 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # n 16: min 0, p1 0, median 0, max 0
 # bit-exact: every run equal to vanilla
 # calibrated
 TINY_SHAPES_NOOP_THRESHOLD0 = "bit-exact"
 
 # proxy active, every step computed, against vanilla: bit-exact in every run (path unchanged)
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-shapes, 28
-#   steps, 32x32, guidance 1.0; 16 prompts x 1 seeds; sweep commit 99b2848a4ca7e94f88b5007514fa89a05fc2b3c9
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-shapes, 28
+#   steps, 32x32, guidance 1.0; 16 prompts x 1 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # n 16: min 0, p1 0, median 0, max 0
 # calibrated
 TINY_SHAPES_PROXY_NOOP = "bit-exact"
 
 # vanilla runs before and after TeaCache runs in one process: every repeat equal
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-shapes, 28
-#   steps, 32x32, guidance 1.0; 16 prompts x 1 seeds; sweep commit 99b2848a4ca7e94f88b5007514fa89a05fc2b3c9
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-shapes, 28
+#   steps, 32x32, guidance 1.0; 16 prompts x 1 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # calibrated
 TINY_SHAPES_RESTORE = "bit-exact"
 
 # SSIM of decoded images against vanilla at threshold 0.03
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-shapes, 28
-#   steps, 32x32, guidance 1.0; 16 prompts x 1 seeds; sweep commit 99b2848a4ca7e94f88b5007514fa89a05fc2b3c9
-# n 16: min 0.966433, p1 0.966909, median 0.984724, max 0.995721
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-shapes, 28
+#   steps, 32x32, guidance 1.0; 16 prompts x 1 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
+# n 16: min 0.966434, p1 0.96691, median 0.984724, max 0.995721
 # margin: one median-to-worst spread beyond the worst run (see the module docstring)
 # calibrated
-TINY_SHAPES_SSIM_FLOOR = 0.9481426843395284
+TINY_SHAPES_SSIM_FLOOR = 0.948144255125086
 
 # PSNR (dB) against vanilla at threshold 0.03
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-shapes, 28
-#   steps, 32x32, guidance 1.0; 16 prompts x 1 seeds; sweep commit 99b2848a4ca7e94f88b5007514fa89a05fc2b3c9
-# n 16: min 26.1319, p1 26.4928, median 32.0772, max 40.86
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-shapes, 28
+#   steps, 32x32, guidance 1.0; 16 prompts x 1 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
+# n 16: min 26.1321, p1 26.4929, median 32.0772, max 40.86
 # margin: one median-to-worst spread beyond the worst run (see the module docstring)
 # calibrated
-TINY_SHAPES_PSNR_FLOOR = 20.186538889463364
+TINY_SHAPES_PSNR_FLOOR = 20.18687793910223
 
 # steps skipped at threshold 0.03 (of 28)
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-shapes, 28
-#   steps, 32x32, guidance 1.0; 16 prompts x 1 seeds; sweep commit 99b2848a4ca7e94f88b5007514fa89a05fc2b3c9
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-shapes, 28
+#   steps, 32x32, guidance 1.0; 16 prompts x 1 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # n 16: min 18, p1 18, median 18, max 18
 # margin: one median-to-worst spread beyond the worst run (see the module docstring); rounded outward
 # calibrated
 TINY_SHAPES_SKIP_BAND = (18, 18)
 
 # the generation settings every constant below was measured with
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-z-image, 10
-#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit c27e1325c1d5a11fc89623192747f7acf9354df3
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-z-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # calibrated
 TINY_Z_IMAGE_SETTINGS = {
     "guidance": 4.0,
@@ -986,8 +986,8 @@ TINY_Z_IMAGE_SETTINGS = {
 }
 
 # the (prompt id, prompt, seed) pairs the bounds below were measured on; the tests run on these
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-z-image, 10
-#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit c27e1325c1d5a11fc89623192747f7acf9354df3
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-z-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # calibrated
 TINY_Z_IMAGE_CASES = (
     ("obj-teapot", "a porcelain teapot with blue floral patterns on a wooden table, soft window light", 0),
@@ -1002,54 +1002,54 @@ TINY_Z_IMAGE_CASES = (
 )
 
 # threshold 0 against the paired vanilla run, final latents max-abs (the fast path swaps nothing in)
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-z-image, 10
-#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit c27e1325c1d5a11fc89623192747f7acf9354df3
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-z-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # n 9: min 0, p1 0, median 0, max 0
 # bit-exact: every run equal to vanilla
 # calibrated
 TINY_Z_IMAGE_NOOP_THRESHOLD0 = "bit-exact"
 
 # proxy active, every step computed (uncompiled path), final latents cosine against vanilla
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-z-image, 10
-#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit c27e1325c1d5a11fc89623192747f7acf9354df3
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-z-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # n 9: min 1, p1 1, median 1, max 1
 # margin: one median-to-worst spread beyond the worst run (see the module docstring)
 # calibrated
-TINY_Z_IMAGE_PROXY_NOOP_MIN_COSINE = 0.9999999999998197
+TINY_Z_IMAGE_PROXY_NOOP_MIN_COSINE = 0.9999999999998113
 
 # proxy active, every step computed (uncompiled path), final latents max-abs against vanilla
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-z-image, 10
-#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit c27e1325c1d5a11fc89623192747f7acf9354df3
-# n 9: min 2.98023e-06, p1 3.02792e-06, median 3.93391e-06, max 5.48363e-06
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-z-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
+# n 9: min 3.8147e-06, p1 3.82423e-06, median 4.26173e-06, max 4.76837e-06
 # margin: one median-to-worst spread beyond the worst run (see the module docstring)
 # calibrated
-TINY_Z_IMAGE_PROXY_NOOP_MAX_ABS = 7.033348083496094e-06
+TINY_Z_IMAGE_PROXY_NOOP_MAX_ABS = 5.27501106262207e-06
 
 # vanilla runs before and after TeaCache runs in one process: every repeat equal
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-z-image, 10
-#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit c27e1325c1d5a11fc89623192747f7acf9354df3
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-z-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # calibrated
 TINY_Z_IMAGE_RESTORE = "bit-exact"
 
 # SSIM of decoded images against vanilla at threshold 0.3
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-z-image, 10
-#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit c27e1325c1d5a11fc89623192747f7acf9354df3
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-z-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # n 9: min 0.999888, p1 0.999888, median 0.99992, max 0.999944
 # margin: one median-to-worst spread beyond the worst run (see the module docstring)
 # calibrated
-TINY_Z_IMAGE_SSIM_FLOOR = 0.9998550300407977
+TINY_Z_IMAGE_SSIM_FLOOR = 0.999855022246901
 
 # PSNR (dB) against vanilla at threshold 0.3
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-z-image, 10
-#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit c27e1325c1d5a11fc89623192747f7acf9354df3
-# n 9: min 48.5522, p1 48.5733, median 50.0949, max 51.5546
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-z-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
+# n 9: min 48.5523, p1 48.5734, median 50.0941, max 51.5531
 # margin: one median-to-worst spread beyond the worst run (see the module docstring)
 # calibrated
-TINY_Z_IMAGE_PSNR_FLOOR = 47.00943403776917
+TINY_Z_IMAGE_PSNR_FLOOR = 47.010461992428034
 
 # steps skipped at threshold 0.3 (of 10)
-# measured 2026-12-02 on cpu AMD EPYC (Linux 6.18.44-fc-v1045 x86_64); mlx 0.32.2, mflux 0.24.0; tiny-z-image, 10
-#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit c27e1325c1d5a11fc89623192747f7acf9354df3
+# measured 2026-12-06 on cpu AMD EPYC (Linux 6.18.44-fc-v1300 x86_64); mlx 0.32.4, mflux 0.24.0; tiny-z-image, 10
+#   steps, 128x128, guidance 4.0; 3 prompts x 3 seeds; sweep commit b0779da69d56996d86be0c2b1c3439aebd2eb5b3
 # n 9: min 1, p1 1, median 1, max 1
 # margin: one median-to-worst spread beyond the worst run (see the module docstring); rounded outward
 # calibrated
