@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
+import teacache
 from bench.tolerances import gapcheck
 from tests import ROOT
+from tests.conftest import patch_everywhere
 
 pytestmark = pytest.mark.slow
 
@@ -35,8 +38,13 @@ def test_gapcheck_without_weights_is_one_line(tmp_path, monkeypatch, capsys):
     def no_network(*_args, **_kwargs):
         raise ConnectionError("[Errno -3] Temporary failure in name resolution")
 
-    monkeypatch.setattr("teacache.load_model", no_network)
-    tolerances = str(ROOT / "tests/tolerances/cpu_amd_epyc_2c.py")
+    patch_everywhere(monkeypatch, teacache, "load_model", no_network)
+    # the tolerances are checked before any model loads: give flux1-dev tiny-flux1's, so the loader is reached
+    source = (ROOT / "tests/tolerances/cpu_amd_epyc_2c.py").read_text()
+    names = re.findall(r"^TINY_FLUX1_(\w+) = ", source, flags=re.M)
+    tolerances = tmp_path / "tolerances_with_dev.py"
+    tolerances.write_text(source + "".join(f"\nFLUX1_DEV_{n} = TINY_FLUX1_{n}" for n in names) + "\n")
+    tolerances = str(tolerances)
     argv = ["--model", "dev", "--max-prompts", "1", "--tolerances", tolerances, "--out", str(tmp_path / "out")]
     assert gapcheck.main(argv) == 2
     err = capsys.readouterr().err.strip()
