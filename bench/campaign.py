@@ -46,7 +46,8 @@ PROJECT_ROOT = project_root()
 # in results/<hardware>/<variant>/<mflux>/ (baselines, criteria, decision, gap check, packaged fit).
 STAGES = {"traces": record_stage.WRITES, "fit": fit_files.WRITES, "sweep": sweep_files.WRITES,
           "report": report_files.WRITES}  # fmt: skip
-COMPANIONS = ("baselines", "criteria", "decision", "gapcheck", "packaged")
+COMPANIONS = ("baselines", "criteria", "criteria-baselines", "decision", "gapcheck", "packaged", "rules-front",
+              "fbcache-front", "budget-search")  # fmt: skip
 # Its purpose is the committed results/: it regenerates them there, and says so.
 # refusals a stage passes on as they are: the ranks' own, and the ends of a run that saved its work
 PASSED_ON = (ranks.ShardError, shard.ShardsIncomplete, Interrupted)
