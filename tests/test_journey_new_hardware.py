@@ -50,15 +50,19 @@ def _project_files() -> list[Path]:
 
 
 def copy_project(dst: Path) -> Path:
+    """A clone (the tests that read git need one) with the working tree's changes on top, and this checkout's
+    environments (the default one and each mflux release's) linked in with stamps of their own."""
+    if (ROOT / ".git").exists():
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(dst)], check=True)
     for rel in _project_files():
         (dst / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / rel, dst / rel)
-    venv = ROOT / ".venv"
-    (dst / ".venv").mkdir()
-    for entry in venv.resolve().iterdir():
-        if not entry.name.startswith(".installed-"):
-            (dst / ".venv" / entry.name).symlink_to(entry)
-    (dst / ".venv" / f".installed-{os.environ.get('BACKEND', 'cpu')}").touch()  # newer than every copied file
+    for venv in [ROOT / ".venv", *sorted(ROOT.glob(".venv-mflux-*"))]:
+        (dst / venv.name).mkdir()
+        for entry in venv.resolve().iterdir():
+            if not entry.name.startswith(".installed-"):
+                (dst / venv.name / entry.name).symlink_to(entry)
+        (dst / venv.name / f".installed-{os.environ.get('BACKEND', 'cpu')}").touch()  # newer than every copied file
     return dst
 
 
