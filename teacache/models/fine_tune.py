@@ -22,6 +22,7 @@ quiet_transformers()
 import argparse
 import contextlib
 import hashlib
+import math
 import sys
 from pathlib import Path
 
@@ -75,8 +76,8 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = setup_arg_parser().parse_args(argv)
-    if not args.noise >= 0:
-        print(f"{PROG}: --noise: expected a number >= 0, got {args.noise}", file=sys.stderr)
+    if not (math.isfinite(args.noise) and args.noise >= 0):
+        print(f"{PROG}: --noise: expected a finite number >= 0, got {args.noise}", file=sys.stderr)
         return 2
     if args.out.exists() and any(args.out.iterdir()):
         print(f"{PROG}: --out: {args.out} is not empty; expected a new or empty folder", file=sys.stderr)

@@ -4,6 +4,7 @@ run folder never takes it for the model it came from."""
 from __future__ import annotations
 
 import mlx.core as mx
+import pytest
 from mlx.utils import tree_flatten
 
 from calib.run import fingerprint
@@ -42,3 +43,9 @@ def test_a_folder_that_is_not_empty_is_refused(tmp_path, capsys):
     (tmp_path / "x.txt").write_text("mine", encoding="utf-8")
     assert fine_tune.main(["--out", str(tmp_path)]) == 2
     assert "is not empty" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("noise", ["-0.1", "nan", "inf"])
+def test_a_noise_that_is_not_finite_and_non_negative_is_refused_before_anything_loads(tmp_path, capsys, noise):
+    assert fine_tune.main(["--noise", noise, "--out", str(tmp_path / "out")]) == 2
+    assert "--noise" in capsys.readouterr().err and not (tmp_path / "out").exists()
