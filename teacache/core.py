@@ -269,8 +269,9 @@ class StepController:
         anchor, self.state.anchor = self.state.anchor, modulated
         change = None if anchor is None else rel_l1(modulated, anchor)
         if change is not None and not self.gate.reads_signal(step, self.num_steps):
-            # reading the signal back mid-step would split the step into two device submissions: the step's
-            # own evaluation computes it (carry) and the log receives it once the step is done
+            # not read back mid-step (that would stall the host): started now, so the device computes the signal
+            # before the body and frees what only the signal needs; the log receives it once the step is done
+            mx.async_eval(change)
             self.state.unread.append((len(self.gate.log), change))
             change = None
         elif change is not None:

@@ -78,7 +78,12 @@ def test_the_committed_h200_figures_rebuild_from_their_raw_step_times():
 
 @pytest.mark.parametrize(
     "committed",
-    [COMMITTED, COMMITTED.parent / "step-cost-overlap", ROOT / "results" / "cuda-nvidia-h100" / "step-cost-cfg-fix"],
+    [
+        COMMITTED,
+        COMMITTED.parent / "step-cost-overlap",
+        ROOT / "results" / "cuda-nvidia-h100" / "step-cost-cfg-fix",
+        ROOT / "results" / "cuda-nvidia-h100" / "step-cost-async",
+    ],
     ids=lambda p: p.name,
 )
 def test_the_committed_summary_rebuilds_byte_for_byte(tmp_path, committed):
