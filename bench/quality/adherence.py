@@ -7,7 +7,7 @@ a rule on its geometry (a hole -> ring; else whichever solid circle, square or t
 area and centroid overlaps it best). Colour, background and position make the ``score``; shape type,
 the hardest to draw at 32x32 and the easiest to misread, is reported apart.
 
-    python -m bench.quality.adherence --model-dir teacache/models/weights     # 64 held-out prompts -> card
+    teacache-bench adherence --model-dir teacache/models/weights     # 64 held-out prompts -> card
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Train ``tiny-shapes``: flow matching on procedurally drawn shapes, with mflux's Flux2Transformer.
 
     python -m teacache.models.train_shapes --steps 4000 --batch 128 --seed 0 --out DIR
-    python -m bench.quality.adherence --model-dir DIR     # adds held-out prompt adherence to the card
+    teacache-bench adherence --model-dir DIR     # adds held-out prompt adherence to the card
 
 Writes DIR/tiny-shapes.safetensors (float32), tiny-shapes.json (architecture, data recipe, SHA-256,
 training record), loss.png, samples.png and MODEL_CARD.md, each atomically. Reproducible from
@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     card = write_model_card(out)
     written = f"{out / WEIGHTS_NAME} ({weights['bytes']:,} bytes, sha256 {weights['sha256']})"
     print(f"wrote {written}, {MANIFEST_NAME}, loss.png, samples.png, {card.name}")
-    print(f"held-out adherence: python -m bench.quality.adherence --model-dir {shlex.quote(str(out))}")
+    print(f"held-out adherence: teacache-bench adherence --model-dir {shlex.quote(str(out))}")
     return 0
 
 

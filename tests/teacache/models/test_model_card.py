@@ -25,7 +25,7 @@ def _card_with(tmp_path, change) -> str:
 
 def test_a_model_not_yet_evaluated_says_how_to_evaluate_it(tmp_path):
     card = _card_with(tmp_path, lambda m: m.pop("evaluation"))
-    assert "## Prompt adherence\n\nNot evaluated yet: `python -m bench.quality.adherence --model-dir " in card
+    assert "## Prompt adherence\n\nNot evaluated yet: `teacache-bench adherence --model-dir " in card
     assert "`.\n\n![samples](samples.png)" in card  # the folder as write_text records it
     assert "Misses" not in card and "| shape colour |" not in card
 
