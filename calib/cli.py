@@ -9,6 +9,7 @@ from calib.run.dispatch import dispatch
 SUBCOMMANDS = {
     "record": "calib.record",
     "fit": "calib.fit.command",
+    "safety-costs": "calib.fit.safety_costs",
     "emit": "calib.emit",
     "drift": "calib.drift.command",
 }

@@ -1,6 +1,6 @@
 """What safe selection costs: each way of keeping unsafe rescale functions out, scored on trace tables.
 
-``python -m calib.fit.safety_costs TRACES[@MIN_STEP] ... --out costs.md`` fits every default candidate twice
+``teacache-calib safety-costs TRACES[@MIN_STEP] ... --out costs.md`` fits every default candidate twice
 (monotone mode as it is, non-decreasing and positive on the region, and as it was before positivity, only
 non-decreasing) and reports, per table, the candidate each policy selects with its cv R^2, decision excess
 (held-out prompts, lower is better) and safety:
@@ -34,6 +34,7 @@ from teacache.errors import InputError
 from teacache.io import write_text
 from teacache.rescale import REGION_BINS, Region
 
+PROG = "teacache-calib safety-costs"
 POLICIES = ("unconstrained", "refuse unsafe", "refuse unsafe + positive monotone", "monotone only")
 
 
@@ -131,7 +132,7 @@ def render(rows: list[dict], argv: list[str]) -> str:
     lines = [
         "# What safe selection costs",
         "",
-        f"Written by `python -m calib.fit.safety_costs {' '.join(argv)}`. cv R^2: leave-prompts-out; decision excess:",
+        f"Written by `{PROG} {' '.join(argv)}`. cv R^2: leave-prompts-out; decision excess:",
         "what the candidate's schedules leave uncomputed on held-out prompts above the oracle (lower is better);",
         "n_safe: safe candidates of all default candidates under that policy's monotone mode;",
         "excess_by_bins: the default pick's decision excess with its region cut into "
@@ -147,13 +148,17 @@ def render(rows: list[dict], argv: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-@command("calib.fit.safety_costs")
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="python -m calib.fit.safety_costs", description=__doc__.splitlines()[0])
+def setup_arg_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument("traces", nargs="+", metavar="TRACES[@MIN_STEP]")
     parser.add_argument("--out", required=True, type=Path, metavar="FILE", help="the markdown table to write")
-    args = parser.parse_args(argv)
+    return parser
+
+
+@command(PROG)
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = setup_arg_parser().parse_args(argv)
     rows = []
     for item in args.traces:
         path, _, step = item.partition("@")
