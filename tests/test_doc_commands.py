@@ -83,3 +83,23 @@ def test_the_reference_names_every_command_and_every_subcommand():
         rows = [line for line in table.splitlines() if f"`{script} " in line]
         missing += [f"{script} {name}" for name in subcommands if not any(f" {name}" in row for row in rows)]
     assert not missing, f"docs/reference.md's command table lacks {missing}"
+
+
+def test_the_reference_names_no_command_the_scripts_lack():
+    """The other way round: a row of docs/reference.md's command table names a console script and its subcommands
+    as they are, so a renamed or dropped command leaves no row behind."""
+    import tomllib
+
+    from tests import ROOT
+
+    table = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8").split("\n\n| folder |")[0]
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    unknown = []
+    for row in (line for line in table.splitlines() if line.startswith("| `teacache-")):
+        script, _, rest = row.split("`")[1].partition(" ")
+        if script not in scripts:
+            unknown.append(script)
+            continue
+        names = [part.split()[0] for part in rest.split(" / ") if part.split() and part[0] not in "-["]
+        unknown += [f"{script} {name}" for name in names if name not in SUBCOMMANDS.get(script, {})]
+    assert not unknown, f"docs/reference.md's command table names {unknown}, which no console script has"
