@@ -70,14 +70,19 @@ def test_a_wrong_option_fails_to_parse():
         parse("teacache-bench", ["report", "runs/sweep", "--no-such-option"])
 
 
-def test_the_reference_names_every_command_and_every_subcommand():
-    """docs/reference.md's command table is where a reader looks a command up: none may be missing from it."""
+def _reference_table() -> tuple[str, dict]:
+    """(docs/reference.md above its layout table, pyproject.toml's console scripts)."""
     import tomllib
 
     from tests import ROOT
 
     table = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8").split("\n\n| folder |")[0]
-    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    return table, tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+
+
+def test_the_reference_names_every_command_and_every_subcommand():
+    """docs/reference.md's command table is where a reader looks a command up: none may be missing from it."""
+    table, scripts = _reference_table()
     missing = [script for script in scripts if f"`{script}" not in table]
     for script, subcommands in SUBCOMMANDS.items():
         rows = [line for line in table.splitlines() if f"`{script} " in line]
@@ -88,12 +93,7 @@ def test_the_reference_names_every_command_and_every_subcommand():
 def test_the_reference_names_no_command_the_scripts_lack():
     """The other way round: a row of docs/reference.md's command table names a console script and its subcommands
     as they are, so a renamed or dropped command leaves no row behind."""
-    import tomllib
-
-    from tests import ROOT
-
-    table = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8").split("\n\n| folder |")[0]
-    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    table, scripts = _reference_table()
     unknown = []
     for row in (line for line in table.splitlines() if line.startswith("| `teacache-")):
         script, _, rest = row.split("`")[1].partition(" ")
