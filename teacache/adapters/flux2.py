@@ -57,6 +57,8 @@ def flux2_signal(transformer: Flux2Transformer, hidden_states: mx.array, timeste
 class TeaCacheFlux2Transformer(CachingProxy):
     """Stands in for the pipeline's ``transformer`` while TeaCache is applied."""
 
+    METHOD = "TeaCache"  # named in the refusals
+
     def __call__(
         self,
         hidden_states: mx.array,
@@ -70,8 +72,12 @@ class TeaCacheFlux2Transformer(CachingProxy):
     ) -> mx.array:
         if guidance is not None or kv_cache is not None:
             raise NotImplementedError(
-                "TeaCache on FLUX.2 supports text-to-image without guidance embedding or KV cache"
+                f"{self.METHOD} on FLUX.2 supports text-to-image without guidance embedding or KV cache"
             )
+        return self._step(hidden_states, encoder_hidden_states, timestep, img_ids, txt_ids, branch)
+
+    def _step(self, hidden_states, encoder_hidden_states, timestep, img_ids, txt_ids, branch: int) -> mx.array:
+        """TeaCache's step: the modulated input is the signal, every block is the body."""
         modulated, embedded, temb, mod_img = self.segment("head", self._head)(hidden_states, timestep)
 
         def body() -> mx.array:
@@ -137,27 +143,15 @@ class FBCacheFlux2Transformer(TeaCacheFlux2Transformer):
     signal, and the body a skipped step replaces is the remaining double and single blocks (``teacache.fbcache``).
     Compiled segments: head (embeddings), first (block 0 and the residual), rest, tail."""
 
+    METHOD = "First-Block Cache"
+
     @staticmethod
     def count_blocks(transformer: Flux2Transformer) -> int:
         if not transformer.transformer_blocks:
             raise NotImplementedError("First-Block Cache on FLUX.2 needs a double block first; this model has none")
         return len(transformer.transformer_blocks) + len(transformer.single_transformer_blocks)
 
-    def __call__(
-        self,
-        hidden_states: mx.array,
-        encoder_hidden_states: mx.array,
-        timestep,
-        img_ids: mx.array,
-        txt_ids: mx.array,
-        guidance=None,
-        kv_cache=None,
-        branch: int = 0,
-    ) -> mx.array:
-        if guidance is not None or kv_cache is not None:
-            raise NotImplementedError(
-                "First-Block Cache on FLUX.2 supports text-to-image without guidance embedding or KV cache"
-            )
+    def _step(self, hidden_states, encoder_hidden_states, timestep, img_ids, txt_ids, branch: int) -> mx.array:
         embedded, temb, mod_img = self.segment("head", self._fb_head)(hidden_states, timestep)
         signal, first, encoder, mod_txt, rotary = self.segment("first", self._first)(
             embedded, encoder_hidden_states, temb, mod_img, img_ids, txt_ids
@@ -198,6 +192,7 @@ class FBCacheFlux2Transformer(TeaCacheFlux2Transformer):
 
 
 FBCACHE_PROXY = FBCacheFlux2Transformer  # teacache.fbcache installs it
+is_applied = proxy_installed  # the adapter protocol's name for it
 
 
 def segmented_predict(transformer):
@@ -235,10 +230,6 @@ def segmented_predict(transformer):
 
 def matches(model) -> bool:
     return isinstance(original_transformer(model), Flux2Transformer) and callable(getattr(model, "_predict", None))
-
-
-def is_applied(model) -> bool:
-    return proxy_installed(model)
 
 
 def variant(model) -> str:
