@@ -245,6 +245,22 @@ class TinyShapesPipeline:
         noise = [mx.random.normal((1, LATENT_SIDE * LATENT_SIDE, LATENT_CHANNELS), key=mx.random.key(s)) for s in seeds]
         return mx.concatenate(noise, axis=0).astype(ModelConfig.precision)
 
+    @staticmethod
+    def _denoise_step(predict, config: Config, t: int, latents: mx.array, conditioning: tuple) -> mx.array:
+        """One step of the denoising loop as Klein takes it: the predicted noise, then the scheduler's update."""
+        latent_ids, prompt_embeds, txt_ids, negative_prompt_embeds, negative_text_ids, guidance = conditioning
+        noise = predict(
+            latents=latents,
+            latent_ids=latent_ids,
+            prompt_embeds=prompt_embeds,
+            text_ids=txt_ids,
+            negative_prompt_embeds=negative_prompt_embeds,
+            negative_text_ids=negative_text_ids,
+            guidance=guidance,
+            timestep=config.scheduler.timesteps[t],
+        )
+        return config.scheduler.step(noise=noise, timestep=t, latents=latents, sigmas=config.scheduler.sigmas)
+
     def generate_image(
         self,
         seed: int,
@@ -281,21 +297,10 @@ class TinyShapesPipeline:
         ctx = self.callbacks.start(seed=seed, prompt=prompt, config=config)
         ctx.before_loop(latents)
         predict = self._predict(self.transformer)
+        conditioning = (latent_ids, prompt_embeds, txt_ids, negative_prompt_embeds, negative_text_ids, guidance)
         for t in config.time_steps:
             try:
-                noise = predict(
-                    latents=latents,
-                    latent_ids=latent_ids,
-                    prompt_embeds=prompt_embeds,
-                    text_ids=txt_ids,
-                    negative_prompt_embeds=negative_prompt_embeds,
-                    negative_text_ids=negative_text_ids,
-                    guidance=guidance,
-                    timestep=config.scheduler.timesteps[t],
-                )
-                latents = config.scheduler.step(
-                    noise=noise, timestep=t, latents=latents, sigmas=config.scheduler.sigmas
-                )
+                latents = self._denoise_step(predict, config, t, latents, conditioning)
                 ctx.in_loop(t, latents)
                 mx.eval(latents)
             except KeyboardInterrupt:  # noqa: PERF203
@@ -352,18 +357,9 @@ class TinyShapesPipeline:
         latents = self._initial_latents(seeds)
         latent_ids = image_ids(n)
         predict = self._predict(self.transformer)
+        conditioning = (latent_ids, prompt_embeds, txt_ids, negative_prompt_embeds, negative_text_ids, guidance)
         for t in range(config.num_inference_steps):
-            noise = predict(
-                latents=latents,
-                latent_ids=latent_ids,
-                prompt_embeds=prompt_embeds,
-                text_ids=txt_ids,
-                negative_prompt_embeds=negative_prompt_embeds,
-                negative_text_ids=negative_text_ids,
-                guidance=guidance,
-                timestep=config.scheduler.timesteps[t],
-            )
-            latents = config.scheduler.step(noise=noise, timestep=t, latents=latents, sigmas=config.scheduler.sigmas)
+            latents = self._denoise_step(predict, config, t, latents, conditioning)
             mx.eval(latents)
         pixels = self._pixels(latents)
         return [
