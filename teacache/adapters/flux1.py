@@ -77,15 +77,9 @@ class TeaCacheFlux1Transformer(CachingProxy):
     ) -> mx.array:  # fmt: skip
         """The joint blocks from ``first_joint`` on, then every single block; the image tokens before norm_out."""
         tr = self.transformer
-        for idx, block in enumerate(tr.transformer_blocks[first_joint:], start=first_joint):
-            encoder_hidden_states, hidden_states = tr._apply_joint_transformer_block(
-                idx=idx,
-                block=block,
-                hidden_states=hidden_states,
-                encoder_hidden_states=encoder_hidden_states,
-                text_embeddings=temb,
-                image_rotary_embeddings=rotary,
-                controlnet_block_samples=controlnet_block_samples,
+        for idx in range(first_joint, len(tr.transformer_blocks)):
+            encoder_hidden_states, hidden_states = self._joint(
+                idx, hidden_states, encoder_hidden_states, temb, rotary, controlnet_block_samples
             )
         hidden_states = mx.concatenate([encoder_hidden_states, hidden_states], axis=1)
         for idx, block in enumerate(tr.single_transformer_blocks):
@@ -100,6 +94,19 @@ class TeaCacheFlux1Transformer(CachingProxy):
             )
         return hidden_states[:, encoder_hidden_states.shape[1] :, ...]
 
+    def _joint(self, idx, hidden_states, encoder_hidden_states, temb, rotary, controlnet_block_samples):
+        """Joint block ``idx``: (encoder_hidden_states, hidden_states) after it."""
+        tr = self.transformer
+        return tr._apply_joint_transformer_block(
+            idx=idx,
+            block=tr.transformer_blocks[idx],
+            hidden_states=hidden_states,
+            encoder_hidden_states=encoder_hidden_states,
+            text_embeddings=temb,
+            image_rotary_embeddings=rotary,
+            controlnet_block_samples=controlnet_block_samples,
+        )
+
 
 class FBCacheFlux1Transformer(TeaCacheFlux1Transformer):
     """First-Block Cache on FLUX.1: the first joint block runs every step, its image-stream residual is the signal,
@@ -112,17 +119,8 @@ class FBCacheFlux1Transformer(TeaCacheFlux1Transformer):
         return len(transformer.transformer_blocks) + len(transformer.single_transformer_blocks)
 
     def _step(self, _modulated, embedded, temb, text_and_rotary, controlnet) -> mx.array:
-        tr = self.transformer
         encoder_hidden_states, rotary = text_and_rotary()
-        encoder_hidden_states, first = tr._apply_joint_transformer_block(
-            idx=0,
-            block=tr.transformer_blocks[0],
-            hidden_states=embedded,
-            encoder_hidden_states=encoder_hidden_states,
-            text_embeddings=temb,
-            image_rotary_embeddings=rotary,
-            controlnet_block_samples=controlnet[0],
-        )
+        encoder_hidden_states, first = self._joint(0, embedded, encoder_hidden_states, temb, rotary, controlnet[0])
 
         def rest() -> mx.array:  # the joint blocks after the first, then every single block
             return self._blocks(first, encoder_hidden_states, temb, rotary, *controlnet, first_joint=1)

@@ -115,15 +115,9 @@ class TeaCacheFlux2Transformer(CachingProxy):
     def _blocks(self, hidden_states, encoder_hidden_states, temb, mod_img, mod_txt, rotary, first_double: int = 0):
         """The double blocks from ``first_double`` on, then every single block; the image tokens before norm_out."""
         tr = self.transformer
-        for idx, block in enumerate(tr.transformer_blocks[first_double:], start=first_double):
-            encoder_hidden_states, hidden_states = block(
-                hidden_states=hidden_states,
-                encoder_hidden_states=encoder_hidden_states,
-                temb_mod_params_img=mod_img,
-                temb_mod_params_txt=mod_txt,
-                image_rotary_emb=rotary,
-                kv_cache=None,
-                kv_cache_layer_idx=idx,
+        for idx in range(first_double, len(tr.transformer_blocks)):
+            encoder_hidden_states, hidden_states = self._double(
+                idx, hidden_states, encoder_hidden_states, mod_img, mod_txt, rotary
             )
         hidden_states = mx.concatenate([encoder_hidden_states, hidden_states], axis=1)
         mod_single = tr.single_stream_modulation(temb)[0]
@@ -136,6 +130,18 @@ class TeaCacheFlux2Transformer(CachingProxy):
                 kv_cache_layer_idx=idx,
             )
         return hidden_states[:, encoder_hidden_states.shape[1] :, ...]
+
+    def _double(self, idx, hidden_states, encoder_hidden_states, mod_img, mod_txt, rotary):
+        """Double block ``idx``: (encoder_hidden_states, hidden_states) after it."""
+        return self.transformer.transformer_blocks[idx](
+            hidden_states=hidden_states,
+            encoder_hidden_states=encoder_hidden_states,
+            temb_mod_params_img=mod_img,
+            temb_mod_params_txt=mod_txt,
+            image_rotary_emb=rotary,
+            kv_cache=None,
+            kv_cache_layer_idx=idx,
+        )
 
 
 class FBCacheFlux2Transformer(TeaCacheFlux2Transformer):
@@ -175,15 +181,7 @@ class FBCacheFlux2Transformer(TeaCacheFlux2Transformer):
         """TeaCacheFlux2Transformer._body up to and through block 0: (block 0's image residual, its image output,
         its text output, the text modulation, the rotary embedding)."""
         encoder_hidden_states, mod_txt, rotary = self._text_and_rotary(encoder_hidden_states, temb, img_ids, txt_ids)
-        encoder_hidden_states, first = self.transformer.transformer_blocks[0](
-            hidden_states=embedded,
-            encoder_hidden_states=encoder_hidden_states,
-            temb_mod_params_img=mod_img,
-            temb_mod_params_txt=mod_txt,
-            image_rotary_emb=rotary,
-            kv_cache=None,
-            kv_cache_layer_idx=0,
-        )
+        encoder_hidden_states, first = self._double(0, embedded, encoder_hidden_states, mod_img, mod_txt, rotary)
         return first - embedded, first, encoder_hidden_states, mod_txt, rotary
 
     def _rest(self, hidden_states, encoder_hidden_states, temb, mod_img, mod_txt, rotary) -> mx.array:
@@ -203,25 +201,20 @@ def segmented_predict(transformer):
     def predict(
         latents, latent_ids, prompt_embeds, text_ids, negative_prompt_embeds, negative_text_ids, guidance, timestep
     ):
-        noise = transformer(
-            hidden_states=latents,
-            encoder_hidden_states=prompt_embeds,
-            timestep=timestep,
-            img_ids=latent_ids,
-            txt_ids=text_ids,
-            guidance=None,
-            branch=0,
-        )
-        if negative_prompt_embeds is not None and negative_text_ids is not None:
-            negative_noise = transformer(
+        def branch_noise(embeds, ids, branch: int):
+            return transformer(
                 hidden_states=latents,
-                encoder_hidden_states=negative_prompt_embeds,
+                encoder_hidden_states=embeds,
                 timestep=timestep,
                 img_ids=latent_ids,
-                txt_ids=negative_text_ids,
+                txt_ids=ids,
                 guidance=None,
-                branch=1,
+                branch=branch,
             )
+
+        noise = branch_noise(prompt_embeds, text_ids, 0)
+        if negative_prompt_embeds is not None and negative_text_ids is not None:
+            negative_noise = branch_noise(negative_prompt_embeds, negative_text_ids, 1)
             noise = negative_noise + guidance * (noise - negative_noise)
         return noise
 
