@@ -41,7 +41,6 @@ from teacache.gate import (
     REASON_CAP,
     REASON_NO_ANCHOR,
     REASON_NON_FINITE,
-    REASON_SKIP,
     REASON_THRESHOLD,
     ForcedSteps,
     GateConfig,
@@ -113,26 +112,11 @@ class FBCacheGate(ForcedSteps):
                 reason = REASON_NON_FINITE
             elif x >= self.config.threshold:
                 reason = REASON_THRESHOLD
-            elif self.consecutive_skips >= self.config.max_consecutive_skips:
+            elif self.capped():
                 reason = REASON_CAP
-        compute = reason is not None
-        if compute:
-            self.consecutive_skips = 0
+        decision = self.logged(step, num_steps, x, sigma, reason)
+        if decision.compute:
             self.anchor_step = step
-        else:
-            self.consecutive_skips += 1
-        decision = StepDecision(
-            step=step,
-            num_steps=num_steps,
-            sigma=None if sigma is None else float(sigma),
-            x=None if x is None else float(x),
-            x_used=None,
-            rescaled=None,
-            accumulated=0.0,
-            compute=compute,
-            reason=reason or REASON_SKIP,
-        )
-        self.log.append(decision)
         return decision
 
 

@@ -121,6 +121,13 @@ class StepDecision:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def made(cls, step, num_steps, x, sigma, compute, reason, x_used=None, rescaled=None, accumulated=0.0):
+        """The log row of one decision, the signal and sigma as plain floats (every gate logs the same way)."""
+        sigma = None if sigma is None else float(sigma)
+        x = None if x is None else float(x)
+        return cls(step, num_steps, sigma, x, x_used, rescaled, accumulated, compute, reason)
+
 
 class ForcedSteps:
     """The steps a gate computes whatever its signal says, for a ``config`` with ``enabled``,
@@ -141,6 +148,18 @@ class ForcedSteps:
         """Whether the decision for ``step`` needs the signal's value (else it may be read after the step)."""
         return self.forced_reason(step, num_steps) is None
 
+    def capped(self) -> bool:
+        """Whether ``max_consecutive_skips`` steps have just been skipped, so this one is computed."""
+        return self.consecutive_skips >= self.config.max_consecutive_skips
+
+    def logged(self, step: int, num_steps: int, x, sigma, reason: str | None, **signal) -> StepDecision:
+        """Count the run of skips, log the decision and return it; ``reason`` None means the step is skipped."""
+        compute = reason is not None
+        self.consecutive_skips = 0 if compute else self.consecutive_skips + 1
+        decision = StepDecision.made(step, num_steps, x, sigma, compute, reason or REASON_SKIP, **signal)
+        self.log.append(decision)
+        return decision
+
 
 class Gate(ForcedSteps):
     """Stateful skip rule for one generation at a time; ``reset()`` starts a new generation."""
@@ -160,25 +179,11 @@ class Gate(ForcedSteps):
         reason = self.forced_reason(step, num_steps)
         if reason is None:
             reason, x_used, rescaled = self._gated(step, num_steps, x, sigma)
-        compute = reason is not None
-        accumulated = self.accumulated
-        if compute:
-            self.accumulated = 0.0
-            self.consecutive_skips = 0
-        else:
-            self.consecutive_skips += 1
-        decision = StepDecision(
-            step=step,
-            num_steps=num_steps,
-            sigma=None if sigma is None else float(sigma),
-            x=None if x is None else float(x),
-            x_used=x_used,
-            rescaled=rescaled,
-            accumulated=accumulated,
-            compute=compute,
-            reason=reason or REASON_SKIP,
+        decision = self.logged(
+            step, num_steps, x, sigma, reason, x_used=x_used, rescaled=rescaled, accumulated=self.accumulated
         )
-        self.log.append(decision)
+        if decision.compute:
+            self.accumulated = 0.0
         return decision
 
     def _gated(self, step: int, num_steps: int, x: float | None, sigma: float | None):
@@ -200,7 +205,7 @@ class Gate(ForcedSteps):
         x_used = max(x, lo)
         rescaled = max(0.0, fn(x_used, u))
         self.accumulated += rescaled
-        if self.consecutive_skips >= cfg.max_consecutive_skips:
+        if self.capped():
             return REASON_CAP, x_used, rescaled
         if self.accumulated >= cfg.rel_l1_thresh:
             return REASON_THRESHOLD, x_used, rescaled

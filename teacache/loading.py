@@ -15,13 +15,12 @@ from pathlib import Path
 import mlx.core as mx
 from mlx import nn
 from mlx.utils import tree_flatten
-from safetensors import safe_open
 
 from teacache import variants
 from teacache._compat import check_mflux_version
 from teacache._platform import use_float32_on_cpu
 from teacache.errors import InputError, InputTypeError, TeaCacheError
-from teacache.lora import Loras
+from teacache.lora import Loras, header_error
 
 
 class ModelFolderError(TeaCacheError, ValueError):
@@ -74,14 +73,12 @@ def check_model_folder(path: Path) -> None:
     if not files:
         raise ModelFolderError(f"model: {path} holds no .safetensors files")
     for file in files:
-        try:
-            with safe_open(str(file), framework="numpy") as handle:
-                handle.keys()
-        except Exception as exc:  # noqa: BLE001 - safetensors raises several types for a bad header
+        exc = header_error(file)
+        if exc is not None:
             raise ModelFolderError(
                 f"model: {file} is not a readable safetensors file ({type(exc).__name__}: {exc}); re-save or "
                 "re-download it"
-            ) from None
+            )
 
 
 def check_released_folder(path: Path, spec: variants.VariantSpec) -> None:

@@ -147,15 +147,24 @@ def check_file(path: str | os.PathLike, arg: str = PATHS_ARG) -> Path:
         raise LoraError(f"{arg}: {file} is not a file; expected a LoRA {SUFFIX} file")
     if file.suffix != SUFFIX:
         raise LoraError(f"{arg}: {file} is not a {SUFFIX} file; expected a LoRA in mflux's format (safetensors)")
+    exc = header_error(file)
+    if exc is not None:
+        raise LoraError(
+            f"{arg}: {file} is not a readable safetensors file ({type(exc).__name__}: {one_line(exc)}); expected "
+            "a LoRA in mflux's format"
+        )
+    return file
+
+
+def header_error(file: Path) -> Exception | None:
+    """What reading ``file``'s safetensors header raised, None when it parses: LoRA and model files are refused
+    before mflux reads them."""
     try:
         with safe_open(str(file), framework="numpy") as handle:
             handle.keys()
     except Exception as exc:  # noqa: BLE001 - safetensors raises several types for a bad header
-        raise LoraError(
-            f"{arg}: {file} is not a readable safetensors file ({type(exc).__name__}: {one_line(exc)}); expected "
-            "a LoRA in mflux's format"
-        ) from None
-    return file
+        return exc
+    return None
 
 
 def _scale(value, arg: str) -> float:

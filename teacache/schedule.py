@@ -171,17 +171,7 @@ class ScheduleGate:
                 "build the schedule for the generation's step count"
             )
         compute = self.schedule.compute[step]
-        decision = StepDecision(
-            step=step,
-            num_steps=num_steps,
-            sigma=None if sigma is None else float(sigma),
-            x=None if x is None else float(x),
-            x_used=None,
-            rescaled=None,
-            accumulated=0.0,
-            compute=compute,
-            reason=REASON_SCHEDULED if compute else REASON_SKIP,
-        )
+        decision = StepDecision.made(step, num_steps, x, sigma, compute, REASON_SCHEDULED if compute else REASON_SKIP)
         self.log.append(decision)
         return decision
 

@@ -50,28 +50,26 @@ class TeaCacheFlux1Transformer(CachingProxy):
         controlnet_single_block_samples: list[mx.array] | None = None,
         kontext_image_ids: mx.array | None = None,
     ) -> mx.array:
-        modulated, embedded, temb = flux1_signal(self.transformer, t, config, hidden_states, pooled_prompt_embeds)
+        tr = self.transformer
+        modulated, embedded, temb = flux1_signal(tr, t, config, hidden_states, pooled_prompt_embeds)
 
-        def body() -> mx.array:
-            return self._body(
-                embedded, temb, t, config, prompt_embeds,
-                controlnet_block_samples, controlnet_single_block_samples, kontext_image_ids,
-            )  # fmt: skip
+        def text_and_rotary():
+            """Transformer.__call__'s embedded prompt and rotary embedding: (encoder_hidden_states, rotary)."""
+            encoder_hidden_states = tr.context_embedder(prompt_embeds)
+            rotary = Transformer.compute_rotary_embeddings(prompt_embeds, tr.pos_embed, config, kontext_image_ids)
+            return encoder_hidden_states, rotary
+
+        controlnet = (controlnet_block_samples, controlnet_single_block_samples)
+        return self._step(modulated, embedded, temb, text_and_rotary, controlnet)
+
+    def _step(self, modulated, embedded, temb, text_and_rotary, controlnet) -> mx.array:
+        """TeaCache's step: the modulated input is the signal, every block is the body."""
+
+        def body() -> mx.array:  # Transformer.__call__ steps 1-5 (before norm_out), on the embedded image tokens
+            encoder_hidden_states, rotary = text_and_rotary()
+            return self._blocks(embedded, encoder_hidden_states, temb, rotary, *controlnet)
 
         return self.cached_step(modulated, embedded, temb, branch=0, body=body)
-
-    def _body(
-        self, hidden_states, temb, t, config, prompt_embeds, controlnet_block_samples,
-        controlnet_single_block_samples, kontext_image_ids,
-    ) -> mx.array:  # fmt: skip
-        """Transformer.__call__ steps 1-5 (before norm_out), on already embedded image tokens."""
-        tr = self.transformer
-        encoder_hidden_states = tr.context_embedder(prompt_embeds)
-        rotary = Transformer.compute_rotary_embeddings(prompt_embeds, tr.pos_embed, config, kontext_image_ids)
-        return self._blocks(
-            hidden_states, encoder_hidden_states, temb, rotary, controlnet_block_samples,
-            controlnet_single_block_samples,
-        )  # fmt: skip
 
     def _blocks(
         self, hidden_states, encoder_hidden_states, temb, rotary, controlnet_block_samples,
@@ -79,15 +77,9 @@ class TeaCacheFlux1Transformer(CachingProxy):
     ) -> mx.array:  # fmt: skip
         """The joint blocks from ``first_joint`` on, then every single block; the image tokens before norm_out."""
         tr = self.transformer
-        for idx, block in enumerate(tr.transformer_blocks[first_joint:], start=first_joint):
-            encoder_hidden_states, hidden_states = tr._apply_joint_transformer_block(
-                idx=idx,
-                block=block,
-                hidden_states=hidden_states,
-                encoder_hidden_states=encoder_hidden_states,
-                text_embeddings=temb,
-                image_rotary_embeddings=rotary,
-                controlnet_block_samples=controlnet_block_samples,
+        for idx in range(first_joint, len(tr.transformer_blocks)):
+            encoder_hidden_states, hidden_states = self._joint(
+                idx, hidden_states, encoder_hidden_states, temb, rotary, controlnet_block_samples
             )
         hidden_states = mx.concatenate([encoder_hidden_states, hidden_states], axis=1)
         for idx, block in enumerate(tr.single_transformer_blocks):
@@ -102,6 +94,19 @@ class TeaCacheFlux1Transformer(CachingProxy):
             )
         return hidden_states[:, encoder_hidden_states.shape[1] :, ...]
 
+    def _joint(self, idx, hidden_states, encoder_hidden_states, temb, rotary, controlnet_block_samples):
+        """Joint block ``idx``: (encoder_hidden_states, hidden_states) after it."""
+        tr = self.transformer
+        return tr._apply_joint_transformer_block(
+            idx=idx,
+            block=tr.transformer_blocks[idx],
+            hidden_states=hidden_states,
+            encoder_hidden_states=encoder_hidden_states,
+            text_embeddings=temb,
+            image_rotary_embeddings=rotary,
+            controlnet_block_samples=controlnet_block_samples,
+        )
+
 
 class FBCacheFlux1Transformer(TeaCacheFlux1Transformer):
     """First-Block Cache on FLUX.1: the first joint block runs every step, its image-stream residual is the signal,
@@ -113,49 +118,22 @@ class FBCacheFlux1Transformer(TeaCacheFlux1Transformer):
             raise NotImplementedError("First-Block Cache on FLUX.1 needs a joint block first; this model has none")
         return len(transformer.transformer_blocks) + len(transformer.single_transformer_blocks)
 
-    def __call__(
-        self,
-        t: int,
-        config,
-        hidden_states: mx.array,
-        prompt_embeds: mx.array,
-        pooled_prompt_embeds: mx.array,
-        controlnet_block_samples: list[mx.array] | None = None,
-        controlnet_single_block_samples: list[mx.array] | None = None,
-        kontext_image_ids: mx.array | None = None,
-    ) -> mx.array:
-        tr = self.transformer
-        _modulated, embedded, temb = flux1_signal(tr, t, config, hidden_states, pooled_prompt_embeds)
-        encoder_hidden_states = tr.context_embedder(prompt_embeds)
-        rotary = Transformer.compute_rotary_embeddings(prompt_embeds, tr.pos_embed, config, kontext_image_ids)
-        encoder_hidden_states, first = tr._apply_joint_transformer_block(
-            idx=0,
-            block=tr.transformer_blocks[0],
-            hidden_states=embedded,
-            encoder_hidden_states=encoder_hidden_states,
-            text_embeddings=temb,
-            image_rotary_embeddings=rotary,
-            controlnet_block_samples=controlnet_block_samples,
-        )
+    def _step(self, _modulated, embedded, temb, text_and_rotary, controlnet) -> mx.array:
+        encoder_hidden_states, rotary = text_and_rotary()
+        encoder_hidden_states, first = self._joint(0, embedded, encoder_hidden_states, temb, rotary, controlnet[0])
 
         def rest() -> mx.array:  # the joint blocks after the first, then every single block
-            return self._blocks(
-                first, encoder_hidden_states, temb, rotary, controlnet_block_samples, controlnet_single_block_samples,
-                first_joint=1,
-            )  # fmt: skip
+            return self._blocks(first, encoder_hidden_states, temb, rotary, *controlnet, first_joint=1)
 
         return self.cached_step(first - embedded, first, temb, branch=0, body=rest)
 
 
 FBCACHE_PROXY = FBCacheFlux1Transformer  # teacache.fbcache installs it
+is_applied = proxy_installed  # the adapter protocol's name for it
 
 
 def matches(model) -> bool:
     return isinstance(model, Flux1) and isinstance(original_transformer(model), Transformer)
-
-
-def is_applied(model) -> bool:
-    return proxy_installed(model)
 
 
 def variant(model) -> str:

@@ -57,6 +57,8 @@ def flux2_signal(transformer: Flux2Transformer, hidden_states: mx.array, timeste
 class TeaCacheFlux2Transformer(CachingProxy):
     """Stands in for the pipeline's ``transformer`` while TeaCache is applied."""
 
+    METHOD = "TeaCache"  # named in the refusals
+
     def __call__(
         self,
         hidden_states: mx.array,
@@ -70,8 +72,12 @@ class TeaCacheFlux2Transformer(CachingProxy):
     ) -> mx.array:
         if guidance is not None or kv_cache is not None:
             raise NotImplementedError(
-                "TeaCache on FLUX.2 supports text-to-image without guidance embedding or KV cache"
+                f"{self.METHOD} on FLUX.2 supports text-to-image without guidance embedding or KV cache"
             )
+        return self._step(hidden_states, encoder_hidden_states, timestep, img_ids, txt_ids, branch)
+
+    def _step(self, hidden_states, encoder_hidden_states, timestep, img_ids, txt_ids, branch: int) -> mx.array:
+        """TeaCache's step: the modulated input is the signal, every block is the body."""
         modulated, embedded, temb, mod_img = self.segment("head", self._head)(hidden_states, timestep)
 
         def body() -> mx.array:
@@ -109,15 +115,9 @@ class TeaCacheFlux2Transformer(CachingProxy):
     def _blocks(self, hidden_states, encoder_hidden_states, temb, mod_img, mod_txt, rotary, first_double: int = 0):
         """The double blocks from ``first_double`` on, then every single block; the image tokens before norm_out."""
         tr = self.transformer
-        for idx, block in enumerate(tr.transformer_blocks[first_double:], start=first_double):
-            encoder_hidden_states, hidden_states = block(
-                hidden_states=hidden_states,
-                encoder_hidden_states=encoder_hidden_states,
-                temb_mod_params_img=mod_img,
-                temb_mod_params_txt=mod_txt,
-                image_rotary_emb=rotary,
-                kv_cache=None,
-                kv_cache_layer_idx=idx,
+        for idx in range(first_double, len(tr.transformer_blocks)):
+            encoder_hidden_states, hidden_states = self._double(
+                idx, hidden_states, encoder_hidden_states, mod_img, mod_txt, rotary
             )
         hidden_states = mx.concatenate([encoder_hidden_states, hidden_states], axis=1)
         mod_single = tr.single_stream_modulation(temb)[0]
@@ -131,11 +131,25 @@ class TeaCacheFlux2Transformer(CachingProxy):
             )
         return hidden_states[:, encoder_hidden_states.shape[1] :, ...]
 
+    def _double(self, idx, hidden_states, encoder_hidden_states, mod_img, mod_txt, rotary):
+        """Double block ``idx``: (encoder_hidden_states, hidden_states) after it."""
+        return self.transformer.transformer_blocks[idx](
+            hidden_states=hidden_states,
+            encoder_hidden_states=encoder_hidden_states,
+            temb_mod_params_img=mod_img,
+            temb_mod_params_txt=mod_txt,
+            image_rotary_emb=rotary,
+            kv_cache=None,
+            kv_cache_layer_idx=idx,
+        )
+
 
 class FBCacheFlux2Transformer(TeaCacheFlux2Transformer):
     """First-Block Cache on FLUX.2: the first double block runs every step, its image-stream residual is the
     signal, and the body a skipped step replaces is the remaining double and single blocks (``teacache.fbcache``).
     Compiled segments: head (embeddings), first (block 0 and the residual), rest, tail."""
+
+    METHOD = "First-Block Cache"
 
     @staticmethod
     def count_blocks(transformer: Flux2Transformer) -> int:
@@ -143,21 +157,7 @@ class FBCacheFlux2Transformer(TeaCacheFlux2Transformer):
             raise NotImplementedError("First-Block Cache on FLUX.2 needs a double block first; this model has none")
         return len(transformer.transformer_blocks) + len(transformer.single_transformer_blocks)
 
-    def __call__(
-        self,
-        hidden_states: mx.array,
-        encoder_hidden_states: mx.array,
-        timestep,
-        img_ids: mx.array,
-        txt_ids: mx.array,
-        guidance=None,
-        kv_cache=None,
-        branch: int = 0,
-    ) -> mx.array:
-        if guidance is not None or kv_cache is not None:
-            raise NotImplementedError(
-                "First-Block Cache on FLUX.2 supports text-to-image without guidance embedding or KV cache"
-            )
+    def _step(self, hidden_states, encoder_hidden_states, timestep, img_ids, txt_ids, branch: int) -> mx.array:
         embedded, temb, mod_img = self.segment("head", self._fb_head)(hidden_states, timestep)
         signal, first, encoder, mod_txt, rotary = self.segment("first", self._first)(
             embedded, encoder_hidden_states, temb, mod_img, img_ids, txt_ids
@@ -181,15 +181,7 @@ class FBCacheFlux2Transformer(TeaCacheFlux2Transformer):
         """TeaCacheFlux2Transformer._body up to and through block 0: (block 0's image residual, its image output,
         its text output, the text modulation, the rotary embedding)."""
         encoder_hidden_states, mod_txt, rotary = self._text_and_rotary(encoder_hidden_states, temb, img_ids, txt_ids)
-        encoder_hidden_states, first = self.transformer.transformer_blocks[0](
-            hidden_states=embedded,
-            encoder_hidden_states=encoder_hidden_states,
-            temb_mod_params_img=mod_img,
-            temb_mod_params_txt=mod_txt,
-            image_rotary_emb=rotary,
-            kv_cache=None,
-            kv_cache_layer_idx=0,
-        )
+        encoder_hidden_states, first = self._double(0, embedded, encoder_hidden_states, mod_img, mod_txt, rotary)
         return first - embedded, first, encoder_hidden_states, mod_txt, rotary
 
     def _rest(self, hidden_states, encoder_hidden_states, temb, mod_img, mod_txt, rotary) -> mx.array:
@@ -198,6 +190,7 @@ class FBCacheFlux2Transformer(TeaCacheFlux2Transformer):
 
 
 FBCACHE_PROXY = FBCacheFlux2Transformer  # teacache.fbcache installs it
+is_applied = proxy_installed  # the adapter protocol's name for it
 
 
 def segmented_predict(transformer):
@@ -208,25 +201,20 @@ def segmented_predict(transformer):
     def predict(
         latents, latent_ids, prompt_embeds, text_ids, negative_prompt_embeds, negative_text_ids, guidance, timestep
     ):
-        noise = transformer(
-            hidden_states=latents,
-            encoder_hidden_states=prompt_embeds,
-            timestep=timestep,
-            img_ids=latent_ids,
-            txt_ids=text_ids,
-            guidance=None,
-            branch=0,
-        )
-        if negative_prompt_embeds is not None and negative_text_ids is not None:
-            negative_noise = transformer(
+        def branch_noise(embeds, ids, branch: int):
+            return transformer(
                 hidden_states=latents,
-                encoder_hidden_states=negative_prompt_embeds,
+                encoder_hidden_states=embeds,
                 timestep=timestep,
                 img_ids=latent_ids,
-                txt_ids=negative_text_ids,
+                txt_ids=ids,
                 guidance=None,
-                branch=1,
+                branch=branch,
             )
+
+        noise = branch_noise(prompt_embeds, text_ids, 0)
+        if negative_prompt_embeds is not None and negative_text_ids is not None:
+            negative_noise = branch_noise(negative_prompt_embeds, negative_text_ids, 1)
             noise = negative_noise + guidance * (noise - negative_noise)
         return noise
 
@@ -235,10 +223,6 @@ def segmented_predict(transformer):
 
 def matches(model) -> bool:
     return isinstance(original_transformer(model), Flux2Transformer) and callable(getattr(model, "_predict", None))
-
-
-def is_applied(model) -> bool:
-    return proxy_installed(model)
 
 
 def variant(model) -> str:

@@ -54,6 +54,8 @@ def qwen_signal(transformer: QwenTransformer, t, config, hidden_states: mx.array
 class TeaCacheQwenTransformer(CachingProxy):
     """Stands in for ``QwenImage.transformer`` while TeaCache is applied; holds the original unchanged."""
 
+    METHOD = "TeaCache"  # named in the refusals
+
     def __init__(self, transformer: QwenTransformer, controller: StepController) -> None:
         super().__init__(transformer, controller)
         self._call_generation = -1  # plain ints: kept out of the module's parameter tree
@@ -87,9 +89,12 @@ class TeaCacheQwenTransformer(CachingProxy):
         cond_image_grid=None,
     ) -> mx.array:
         if qwen_image_ids is not None or cond_image_grid is not None:
-            raise NotImplementedError("TeaCache on Qwen-Image supports text-to-image only (no edit conditioning)")
+            raise NotImplementedError(f"{self.METHOD} on Qwen-Image supports text-to-image only (no edit conditioning)")
         self._controller._require_generation()
-        branch = self._branch()
+        return self._step(t, config, hidden_states, encoder_hidden_states, encoder_hidden_states_mask, self._branch())
+
+    def _step(self, t, config, hidden_states, encoder_hidden_states, encoder_hidden_states_mask, branch) -> mx.array:
+        """TeaCache's step: the modulated input is the signal, every block is the body."""
         modulated, embedded, temb = qwen_signal(self.transformer, t, config, hidden_states)
 
         def body() -> mx.array:
@@ -135,28 +140,15 @@ class FBCacheQwenTransformer(TeaCacheQwenTransformer):
     """First-Block Cache on Qwen-Image: block 0 runs every call, its image-stream residual is the signal (one
     decision per step, on the first call), and the body a skipped step replaces is the remaining blocks."""
 
+    METHOD = "First-Block Cache"
+
     @staticmethod
     def count_blocks(transformer: QwenTransformer) -> int:
         if not transformer.transformer_blocks:
             raise NotImplementedError("First-Block Cache on Qwen-Image needs a block; this model has none")
         return len(transformer.transformer_blocks)
 
-    def __call__(
-        self,
-        t: int,
-        config,
-        hidden_states: mx.array,
-        encoder_hidden_states: mx.array,
-        encoder_hidden_states_mask: mx.array,
-        qwen_image_ids: mx.array | None = None,
-        cond_image_grid=None,
-    ) -> mx.array:
-        if qwen_image_ids is not None or cond_image_grid is not None:
-            raise NotImplementedError(
-                "First-Block Cache on Qwen-Image supports text-to-image only (no edit conditioning)"
-            )
-        self._controller._require_generation()
-        branch = self._branch()
+    def _step(self, t, config, hidden_states, encoder_hidden_states, encoder_hidden_states_mask, branch) -> mx.array:
         tr = self.transformer
         embedded = tr.img_in(hidden_states)
         temb = time_embedding(tr, t, config, embedded)
@@ -178,14 +170,11 @@ class FBCacheQwenTransformer(TeaCacheQwenTransformer):
 
 
 FBCACHE_PROXY = FBCacheQwenTransformer  # teacache.fbcache installs it
+is_applied = proxy_installed  # the adapter protocol's name for it
 
 
 def matches(model) -> bool:
     return isinstance(model, QwenImage) and isinstance(original_transformer(model), QwenTransformer)
-
-
-def is_applied(model) -> bool:
-    return proxy_installed(model)
 
 
 def variant(model) -> str:

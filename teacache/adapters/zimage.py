@@ -92,6 +92,8 @@ class TailInputs(NamedTuple):
 class TeaCacheZImageTransformer(CachingProxy):
     """Stands in for the pipeline's ``transformer`` while TeaCache is applied; holds the original unchanged."""
 
+    METHOD = "TeaCache"  # named in the refusals
+
     def __call__(
         self,
         x: mx.array,
@@ -102,9 +104,12 @@ class TeaCacheZImageTransformer(CachingProxy):
         branch: int = 0,
     ) -> mx.array:
         if controlnet_block_samples is not None:
-            raise NotImplementedError("TeaCache on Z-Image supports text-to-image without ControlNet")
-        tr = self.transformer
-        if not tr.noise_refiner:
+            raise NotImplementedError(f"{self.METHOD} on Z-Image supports text-to-image without ControlNet")
+        return self._step(x, timestep, sigmas, cap_feats, branch)
+
+    def _step(self, x: mx.array, timestep, sigmas: mx.array, cap_feats: mx.array, branch: int) -> mx.array:
+        """TeaCache's step: the modulated input is the signal, every block is the body."""
+        if not self.transformer.noise_refiner:
             raise NotImplementedError("TeaCache on Z-Image gates on the first noise-refiner block; this one has none")
         modulated, embedded, t_emb, x_freqs_cis, *caption = self.segment("head", self._head)(
             x, timestep, sigmas, cap_feats
@@ -174,23 +179,15 @@ class FBCacheZImageTransformer(TeaCacheZImageTransformer):
     its residual over the image tokens is the signal, and the body a skipped step replaces is the rest of the noise
     refiner, the caption's refiner and the main layers. Compiled segments: head, first, rest, tail."""
 
+    METHOD = "First-Block Cache"
+
     @staticmethod
     def count_blocks(transformer: ZImageTransformer) -> int:
         if not transformer.noise_refiner:
             raise NotImplementedError("First-Block Cache on Z-Image runs the first noise-refiner block; none here")
         return len(transformer.noise_refiner) + len(transformer.context_refiner) + len(transformer.layers)
 
-    def __call__(
-        self,
-        x: mx.array,
-        timestep,
-        sigmas: mx.array,
-        cap_feats: mx.array,
-        controlnet_block_samples=None,
-        branch: int = 0,
-    ) -> mx.array:
-        if controlnet_block_samples is not None:
-            raise NotImplementedError("First-Block Cache on Z-Image supports text-to-image without ControlNet")
+    def _step(self, x: mx.array, timestep, sigmas: mx.array, cap_feats: mx.array, branch: int) -> mx.array:
         embedded, t_emb, x_freqs_cis, *caption = self.segment("head", self._fb_head)(x, timestep, sigmas, cap_feats)
         signal, first = self.segment("first", self._first)(embedded, t_emb, x_freqs_cis)
 
@@ -222,6 +219,7 @@ class FBCacheZImageTransformer(TeaCacheZImageTransformer):
 
 
 FBCACHE_PROXY = FBCacheZImageTransformer  # teacache.fbcache installs it
+is_applied = proxy_installed  # the adapter protocol's name for it
 
 
 def segmented_predict(transformer):
@@ -243,10 +241,6 @@ def segmented_predict(transformer):
 
 def matches(model) -> bool:
     return isinstance(original_transformer(model), ZImageTransformer) and callable(getattr(model, "_predict", None))
-
-
-def is_applied(model) -> bool:
-    return proxy_installed(model)
 
 
 def variant(model) -> str:

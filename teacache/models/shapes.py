@@ -245,6 +245,36 @@ class TinyShapesPipeline:
         noise = [mx.random.normal((1, LATENT_SIDE * LATENT_SIDE, LATENT_CHANNELS), key=mx.random.key(s)) for s in seeds]
         return mx.concatenate(noise, axis=0).astype(ModelConfig.precision)
 
+    def _config(
+        self, num_inference_steps: int, guidance: float, height: int = IMAGE_SIZE, width: int = IMAGE_SIZE,
+        scheduler: str = "flow_match_euler_discrete",
+    ) -> Config:  # fmt: skip
+        """A generation's Config (and with it mflux's scheduler), made as Klein makes it."""
+        return Config(
+            model_config=self.model_config,
+            num_inference_steps=num_inference_steps,
+            height=height,
+            width=width,
+            guidance=guidance,
+            scheduler=scheduler,
+        )
+
+    @staticmethod
+    def _denoise_step(predict, config: Config, t: int, latents: mx.array, conditioning: tuple) -> mx.array:
+        """One step of the denoising loop as Klein takes it: the predicted noise, then the scheduler's update."""
+        latent_ids, prompt_embeds, txt_ids, negative_prompt_embeds, negative_text_ids, guidance = conditioning
+        noise = predict(
+            latents=latents,
+            latent_ids=latent_ids,
+            prompt_embeds=prompt_embeds,
+            text_ids=txt_ids,
+            negative_prompt_embeds=negative_prompt_embeds,
+            negative_text_ids=negative_text_ids,
+            guidance=guidance,
+            timestep=config.scheduler.timesteps[t],
+        )
+        return config.scheduler.step(noise=noise, timestep=t, latents=latents, sigmas=config.scheduler.sigmas)
+
     def generate_image(
         self,
         seed: int,
@@ -261,14 +291,7 @@ class TinyShapesPipeline:
         self._check_size(height, width)
         guidance = self.default_guidance if guidance is None else guidance
         # 0. Config (and with it mflux's scheduler) as Klein makes it
-        config = Config(
-            model_config=self.model_config,
-            num_inference_steps=num_inference_steps,
-            height=height,
-            width=width,
-            guidance=guidance,
-            scheduler=scheduler,
-        )
+        config = self._config(num_inference_steps, guidance, height, width, scheduler)
         # 1. Encode prompt(s)
         prompt_embeds, txt_ids, negative_prompt_embeds, negative_text_ids = self._encode_prompt_pair(
             prompt=prompt, negative_prompt=negative_prompt, guidance=guidance
@@ -281,21 +304,10 @@ class TinyShapesPipeline:
         ctx = self.callbacks.start(seed=seed, prompt=prompt, config=config)
         ctx.before_loop(latents)
         predict = self._predict(self.transformer)
+        conditioning = (latent_ids, prompt_embeds, txt_ids, negative_prompt_embeds, negative_text_ids, guidance)
         for t in config.time_steps:
             try:
-                noise = predict(
-                    latents=latents,
-                    latent_ids=latent_ids,
-                    prompt_embeds=prompt_embeds,
-                    text_ids=txt_ids,
-                    negative_prompt_embeds=negative_prompt_embeds,
-                    negative_text_ids=negative_text_ids,
-                    guidance=guidance,
-                    timestep=config.scheduler.timesteps[t],
-                )
-                latents = config.scheduler.step(
-                    noise=noise, timestep=t, latents=latents, sigmas=config.scheduler.sigmas
-                )
+                latents = self._denoise_step(predict, config, t, latents, conditioning)
                 ctx.in_loop(t, latents)
                 mx.eval(latents)
             except KeyboardInterrupt:  # noqa: PERF203
@@ -332,14 +344,7 @@ class TinyShapesPipeline:
         if len(seeds) != len(prompts):
             raise InputError(f"seeds/prompts: {len(seeds)} seeds for {len(prompts)} prompts")
         guidance = self.default_guidance if guidance is None else guidance
-        config = Config(
-            model_config=self.model_config,
-            num_inference_steps=num_inference_steps,
-            height=IMAGE_SIZE,
-            width=IMAGE_SIZE,
-            guidance=guidance,
-            scheduler="flow_match_euler_discrete",
-        )
+        config = self._config(num_inference_steps, guidance)
         n = len(seeds)
         encoded = [self.encode_prompt(p) for p in prompts]
         prompt_embeds = mx.concatenate([e for e, _ in encoded], axis=0)
@@ -352,18 +357,9 @@ class TinyShapesPipeline:
         latents = self._initial_latents(seeds)
         latent_ids = image_ids(n)
         predict = self._predict(self.transformer)
+        conditioning = (latent_ids, prompt_embeds, txt_ids, negative_prompt_embeds, negative_text_ids, guidance)
         for t in range(config.num_inference_steps):
-            noise = predict(
-                latents=latents,
-                latent_ids=latent_ids,
-                prompt_embeds=prompt_embeds,
-                text_ids=txt_ids,
-                negative_prompt_embeds=negative_prompt_embeds,
-                negative_text_ids=negative_text_ids,
-                guidance=guidance,
-                timestep=config.scheduler.timesteps[t],
-            )
-            latents = config.scheduler.step(noise=noise, timestep=t, latents=latents, sigmas=config.scheduler.sigmas)
+            latents = self._denoise_step(predict, config, t, latents, conditioning)
             mx.eval(latents)
         pixels = self._pixels(latents)
         return [
