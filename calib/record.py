@@ -291,7 +291,7 @@ def _confirm_work(model, settings: RecordSettings, todo: list, overhead: bool, l
     overhead_runs = 2 * (settings.overhead_pairs + 1) if overhead else 0  # the overhead check's warm-up and pairs
     work = estimate.Work(len(todo) + overhead_runs, settings.steps)
     per_step, source = estimate.per_step(generate(model, *args).total_s, lambda: generate(model, *args).total_s,
-                                         work, settings.yes)  # fmt: skip
+                                         work, settings.yes, later=settings.then)  # fmt: skip
     line = estimate.describe(work, per_step, source)
     print(line)
     estimate.check_confirmed(work, per_step, settings.yes, fewer="prompts or seeds")

@@ -58,10 +58,13 @@ def check_confirmed(
         )
 
 
-def per_step(first_s: float, again: Callable[[], float], work: Work, yes: bool) -> tuple[float, str]:
+def per_step(
+    first_s: float, again: Callable[[], float], work: Work, yes: bool, later: Work | None = None
+) -> tuple[float, str]:
     """(seconds per step, where it came from): the first (warm-up) generation's ``first_s`` over its steps, or,
-    where that estimate would ask for --yes, one more generation timed by ``again`` (compiled by then)."""
+    where that estimate would ask for --yes for ``work`` or the ``later`` stage checked with the same figure, one
+    more generation timed by ``again`` (compiled by then)."""
     measured = first_s / work.steps
-    if work.seconds(measured) <= CONFIRM_ABOVE_S or yes:
+    if all(w.seconds(measured) <= CONFIRM_ABOVE_S for w in (work, later) if w is not None) or yes:
         return measured, "the warm-up's vanilla run, compilation included"
     return again() / work.steps, "a vanilla run after the warm-up"

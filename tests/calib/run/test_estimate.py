@@ -33,6 +33,18 @@ def test_a_second_run_is_timed_only_where_the_first_would_ask_for_yes():
     assert estimate.per_step(10_000.0, timed, work, yes=True)[0] == 1000.0 and len(again) == 1
 
 
+def test_a_later_stage_over_the_limit_is_timed_again_too():
+    """A campaign's record stage is short, its sweep long: a warm-up slowed by compilation must not refuse the
+    sweep when a compiled run would pass."""
+    work, later = estimate.Work(10, 10), estimate.Work(400, 10)  # 10 s/step: 1,000 s and 40,000 s
+
+    def timed() -> float:
+        return 5.0  # 0.5 s/step: 2,000 s for the later stage
+
+    assert estimate.per_step(100.0, timed, work, yes=False, later=later) == (0.5, "a vanilla run after the warm-up")
+    assert estimate.per_step(100.0, timed, work, yes=False)[0] == 10.0
+
+
 @pytest.mark.parametrize("command", [record, sweep])
 def test_work_over_the_limit_is_refused_without_yes_and_leaves_no_folder(
     command, tmp_path, prompts, shared_model, monkeypatch, capsys
