@@ -11,6 +11,12 @@ SUBCOMMANDS = {
     "fit": "calib.fit.command",
     "emit": "calib.emit",
     "drift": "calib.drift.command",
+    "drift-code": "calib.drift.code",
+    "drift-numbers": "calib.drift.numbers",
+    "drift-noise": "calib.drift.noise",
+    "drift-compare": "calib.drift.compare",
+    "drift-report": "calib.drift.report",
+    "drift-effect-report": "calib.drift.effect_report",
 }
 
 
