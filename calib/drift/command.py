@@ -220,19 +220,6 @@ class Measured:
     floor: dict | None = None  # --save: the noise floor of the numbers
 
 
-def reference_for(plan_: Plan, slug: str, current: dict) -> tuple[str, dict, dict] | None:
-    """(label, numbers, floor) to judge by: --against's folder, else the baseline's committed references."""
-    if plan_.against is not None:
-        ref, floor = _read_folder(plan_.against, "--against")
-        return str(plan_.against), ref, floor
-    refs = against.committed_references(slug)
-    path = noise.floor_path(slug)
-    ref = refs.get(plan_.baseline)
-    if ref is None or not path.is_file() or not against.comparable(current, ref):
-        return None
-    return f"mflux {plan_.baseline} ({slug})", ref, noise.load_floor(path)
-
-
 def run_effect(plan_: Plan) -> tuple[dict[str, dict], dict[str, str]]:
     """Record each effect model's runs (into --save, else --out) and judge them by their saved folder.
 
@@ -310,22 +297,23 @@ def _say_running(what: str) -> None:
 
 
 def _measure_numbers(plan_: Plan, slug: str) -> Measured:
-    """The embedded models' numbers, compared with the reference to judge by and with every committed release of
-    this hardware."""
+    """The embedded models' numbers, compared with --against's folder, else with every committed release of this
+    hardware (the baseline's the one judged by)."""
     current = numbers.run_numbers(plan_.fullsize, plan_.dtypes, progress=_say_running)
     current["provenance"] = collect(list(plan_.command), hardware=slug)
-    comparison = reference_label = None
-    chosen = reference_for(plan_, slug, current)
-    if chosen is not None:
-        reference_label, ref, floor = chosen
-        comparison = against.compare_numbers(current, ref, floor)
-    by_release = {}
-    if plan_.against is None and noise.floor_path(slug).is_file():
-        floor = noise.load_floor(noise.floor_path(slug))
-        for release, ref in against.committed_references(slug).items():
-            if against.comparable(current, ref):
-                by_release[release] = against.compare_numbers(current, ref, floor)
-    return Measured({}, current, comparison, reference_label, by_release)
+    if plan_.against is not None:
+        ref, floor = _read_folder(plan_.against, "--against")
+        return Measured({}, current, against.compare_numbers(current, ref, floor), str(plan_.against))
+    if not noise.floor_path(slug).is_file():
+        return Measured({}, current)
+    floor = noise.load_floor(noise.floor_path(slug))
+    by_release = {
+        release: against.compare_numbers(current, ref, floor)
+        for release, ref in against.committed_references(slug).items()
+        if against.comparable(current, ref)
+    }
+    reference = f"mflux {plan_.baseline} ({slug})" if plan_.baseline in by_release else None
+    return Measured({}, current, by_release.get(plan_.baseline), reference, by_release)
 
 
 def _in_scope(plan_: Plan, family: str) -> bool:
@@ -408,19 +396,11 @@ def judge(plan_: Plan, measured: Measured) -> verdict.Verdict:
     specs = [variants.get(r.variant) for r, _ in plan_.effect] if plan_.own_model else variants.all_specs()
     if _before_upgrade(plan_, measured):
         specs, evidence = [], {}
+    results = tuple(verdict.verdicts(specs, evidence, plan_.version, packaged_notes(plan_)))
     slug = hardware_slug()
-    return verdict.Verdict(
-        mflux=plan_.version,
-        mlx=metadata.version("mlx"),
-        hardware=slug,
-        baseline=measured.reference,
-        code=measured.code,
-        numbers=measured.comparison,
-        numbers_by_release=measured.by_release,
-        effect=measured.effects,
-        verdicts=tuple(verdict.verdicts(specs, evidence, plan_.version, packaged_notes(plan_))),
-        provenance=collect(list(plan_.command), hardware=slug),
-    )
+    return verdict.Verdict(plan_.version, metadata.version("mlx"), slug, measured.reference, measured.code,
+                           measured.comparison, measured.by_release, measured.effects, results,
+                           collect(list(plan_.command), hardware=slug))  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------ write
