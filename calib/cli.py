@@ -12,6 +12,12 @@ SUBCOMMANDS = {
     "safety-costs": "calib.fit.safety_costs",
     "emit": "calib.emit",
     "drift": "calib.drift.command",
+    "drift-code": "calib.drift.code",
+    "drift-numbers": "calib.drift.numbers",
+    "drift-noise": "calib.drift.noise",
+    "drift-compare": "calib.drift.compare",
+    "drift-report": "calib.drift.report",
+    "drift-effect-report": "calib.drift.effect_report",
 }
 
 

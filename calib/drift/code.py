@@ -4,7 +4,7 @@ A fingerprint is the sha256 of ``ast.unparse`` of the function with every docstr
 docstrings and formatting do not count, any change to the code does (``ast.unparse`` rather than
 ``ast.dump``, whose fields differ between Python versions). The table (``data/code.json``) holds each
 function's fingerprint in every verified release, read from the wheels:
-``python -m calib.drift.code --wheels DIR`` (``DIR`` holding ``mflux-<version>-py3-none-any.whl`` for each,
+``teacache-calib drift-code --wheels DIR`` (``DIR`` holding ``mflux-<version>-py3-none-any.whl`` for each,
 from ``pip download --no-deps mflux==<version>``).
 """
 
@@ -22,6 +22,7 @@ from importlib import metadata
 from pathlib import Path
 
 from calib.drift import hooked
+from calib.run.arguments import CommandParser
 from teacache.errors import InputError
 
 TABLE = Path(__file__).with_name("data") / "code.json"
@@ -131,7 +132,7 @@ def build_table(wheels: dict[str, Path]) -> dict:
         "releases": releases,
         "functions": {f: {v: by_release[v][f] for v in releases} for f in present},
         "provenance": {
-            "command": "python -m calib.drift.code --wheels DIR",
+            "command": "teacache-calib drift-code --wheels DIR",
             "wheels": {v: wheels[v].name for v in releases},
             "wheel_sha256": {v: hashlib.sha256(wheels[v].read_bytes()).hexdigest() for v in releases},
             "python": ".".join(map(str, sys.version_info[:3])),
@@ -245,22 +246,21 @@ def installed_report(table: dict | None = None) -> dict:
     return compare(fingerprints(functions, read), table, metadata.version("mflux"), by_family)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m calib.drift.code", description=__doc__.split("\n\n")[0])
+def setup_arg_parser() -> argparse.ArgumentParser:
+    parser = CommandParser(prog="teacache-calib drift-code", description=__doc__.split("\n\n")[0])
     parser.add_argument("--wheels", type=Path, required=True, help="folder of mflux-<version>-py3-none-any.whl")
     parser.add_argument("--out", type=Path, default=TABLE, help="default: calib/drift/data/code.json")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = setup_arg_parser().parse_args(argv)
     wheels = {path.name.split("-")[1]: path for path in sorted(args.wheels.glob("mflux-*-py3-none-any.whl"))}
     if not wheels:
-        print(f"--wheels: no mflux-<version>-py3-none-any.whl in {args.wheels}", file=sys.stderr)
-        return 2
+        raise InputError(f"--wheels: no mflux-<version>-py3-none-any.whl in {args.wheels}")
     from teacache.io import write_json
 
     table = build_table(wheels)
     write_json(args.out, table)
     print(f"wrote {args.out}: {len(table['functions'])} functions x {len(table['releases'])} releases")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 
@@ -38,7 +38,6 @@ from teacache.provenance import collect, hardware_slug
 
 PROG = DRIFT_COMMAND
 FOLDER = RunFolder(PROG)  # --out and --save: one writer each; progress.log in the folder runs are saved to
-VERDICT_FORMAT = 1
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -201,49 +200,24 @@ def _same_folder(a: Path, b: Path) -> bool:
     return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
 
 
-# ------------------------------------------------------------------------------------------ comparison
+# ------------------------------------------------------------------------------------------ measure
 
 
-def packaged_notes(plan_: Plan) -> dict[str, str]:
-    """Per variant with packaged coefficients: whether the installed mflux runs its family on another numeric
-    path than the release those coefficients were fitted on (in any of the dtypes checked)."""
-    notes = {}
-    for spec in variants.all_specs():
-        if not spec.coefficients:
-            continue
-        by_dtype = {d: coefficients.numeric_change_note(spec.name, plan_.version, d) for d in plan_.dtypes}
-        moved_in = [d for d, note in by_dtype.items() if note]
-        if len(moved_in) == len(plan_.dtypes):  # every dtype checked: one note without a dtype
-            notes[spec.name] = coefficients.numeric_change_note(spec.name, plan_.version)
-        elif moved_in:
-            notes[spec.name] = " ".join(by_dtype[d] for d in moved_in)
-    # drift is the command that says it: the note names the evidence here instead of the command
-    here = "judge it by the effect on a calibrated gate (drift --model VARIANT --save DIR / --against DIR)"
-    return {name: note.replace(f"check with `{DRIFT_COMMAND}`", here) for name, note in notes.items()}
+@dataclass(frozen=True)
+class Measured:
+    """Everything one question measured, before any of it is judged: what the judge reads and the write stage
+    saves."""
 
-
-def reference_for(plan_: Plan, slug: str, current: dict) -> tuple[str, dict, dict] | None:
-    """(label, numbers, floor) to judge by: --against's folder, else the baseline's committed references."""
-    if plan_.against is not None:
-        ref, floor = _read_folder(plan_.against, "--against")
-        return str(plan_.against), ref, floor
-    refs = against.committed_references(slug)
-    path = noise.floor_path(slug)
-    ref = refs.get(plan_.baseline)
-    if ref is None or not path.is_file() or not against.comparable(current, ref):
-        return None
-    return f"mflux {plan_.baseline} ({slug})", ref, noise.load_floor(path)
-
-
-# ------------------------------------------------------------------------------------------ running
-
-
-def run_drift(plan_: Plan) -> dict:
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(FOLDER.lock(plan_.out, " ".join(plan_.command)))
-        if plan_.save is not None:
-            stack.enter_context(FOLDER.lock(plan_.save, " ".join(plan_.command)))
-        return _run_drift(plan_)
+    code: dict  # calib.drift.code.installed_report
+    numbers: dict | None = None  # this run's numbers, with their provenance (numbers.json); None: none run
+    comparison: dict | None = None  # the numbers against the reference judged by
+    reference: str | None = None  # what the numbers or traces were judged against
+    by_release: dict = field(default_factory=dict)  # the numbers against every committed release of this hardware
+    effects: dict[str, dict] = field(default_factory=dict)  # by family
+    effect_errors: dict[str, str] = field(default_factory=dict)  # by family: an effect model that failed
+    errors: dict[str, str] = field(default_factory=dict)  # by family: any run that raised (numbers, effect, oracles)
+    oracles: dict[str, dict] = field(default_factory=dict)  # by family: the no-op oracles, where run
+    floor: dict | None = None  # --save: the noise floor of the numbers
 
 
 def run_effect(plan_: Plan) -> tuple[dict[str, dict], dict[str, str]]:
@@ -322,103 +296,136 @@ def _say_running(what: str) -> None:
     print(f"running {what}", file=sys.stderr)
 
 
-def _numbers(plan_: Plan, slug: str) -> tuple[dict, dict | None, str | None, dict]:
-    """The embedded models' numbers (written to numbers.json), compared with the reference to judge by and with
-    every committed release of this hardware."""
+def _measure_numbers(plan_: Plan, slug: str) -> Measured:
+    """The embedded models' numbers, compared with --against's folder, else with every committed release of this
+    hardware (the baseline's the one judged by)."""
     current = numbers.run_numbers(plan_.fullsize, plan_.dtypes, progress=_say_running)
     current["provenance"] = collect(list(plan_.command), hardware=slug)
-    write_json(plan_.out / "numbers.json", current)
-    comparison = reference_label = None
-    chosen = reference_for(plan_, slug, current)
-    if chosen is not None:
-        reference_label, ref, floor = chosen
-        comparison = against.compare_numbers(current, ref, floor)
-    by_release = {}
-    if plan_.against is None and noise.floor_path(slug).is_file():
-        floor = noise.load_floor(noise.floor_path(slug))
-        for release, ref in against.committed_references(slug).items():
-            if against.comparable(current, ref):
-                by_release[release] = against.compare_numbers(current, ref, floor)
-    return current, comparison, reference_label, by_release
+    if plan_.against is not None:
+        ref, floor = _read_folder(plan_.against, "--against")
+        return Measured({}, current, against.compare_numbers(current, ref, floor), str(plan_.against))
+    if not noise.floor_path(slug).is_file():
+        return Measured({}, current)
+    floor = noise.load_floor(noise.floor_path(slug))
+    by_release = {
+        release: against.compare_numbers(current, ref, floor)
+        for release, ref in against.committed_references(slug).items()
+        if against.comparable(current, ref)
+    }
+    reference = f"mflux {plan_.baseline} ({slug})" if plan_.baseline in by_release else None
+    return Measured({}, current, by_release.get(plan_.baseline), reference, by_release)
 
 
-def _run_drift(plan_: Plan) -> dict:
-    code_report = code.installed_report(plan_.table)
-    for line in code_report["lines"]:
-        print(f"code: {line}")
-    if plan_.own_model and len(plan_.effect) > 1:  # a list of LoRA scales: each answered in a folder of its own
-        provenance = collect(list(plan_.command), hardware=hardware_slug())
-        return questions.answer_each(plan_, lambda one: _judge(one, code_report), provenance)
-    return _judge(plan_, code_report)
+def _in_scope(plan_: Plan, family: str) -> bool:
+    """Whether a family is judged: every one, or with --model only the model's own."""
+    return not plan_.own_model or family in {variants.get(r.variant).family for r, _ in plan_.effect}
 
 
-def _judge(plan_: Plan, code_report: dict) -> dict:
-    """Numbers, effect, oracles and verdicts of one question, written to ``plan_.out``."""
-    slug = hardware_slug()
-    current = comparison = reference_label = None
-    by_release = {}
-    if not plan_.code_only and not plan_.own_model:
-        current, comparison, reference_label, by_release = _numbers(plan_, slug)
-    effects, effect_errors = run_effect(plan_)
-    if plan_.own_model and plan_.against is not None:
-        reference_label = str(plan_.against)
-    moved = against.moved_by_family(comparison, plan_.dtypes)
-    evidence = {}
+def _run_oracles(plan_: Plan, code_report: dict, errors: dict[str, str]) -> tuple[dict[str, dict], dict[str, str]]:
+    """The no-op oracles of every family in scope whose hooked code changed (every one with --oracles) and whose
+    runs did not fail: (result by family, error by family)."""
+    if plan_.code_only:
+        return {}, {}
     embedded = {variants.get(v).family: v for v in numbers.embedded_variants()}
-    errors = {**against.numbers_errors(current), **effect_errors}
-    in_scope = {variants.get(r.variant).family for r, _ in plan_.effect} if plan_.own_model else None
+    found, failed = {}, {}
     for family, changed in code_report["families"].items():
-        if in_scope is not None and family not in in_scope:
-            continue
-        oracles, error = None, errors.get(family)
-        if not plan_.code_only and (changed or plan_.oracles) and family in embedded:
+        if _in_scope(plan_, family) and (changed or plan_.oracles) and family in embedded and family not in errors:
             from calib.drift.oracles import run_oracles
 
             try:
-                oracles = None if error else run_oracles(embedded[family])
+                found[family] = run_oracles(embedded[family])
             except Exception as exc:  # noqa: BLE001 - any failure of the integration is the finding
-                error = f"{type(exc).__name__}: {exc}"
-        evidence[family] = verdict.FamilyEvidence(
-            family, changed, moved.get(family), oracles, error, against.ratios_by_family(comparison).get(family),
-            effects.get(family),
-        )  # fmt: skip
-    specs = variants.all_specs()
-    if plan_.own_model:
-        specs = [variants.get(r.variant) for r, _ in plan_.effect]
-    if plan_.own_model and plan_.save is not None and not effect_errors:  # before the upgrade: nothing to judge
+                failed[family] = f"{type(exc).__name__}: {exc}"
+    return found, failed
+
+
+def measure(plan_: Plan, code_report: dict) -> Measured:
+    """Numbers, effect models, oracles and (with --save) the noise floor of one question; the effect runs are
+    recorded into their folders as they finish, so a stopped call resumes."""
+    slug = hardware_slug()
+    measured = Measured(code_report)
+    if not plan_.code_only and not plan_.own_model:
+        measured = replace(_measure_numbers(plan_, slug), code=code_report)
+    effects, effect_errors = run_effect(plan_)
+    reference = str(plan_.against) if plan_.own_model and plan_.against is not None else measured.reference
+    errors = {**against.numbers_errors(measured.numbers), **effect_errors}
+    oracles, oracle_errors = _run_oracles(plan_, code_report, errors)
+    floor = None
+    if plan_.save is not None and measured.numbers is not None:
+        floor = noise.measure(plan_.floor_processes, plan_.fullsize)
+    return replace(measured, reference=reference, effects=effects, effect_errors=effect_errors,
+                   errors=errors | oracle_errors, oracles=oracles, floor=floor)  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------ judge
+
+
+def packaged_notes(plan_: Plan) -> dict[str, str]:
+    """Per variant with packaged coefficients: whether the installed mflux runs its family on another numeric
+    path than the release those coefficients were fitted on (in any of the dtypes checked)."""
+    notes = {}
+    for spec in variants.all_specs():
+        if not spec.coefficients:
+            continue
+        by_dtype = {d: coefficients.numeric_change_note(spec.name, plan_.version, d) for d in plan_.dtypes}
+        moved_in = [d for d, note in by_dtype.items() if note]
+        if len(moved_in) == len(plan_.dtypes):  # every dtype checked: one note without a dtype
+            notes[spec.name] = coefficients.numeric_change_note(spec.name, plan_.version)
+        elif moved_in:
+            notes[spec.name] = " ".join(by_dtype[d] for d in moved_in)
+    # drift is the command that says it: the note names the evidence here instead of the command
+    here = "judge it by the effect on a calibrated gate (drift --model VARIANT --save DIR / --against DIR)"
+    return {name: note.replace(f"check with `{DRIFT_COMMAND}`", here) for name, note in notes.items()}
+
+
+def _before_upgrade(plan_: Plan, measured: Measured) -> bool:
+    """A save of the user's own model that finished: nothing to judge until after the upgrade."""
+    return plan_.own_model and plan_.save is not None and not measured.effect_errors
+
+
+def judge(plan_: Plan, measured: Measured) -> verdict.Verdict:
+    """The verdict of every variant in scope, from what was measured; reads no model and writes nothing."""
+    moved = against.moved_by_family(measured.comparison, plan_.dtypes)
+    ratios = against.ratios_by_family(measured.comparison)
+    evidence = {
+        family: verdict.FamilyEvidence(family, changed, moved.get(family), measured.oracles.get(family),
+                                       measured.errors.get(family), ratios.get(family), measured.effects.get(family))
+        for family, changed in measured.code["families"].items()
+        if _in_scope(plan_, family)
+    }  # fmt: skip
+    specs = [variants.get(r.variant) for r, _ in plan_.effect] if plan_.own_model else variants.all_specs()
+    if _before_upgrade(plan_, measured):
         specs, evidence = [], {}
+    results = tuple(verdict.verdicts(specs, evidence, plan_.version, packaged_notes(plan_)))
+    slug = hardware_slug()
+    return verdict.Verdict(plan_.version, metadata.version("mlx"), slug, measured.reference, measured.code,
+                           measured.comparison, measured.by_release, measured.effects, results,
+                           collect(list(plan_.command), hardware=slug))  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------ write
+
+
+def write(plan_: Plan, measured: Measured, result: verdict.Verdict) -> None:
+    """Say the verdicts and write them to --out (with the numbers), and with --save the numbers and their floor."""
+    if _before_upgrade(plan_, measured):
         for runs, _ in plan_.effect:
             print(f"{runs.name}: saved; after the upgrade: {PROG} --model {runs.model} --against {plan_.save}")
-    results = verdict.verdicts(specs, evidence, plan_.version, packaged_notes(plan_))
-    for result in results:
-        print(result["line"])
-        for command in result["commands"]:
+    for found in result.verdicts:
+        print(found["line"])
+        for command in found["commands"]:
             print(f"    {command}")
-    report = {
-        "format_version": VERDICT_FORMAT,
-        "mflux": plan_.version,
-        "mlx": metadata.version("mlx"),
-        "hardware": slug,
-        "baseline": reference_label,
-        "code": code_report,
-        "numbers": comparison,
-        "numbers_by_release": by_release,
-        "effect": effects,
-        "verdicts": results,
-        "exit_status": verdict.exit_status(results),
-        "provenance": collect(list(plan_.command), hardware=slug),
-    }
-    write_json(plan_.out / "verdict.json", report)
+    if measured.numbers is not None:
+        write_json(plan_.out / "numbers.json", measured.numbers)
+    write_json(plan_.out / "verdict.json", result.to_json())
     print(f"wrote {plan_.out / 'verdict.json'}")
-    if plan_.save is not None and current is not None:
-        floor = noise.measure(plan_.floor_processes, plan_.fullsize)
-        write_json(plan_.save / "noise_floor.json", floor)
-        write_json(plan_.save / "numbers.json", current)
+    if plan_.save is not None and measured.floor is not None:
+        write_json(plan_.save / "noise_floor.json", measured.floor)
+        write_json(plan_.save / "numbers.json", measured.numbers)
         integrity.write(plan_.save, SAVED_NUMBERS)
         print(f"wrote {plan_.save}: numbers.json and noise_floor.json (for --against after an upgrade)")
     if plan_.save is not None:
         _say_saved(plan_)
-    return report
 
 
 def _say_saved(plan_: Plan) -> None:
@@ -434,13 +441,35 @@ def _say_saved(plan_: Plan) -> None:
         print(f"not saved: {', '.join(started)} (failed: see above; {plan_.save / 'effect'} holds only what ran)")
 
 
+# ------------------------------------------------------------------------------------------ the pipeline
+
+
+def answer(plan_: Plan, code_report: dict) -> verdict.Verdict:
+    """One question: measured, judged, then written."""
+    measured = measure(plan_, code_report)
+    result = judge(plan_, measured)
+    write(plan_, measured, result)
+    return result
+
+
+def run_drift(plan_: Plan) -> int:
+    """The planned drift in the folders it writes (locked): its exit status."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(FOLDER.lock(plan_.out, " ".join(plan_.command)))
+        if plan_.save is not None:
+            stack.enter_context(FOLDER.lock(plan_.save, " ".join(plan_.command)))
+        code_report = code.installed_report(plan_.table)
+        for line in code_report["lines"]:
+            print(f"code: {line}")
+        if plan_.own_model and len(plan_.effect) > 1:  # a list of LoRA scales: each answered in a folder of its own
+            provenance = collect(list(plan_.command), hardware=hardware_slug())
+            return questions.answer_each(plan_, lambda one: answer(one, code_report), provenance)
+        return answer(plan_, code_report).exit_status
+
+
 @ending.command(PROG)
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = setup_arg_parser().parse_args(argv)
     typed = [*PROG.split(), *argv]  # as typed: sys.argv[0] would be the interpreter's path to the script
-    return run_drift(plan(args, typed))["exit_status"]
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return run_drift(plan(args, typed))

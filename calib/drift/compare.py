@@ -1,6 +1,6 @@
 """Two numbers files of the drift (two releases on one machine), judged by a floor measured there.
 
-``python -m calib.drift.compare BEFORE.json AFTER.json --repeat AFTER2.json [--out FILE.md]``: the floor is
+``teacache-calib drift-compare BEFORE.json AFTER.json --repeat AFTER2.json [--out FILE.md]``: the floor is
 the distance between AFTER and AFTER2 (the same release in two processes, in different orders); each
 (variant, dtype) of AFTER is compared with BEFORE against it, as the drift command does. Prints a Markdown
 table (and writes it to ``--out``). The full-size H200 run (``h200.sh`` in the release report's folder)
@@ -10,11 +10,11 @@ writes such files.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from calib.drift import noise
 from calib.drift.against import compare_numbers, load_numbers
+from calib.run.arguments import CommandParser
 from calib.run.command import command
 
 
@@ -43,14 +43,18 @@ def table(before: dict, after: dict, floor: dict) -> str:
     return "\n".join(lines + [f"- error: {e}" for e in errors]) + "\n"
 
 
-@command("python -m calib.drift.compare")
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m calib.drift.compare", description=__doc__.split("\n\n")[0])
+def setup_arg_parser() -> argparse.ArgumentParser:
+    parser = CommandParser(prog="teacache-calib drift-compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("before", type=Path)
     parser.add_argument("after", type=Path)
     parser.add_argument("--repeat", type=Path, required=True, help="AFTER's release again, another process")
     parser.add_argument("--out", type=Path)
-    args = parser.parse_args(argv)
+    return parser
+
+
+@command("teacache-calib drift-compare")
+def main(argv: list[str] | None = None) -> int:
+    args = setup_arg_parser().parse_args(argv)
     from teacache.io import write_text
 
     before, after, repeat = (load_numbers(p) for p in (args.before, args.after, args.repeat))
@@ -59,7 +63,3 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         write_text(args.out, text)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

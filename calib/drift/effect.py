@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -51,23 +51,12 @@ class Gate:
     max_consecutive_skips: int = DEFAULT_MAX_CONSECUTIVE_SKIPS
 
     def to_dict(self) -> dict:
-        return {
-            "rescale": self.rescale.to_dict(),
-            "source": self.source,
-            "skip_first_n_steps": self.skip_first_n_steps,
-            "skip_last_n_steps": self.skip_last_n_steps,
-            "max_consecutive_skips": self.max_consecutive_skips,
-        }
+        return {**vars(self), "rescale": self.rescale.to_dict()}
 
     @classmethod
     def from_dict(cls, data: dict) -> Gate:
-        return cls(
-            RescaleFunction.from_dict(data["rescale"]),
-            str(data["source"]),
-            int(data["skip_first_n_steps"]),
-            int(data["skip_last_n_steps"]),
-            int(data["max_consecutive_skips"]),
-        )
+        steps = {name: int(data[name]) for name in ("skip_first_n_steps", "skip_last_n_steps", "max_consecutive_skips")}
+        return cls(RescaleFunction.from_dict(data["rescale"]), str(data["source"]), **steps)
 
 
 @dataclass(frozen=True)
@@ -285,7 +274,7 @@ def measure_tolerance(
     ts = np.array([t["threshold"] for t in thresholds])
     fractions = skip_fraction(replay(gate, before, ts))
     selected, refit, spec = fresh if fresh is not None else fresh_fit(before)
-    refit_gate = Gate(refit, "fresh fit", *_steps(gate))
+    refit_gate = replace(gate, rescale=refit, source="fresh fit")
     matched = matched_thresholds(refit_gate, before, fractions)
     full = replay(refit_gate, before, matched)
     frame = _frame_of(before)
@@ -298,7 +287,7 @@ def measure_tolerance(
         train = folds != k
         x, y = frame["x_rel_l1"].to_numpy()[train], frame["y_rel_l1"].to_numpy()[train]
         model = FittedModel.fit(spec, x, y, None if u is None else u[train])
-        fold_gate = Gate(model.to_rescale(), "fold", *_steps(gate))
+        fold_gate = replace(gate, rescale=model.to_rescale(), source="fold")
         fold_rise = max(fold_rise, fit_quality(fold_gate.rescale, before)["rmse"] - full_rmse)
         try:
             fold = replay(fold_gate, before, matched)
@@ -342,10 +331,6 @@ def measure_tolerance(
         f"fraction differ; fit: the gate's RMSE rises by at most the larger of {FIT_SE_BAND:g} standard errors of "
         "its mean over prompts and what leaving one prompt out of a fresh fit costs it",
     }
-
-
-def _steps(gate: Gate) -> tuple[int, int, int]:
-    return gate.skip_first_n_steps, gate.skip_last_n_steps, gate.max_consecutive_skips
 
 
 # ------------------------------------------------------------------------------------------ the judgement

@@ -1,6 +1,6 @@
 """The release series judged by effect: what each release did to every family's numbers and calibrated gate.
 
-``python -m calib.drift.effect_report DIR... --out FOLDER`` reads the ``verdict.json`` of drift runs, the first
+``teacache-calib drift-effect-report DIR... --out FOLDER`` reads the ``verdict.json`` of drift runs, the first
 the series' start, each later one made with ``--against`` the previous release's ``--save`` (``run.sh`` beside
 the report chains them), and writes ``FOLDER/report.md`` and ``FOLDER/summary.json``: per release step and family,
 the hooked functions that changed, whether the numbers moved (float32, against the previous release's numbers and
@@ -10,10 +10,12 @@ tolerance, the nearest unchanged call, the gate's RMSE before and after) with th
 
 from __future__ import annotations
 
-import sys
+import argparse
 
-from calib.drift.report import FAMILY_LABELS, family_numbers, parse_report_arguments
+from calib.drift.report import FAMILY_LABELS, family_numbers, load_runs, report_parser
 from calib.run.command import command
+
+PROG = "teacache-calib drift-effect-report"
 
 
 def _numbers(entry: dict | None) -> str:
@@ -72,7 +74,7 @@ def render(runs: list[dict], rows: list[dict], notes: str = "") -> str:
         f"Each row is one step: the newer release's runs against the previous one's save, starting from mflux "
         f"{first['mflux']} / MLX {first['mlx']}.",
         "",
-        f"Hardware `{first['hardware']}`, float32. Derived by `python -m calib.drift.effect_report` from the "
+        f"Hardware `{first['hardware']}`, float32. Derived by `teacache-calib drift-effect-report` from the "
         "`verdict.json` of each step (`drift/`), each made under the newer release with `teacache-calib drift "
         "--against` the older one's `--save` (`run.sh`). Decisions are counted at the variant's default threshold "
         "and those skipping about 25/50/75 % of the steps; the allowed fractions and RMSE rise are the tolerance "
@@ -94,9 +96,14 @@ def render(runs: list[dict], rows: list[dict], notes: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-@command("python -m calib.drift.effect_report")
+def setup_arg_parser() -> argparse.ArgumentParser:
+    return report_parser(PROG, __doc__.split("\n\n")[0])
+
+
+@command(PROG)
 def main(argv: list[str] | None = None) -> int:
-    args, runs = parse_report_arguments("python -m calib.drift.effect_report", __doc__.split("\n\n")[0], argv)
+    args = setup_arg_parser().parse_args(argv)
+    runs = load_runs(args.runs)
     from teacache.io import write_json, write_text
 
     rows = rows_of(runs[1:])  # the first run is where the series starts: its save is what the second judges
@@ -105,7 +112,3 @@ def main(argv: list[str] | None = None) -> int:
     write_json(args.out / "summary.json", {"format_version": 1, "rows": rows, "runs": [r["folder"] for r in runs]})
     print(f"wrote {args.out / 'report.md'}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

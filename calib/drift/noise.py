@@ -5,7 +5,7 @@ and with another OpenBLAS thread count (1 or 2: another summation order in float
 (dtype, metric) is the largest distance between any two processes over every family. ``moved`` means more
 than ``FLOOR_FACTOR`` times that floor, and more than the dtype's resolution (``MIN_MOVE``), so a move is
 never byte inequality alone. Writes ``data/references/<hardware>/noise_floor.json`` with its provenance:
-``python -m calib.drift.noise [--processes 4] [--out FILE]``.
+``teacache-calib drift-noise [--processes 4] [--out FILE]``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from calib.drift import numbers
+from calib.run.arguments import CommandParser
 from teacache.errors import InputError
 
 REFERENCES = Path(__file__).with_name("data") / "references"
@@ -41,7 +42,7 @@ def run_processes(count: int, fullsize: bool = False) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         for index in range(count):
             out = Path(tmp) / f"{index}.json"
-            cmd = [sys.executable, "-m", "calib.drift.numbers", "--out", str(out), "--order", str(index)]
+            cmd = [sys.executable, "-m", "calib.cli", "drift-numbers", "--out", str(out), "--order", str(index)]
             if fullsize:
                 cmd.append("--fullsize")
             subprocess.run(cmd, check=True, env={**os.environ, **process_env(index)})
@@ -100,19 +101,22 @@ def measure(count: int, fullsize: bool = False) -> dict:
             {"order": index, "env": process_env(index), "seconds": sum(r["seconds"] for r in res["runs"].values())}
             for index, res in enumerate(results)
         ],
-        "provenance": collect(argv=["python", "-m", "calib.drift.noise", "--processes", str(count)]),
+        "provenance": collect(argv=["teacache-calib", "drift-noise", "--processes", str(count)]),
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m calib.drift.noise", description=__doc__.split("\n\n")[0])
+def setup_arg_parser() -> argparse.ArgumentParser:
+    parser = CommandParser(prog="teacache-calib drift-noise", description=__doc__.split("\n\n")[0])
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--out", type=Path, help="default: calib/drift/data/references/<hardware>/noise_floor.json")
     parser.add_argument("--fullsize", action="store_true")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = setup_arg_parser().parse_args(argv)
     if args.processes < 2:
-        print("--processes: expected at least 2 (the floor is a distance between processes)", file=sys.stderr)
-        return 2
+        raise InputError("--processes: expected at least 2 (the floor is a distance between processes)")
     from teacache.io import write_json
     from teacache.provenance import hardware_slug
 
@@ -121,7 +125,3 @@ def main(argv: list[str] | None = None) -> int:
     write_json(out, floor)
     print(f"wrote {out}: {floor['floor']}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

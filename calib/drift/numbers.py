@@ -18,12 +18,13 @@ import contextlib
 import hashlib
 import math
 import os
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+
+from calib.run.arguments import CommandParser
 
 DTYPES = ("float32", "bfloat16")
 SKETCH_SIZE = 64
@@ -285,13 +286,11 @@ def run_numbers(
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m calib.drift.numbers --out FILE``: the numbers alone, with their provenance.
-
-    The noise floor runs this once per process; a committed reference is this, run under its release:
-    ``--out calib/drift/data/references/<hardware>/mflux-<release>.json``.
-    """
-    parser = argparse.ArgumentParser(prog="python -m calib.drift.numbers")
+def setup_arg_parser() -> argparse.ArgumentParser:
+    """``teacache-calib drift-numbers --out FILE``: the numbers alone, with their provenance. The noise floor runs
+    this once per process; a committed reference is this, run under its release:
+    ``--out calib/drift/data/references/<hardware>/mflux-<release>.json``."""
+    parser = CommandParser(prog="teacache-calib drift-numbers", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--order", type=int, default=0)
     parser.add_argument("--fullsize", action="store_true", help="random-<variant> at full size (default: bfloat16)")
@@ -300,6 +299,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, help="full size: width and height (default 1024)")
     parser.add_argument("--blocks", type=int, help="full size smoke test: N blocks of each kind (NOT full size)")
     parser.add_argument("--variants", help="comma-separated: only these of the families' variants")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = setup_arg_parser()
     args = parser.parse_args(argv)
     dtypes = tuple(args.dtypes.split(",")) if args.dtypes else (("bfloat16",) if args.fullsize else DTYPES)
     if any(d not in DTYPES for d in dtypes):
@@ -320,7 +324,3 @@ def main(argv: list[str] | None = None) -> int:
     result = run_numbers(fullsize=args.fullsize, dtypes=dtypes, order=args.order, overrides=overrides, only=only)
     write_json(args.out, {**result, "provenance": collect(hardware=hardware_slug())})
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from calib.drift import model_runs
+from calib.drift.verdict import Verdict
 from teacache.io import write_json
 
 FOLDERS = "lora-scale-*"  # what a call of several questions writes into --out besides a one-question drift's files
@@ -32,41 +33,40 @@ def heading(runs: model_runs.ModelRuns, out: Path) -> str:
     return f"{runs.name} with LoRA {model_runs.describe_loras(runs.lora_records)} (in {out}):"
 
 
-def answer_each(plan_, judge: Callable[[object], dict], provenance: dict) -> dict:
-    """Each question of a drift plan (``calib.drift.command.Plan``) judged in its own folder by ``judge``, then
+def answer_each(plan_, answer: Callable[[object], Verdict], provenance: dict) -> int:
+    """Each question of a drift plan (``calib.drift.command.Plan``) answered in its own folder by ``answer``, then
     :func:`conclude`."""
     answers = []
     for runs, saved in plan_.effect:
         out = out_of(plan_.out, runs, len(plan_.effect))
         print(heading(runs, out))
         one = dataclasses.replace(plan_, out=out, effect=((runs, saved),), shared_out=plan_.out)
-        answers.append((out, judge(one)))
+        answers.append((out, answer(one)))
     return conclude(plan_.out, answers, provenance)
 
 
-def conclude(out: Path, answers: list[tuple[Path, dict]], provenance: dict) -> dict:
-    """``--out/verdict.json`` of every question's verdicts (each one's own is in its folder); exit status: the
-    worst of theirs."""
+def conclude(out: Path, answers: list[tuple[Path, Verdict]], provenance: dict) -> int:
+    """``--out/verdict.json`` of every question's verdicts (each one's own is in its folder); returns the worst of
+    their exit statuses, which it also writes."""
     first = answers[0][1]
+    worst = max(found.exit_status for _folder, found in answers)
     report = {
         "format_version": FORMAT,
-        **{k: first.get(k) for k in ("mflux", "mlx", "hardware", "baseline", "code")},
+        **{k: getattr(first, k) for k in ("mflux", "mlx", "hardware", "baseline", "code")},
         "questions": [
             {
                 "folder": folder.name,
-                "lora": [
-                    (v.get("effect") or {}).get("recipe", {}).get("lora", {}).get("now") for v in found["verdicts"]
-                ],
-                "statuses": [v["status"] for v in found["verdicts"]],
-                "exit_status": found["exit_status"],
+                "lora": [(v.get("effect") or {}).get("recipe", {}).get("lora", {}).get("now") for v in found.verdicts],
+                "statuses": [v["status"] for v in found.verdicts],
+                "exit_status": found.exit_status,
             }
             for folder, found in answers
         ],
-        "verdicts": [v for _folder, found in answers for v in found["verdicts"]],
-        "exit_status": max(found["exit_status"] for _folder, found in answers),
+        "verdicts": [v for _folder, found in answers for v in found.verdicts],
+        "exit_status": worst,
         "provenance": provenance,
     }
     write_json(out / "verdict.json", report)
     statuses = ", ".join(f"{q['folder']}: {' '.join(q['statuses']) or 'no verdict'}" for q in report["questions"])
     print(f"wrote {out / 'verdict.json'} ({statuses})")
-    return report
+    return worst

@@ -1,6 +1,6 @@
 """The release report: what a series of mflux (and MLX) releases changed, from the drift command's outputs.
 
-``python -m calib.drift.report DIR... --out FOLDER`` reads ``verdict.json`` of each drift run (one per
+``teacache-calib drift-report DIR... --out FOLDER`` reads ``verdict.json`` of each drift run (one per
 release, run with ``teacache-calib drift --oracles --out DIR`` under that release), and writes
 ``FOLDER/report.md`` and ``FOLDER/summary.json``: per family, which hooked functions changed between
 consecutive releases (from the fingerprint table), whether the numbers moved in float32 and in bfloat16
@@ -14,13 +14,14 @@ that MLX) is quoted in the MLX section.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from calib.drift import code, hooked
+from calib.run.arguments import CommandParser
 from calib.run.command import command
 from teacache.errors import InputError
 
+PROG = "teacache-calib drift-report"
 FULLSIZE_SECTION = "## Full size on the H200 (random weights, bfloat16)"
 FAMILY_LABELS = {"flux1": "FLUX.1", "flux2": "FLUX.2", "qwen": "Qwen-Image", "zimage": "Z-Image"}
 
@@ -133,7 +134,7 @@ def render(
         + f" (MLX {first['mlx']})"
         + "".join(f"; MLX {r['mlx']} (mflux {r['mflux']})" for r in runs if r["mlx"] != first["mlx"]),
         "",
-        f"Hardware `{first['hardware']}`. Derived by `python -m calib.drift.report` from the `teacache-calib drift "
+        f"Hardware `{first['hardware']}`. Derived by `teacache-calib drift-report` from the `teacache-calib drift "
         "--oracles` output of each release (`drift/`); the per-release data and their provenance are there.",
         f"Embedded random-weight models ({settings.get('width')}x{settings.get('height')}, "
         f"{settings.get('steps')} steps, seed {settings.get('seed')}), every parameter non-zero. A dtype *moved* "
@@ -176,18 +177,22 @@ def render(
     return "\n".join(lines)
 
 
-def parse_report_arguments(prog: str, description: str, argv: list[str] | None) -> tuple[argparse.Namespace, list]:
-    """DIR... --out FOLDER of a report over drift runs, and the runs read."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+def report_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """DIR... --out FOLDER of a report over drift runs."""
+    parser = CommandParser(prog=prog, description=description)
     parser.add_argument("runs", nargs="+", type=Path, metavar="DIR", help="folders teacache-calib drift wrote")
     parser.add_argument("--out", type=Path, required=True, help="folder for report.md and summary.json")
-    args = parser.parse_args(argv)
-    return args, load_runs(args.runs)
+    return parser
 
 
-@command("python -m calib.drift.report")
+def setup_arg_parser() -> argparse.ArgumentParser:
+    return report_parser(PROG, __doc__.split("\n\n")[0])
+
+
+@command(PROG)
 def main(argv: list[str] | None = None) -> int:
-    args, runs = parse_report_arguments("python -m calib.drift.report", __doc__.split("\n\n")[0], argv)
+    args = setup_arg_parser().parse_args(argv)
+    runs = load_runs(args.runs)
     from calib.drift import noise
     from teacache.io import write_json, write_text
 
@@ -203,7 +208,3 @@ def main(argv: list[str] | None = None) -> int:
                                            "runs": [r["folder"] for r in runs]})  # fmt: skip
     print(f"wrote {args.out / 'report.md'}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

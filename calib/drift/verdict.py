@@ -29,6 +29,7 @@ UNCHECKED = "numbers-unchecked"
 UNCHANGED = "unchanged"
 SEVERITY = (BROKEN, REFIT, OTHER_HARDWARE, HOLDS, MOVED_UNCHECKED, CODE_HOLDS, UNCHECKED, UNCHANGED)
 FAILING = (BROKEN, REFIT)
+FORMAT = 1  # verdict.json's format_version
 
 
 @dataclass(frozen=True)
@@ -245,5 +246,31 @@ def verdicts(
     ]
 
 
-def exit_status(results: list[dict]) -> int:
+def exit_status(results: list[dict] | tuple[dict, ...]) -> int:
     return 1 if any(r["status"] in FAILING for r in results) else 0
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What drift concludes on one question, and what it rests on: the judge's answer, which the write stage
+    serialises as ``verdict.json``. Its exit status follows from its verdicts, so it cannot disagree with them."""
+
+    mflux: str
+    mlx: str
+    hardware: str
+    baseline: str | None  # what the numbers or traces were judged against
+    code: dict
+    numbers: dict | None
+    numbers_by_release: dict
+    effect: dict[str, dict]
+    verdicts: tuple[dict, ...]
+    provenance: dict
+
+    @property
+    def exit_status(self) -> int:
+        return exit_status(self.verdicts)
+
+    def to_json(self) -> dict:
+        """``verdict.json``: the fields in their order, the exit status before the provenance."""
+        found = {name: value for name, value in vars(self).items() if name != "provenance"}
+        return {"format_version": FORMAT, **found, "exit_status": self.exit_status, "provenance": self.provenance}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Full-size drift numbers, mflux 0.21.0 against 0.24.0: random-weight FLUX.1-dev, FLUX.2 Klein 4B,
-# Qwen-Image and Z-Image in bfloat16 (python -m calib.drift.numbers --fullsize), 0.21.0 and 0.24.0 side by
+# Qwen-Image and Z-Image in bfloat16 (teacache-calib drift-numbers --fullsize), 0.21.0 and 0.24.0 side by
 # one after the other on one GPU (two full-size processes at once run out of memory on Qwen-Image and
 # Z-Image), then 0.24.0 again in another order for the noise floor, then the comparison.
 # Run from the repo root with MLX-CUDA importable and both mflux wheels somewhere under .whl/:
@@ -19,7 +19,7 @@ for v in 0.21.0 0.24.0; do
   python3 -m pip install -q --no-index --no-deps --no-compile --target "$sites/$v" "$whl"
 done
 run() {  # release order name
-  PYTHONPATH="$sites/$1:$PWD${PYTHONPATH:+:$PYTHONPATH}" TQDM_DISABLE=1 "$PY" -m calib.drift.numbers \
+  PYTHONPATH="$sites/$1:$PWD${PYTHONPATH:+:$PYTHONPATH}" TQDM_DISABLE=1 "$PY" -m calib.cli drift-numbers \
     --fullsize --steps "$STEPS" --size "$SIZE" --order "$2" ${EXTRA:-} --out "$OUT/$3.json" > "$OUT/$3.log" 2>&1
 }
 start=$(date +%s)
@@ -27,5 +27,5 @@ run 0.21.0 0 mflux-0.21.0
 run 0.24.0 0 mflux-0.24.0
 run 0.24.0 1 mflux-0.24.0-repeat
 echo "runs took $(( $(date +%s) - start )) s"
-PYTHONPATH="$sites/0.24.0:$PWD${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m calib.drift.compare "$OUT/mflux-0.21.0.json" \
+PYTHONPATH="$sites/0.24.0:$PWD${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m calib.cli drift-compare "$OUT/mflux-0.21.0.json" \
   "$OUT/mflux-0.24.0.json" --repeat "$OUT/mflux-0.24.0-repeat.json" --out "$OUT/comparison.md"
