@@ -243,7 +243,11 @@ def fresh_fit(signals: Signals) -> tuple[Mapping, RescaleFunction, object]:
     spec = next(s for s in specs if s.label == selected["label"])
     x, y = frame["x_rel_l1"].to_numpy(), frame["y_rel_l1"].to_numpy()
     model = FittedModel.fit(spec, x, y, time_input(spec.form, frame))
-    return selected, model.to_rescale({"source": "fitted on the before traces", "label": spec.label}), spec
+    return (
+        selected,
+        replace(model.function, provenance={"source": "fitted on the before traces", "label": spec.label}),
+        spec,
+    )
 
 
 def matched_thresholds(gate: Gate, signals: Signals, fractions: np.ndarray) -> np.ndarray:
@@ -287,7 +291,7 @@ def measure_tolerance(
         train = folds != k
         x, y = frame["x_rel_l1"].to_numpy()[train], frame["y_rel_l1"].to_numpy()[train]
         model = FittedModel.fit(spec, x, y, None if u is None else u[train])
-        fold_gate = replace(gate, rescale=model.to_rescale(), source="fold")
+        fold_gate = replace(gate, rescale=model.function, source="fold")
         fold_rise = max(fold_rise, fit_quality(fold_gate.rescale, before)["rmse"] - full_rmse)
         try:
             fold = replay(fold_gate, before, matched)

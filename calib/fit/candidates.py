@@ -98,17 +98,11 @@ class CandidateSpec:
 
 @dataclass(frozen=True)
 class FittedModel:
-    """A fitted candidate: coefficients highest power first, the x range it was fitted on (and, for the
-    time-aware forms, the x range per part of the schedule: where the gate will evaluate it)."""
+    """A fitted candidate: its spec and the rescale function the fit made of it (the function carries the x range
+    it was fitted on and, for the time-aware forms, the region: where the gate will evaluate it)."""
 
     spec: CandidateSpec
-    coefficients: tuple[float, ...]
-    time_coefficients: tuple[float, ...]
-    x_range: tuple[float, float]
-    interaction_coefficients: tuple[float, ...] = ()
-    region: Region | None = None
-    knots: tuple[float, ...] = ()
-    time_knots: tuple[float, ...] = ()
+    function: RescaleFunction
 
     @classmethod
     def fit(cls, spec: CandidateSpec, x: np.ndarray, y: np.ndarray, u: np.ndarray | None = None) -> FittedModel:
@@ -125,14 +119,15 @@ class FittedModel:
         """The model of a polynomial form whose parameters (:func:`fit_params` order) were fitted to (x, u)."""
         x = np.asarray(x, dtype=float)
         n_x, n_t = spec.degree + 1, spec.time_degree
-        return cls(
-            spec,
-            tuple(float(c) for c in params[:n_x]),
-            tuple(float(c) for c in params[n_x : n_x + n_t]),
-            (float(np.min(x)), float(np.max(x))),
-            tuple(float(c) for c in params[n_x + n_t :]),
-            Region.from_data(x, u) if spec.is_time_aware else None,
+        function = RescaleFunction(
+            coefficients=tuple(float(c) for c in params[:n_x]),
+            x_range=(float(np.min(x)), float(np.max(x))),
+            form=spec.form,
+            time_coefficients=tuple(float(c) for c in params[n_x : n_x + n_t]),
+            interaction_coefficients=tuple(float(c) for c in params[n_x + n_t :]),
+            region=Region.from_data(x, u) if spec.is_time_aware else None,
         )
+        return cls(spec, function)
 
     @classmethod
     def _fit_spline(cls, spec: CandidateSpec, x: np.ndarray, y: np.ndarray, u: np.ndarray | None) -> FittedModel:
@@ -142,29 +137,23 @@ class FittedModel:
         knots = spline_fit.x_knots(x, spec.degree)
         tknots = spline_fit.time_knots(u, spec.time_degree)
         weights = spline_fit.fit_weights(x, y, u, knots, tknots, prediction_floor(y))
-        x_range = (float(np.min(x)), float(np.max(x)))
-        region = Region.from_data(x, u)
-        return cls(spec, tuple(float(w) for w in weights), (), x_range, (), region, knots, tknots)
+        function = RescaleFunction(
+            coefficients=tuple(float(w) for w in weights),
+            x_range=(float(np.min(x)), float(np.max(x))),
+            form=spec.form,
+            region=Region.from_data(x, u),
+            knots=knots,
+            time_knots=tknots,
+        )
+        return cls(spec, function)
 
     def predict(self, x: np.ndarray, u: np.ndarray | None = None) -> np.ndarray:
-        """The model's own linear form (design matrix times parameters), independent of RescaleFunction."""
+        """The model's own linear form (design matrix times parameters), independent of evaluating the function."""
+        f = self.function
         if self.spec.form == FORM_MONO_STEP:  # the gate clamps x below the lowest knot; the ramps saturate above
-            return splines.design(x, u, self.knots, self.time_knots) @ np.asarray(self.coefficients)
-        params = np.asarray(self.coefficients + self.time_coefficients + self.interaction_coefficients)
+            return splines.design(x, u, f.knots, f.time_knots) @ np.asarray(f.coefficients)
+        params = np.asarray(f.coefficients + f.time_coefficients + f.interaction_coefficients)
         return design_matrix(self.spec, x, u) @ params
-
-    def to_rescale(self, provenance: dict | None = None) -> RescaleFunction:
-        return RescaleFunction(
-            coefficients=self.coefficients,
-            x_range=self.x_range,
-            form=self.spec.form,
-            time_coefficients=self.time_coefficients,
-            interaction_coefficients=self.interaction_coefficients,
-            region=self.region,
-            provenance=dict(provenance or {}),
-            knots=self.knots,
-            time_knots=self.time_knots,
-        )
 
 
 def fit_params(

@@ -261,7 +261,7 @@ def decision_scores(
             u = time_input(spec.form, frame)
             trains = [folds != f for f in fold_ids]
             known = [FittedModel.fit(spec, x[t], y[t], None if u is None else u[t]) for t in trains]
-        candidates[spec.label] = [model.to_rescale() for model in known]
+        candidates[spec.label] = [model.function for model in known]
     candidates.update(compare or {})
     return score_rescales(
         table,

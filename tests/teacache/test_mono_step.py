@@ -84,7 +84,7 @@ def test_every_fit_is_safe_whatever_the_data(seed, pieces, step_pieces, sign):
     u = rng.choice(np.linspace(0.0, 1.0, 12), 120)
     y = np.abs(0.3 + sign * x + 0.2 * np.sin(6 * u) + rng.normal(0, 0.05, 120))
     model = FittedModel.fit(CandidateSpec(FORM_MONO_STEP, pieces, MODE_MONOTONE, step_pieces), x, y, u)
-    fn = model.to_rescale()
+    fn = model.function
     check = safety.check(fn)
     assert check["safe"], check
     grid_x, grid_u = np.meshgrid(np.linspace(x.min(), x.max(), 50), np.linspace(0, 1, 11))

@@ -79,10 +79,10 @@ def test_origin_mode_has_no_constant_and_matches_lstsq():
     x = rng.uniform(0.01, 0.5, 200)
     y = 0.4 * x + 2 * x**2 + rng.normal(0, 0.01, 200)
     model = FittedModel.fit(CandidateSpec("poly", 3, "origin"), x, y)
-    assert model.coefficients[-1] == 0.0 and len(model.coefficients) == 4
+    assert model.function.coefficients[-1] == 0.0 and len(model.function.coefficients) == 4
     expected = np.linalg.lstsq(np.stack([x**3, x**2, x], axis=1), y, rcond=None)[0]
-    np.testing.assert_allclose(model.coefficients[:-1], expected, rtol=1e-10)
-    np.testing.assert_allclose(np.polyval(model.coefficients, 0.0), 0.0, atol=0)
+    np.testing.assert_allclose(model.function.coefficients[:-1], expected, rtol=1e-10)
+    np.testing.assert_allclose(np.polyval(model.function.coefficients, 0.0), 0.0, atol=0)
 
 
 def test_origin_mode_through_the_cli(tmp_path, capsys):
@@ -128,7 +128,7 @@ def test_time_aware_rescale_matches_fitted_model(form):
     u = step_fraction(frame) if form == FORM_POLY_STEP else frame["sigma"].to_numpy()
     x = frame["x_rel_l1"].to_numpy()
     model = FittedModel.fit(CandidateSpec(form, 2, "free", 2), x, frame["y_rel_l1"].to_numpy(), u)
-    rescale = model.to_rescale()
+    rescale = model.function
     assert rescale.form == form and len(rescale.time_coefficients) == 2
     # the gate's own time input, row by row, gives the same u
     gate_u = [rescale.time_input(int(r.step), int(r.num_steps), float(r.sigma)) for r in frame.itertuples()]
@@ -519,9 +519,9 @@ def test_monotone_time_aware_candidate_never_decreases_in_x(interaction):
     free = FittedModel.fit(CandidateSpec(FORM_POLY_STEP, 3, "free", 2, interaction), x, y, u)
     mono = FittedModel.fit(CandidateSpec(FORM_POLY_STEP, 3, "monotone", 2, interaction), x, y, u)
     xs = np.linspace(x.min(), x.max(), 2001)
-    slopes = [np.diff(mono.to_rescale()(xs, v)).min() for v in np.linspace(u.min(), u.max(), 41)]
+    slopes = [np.diff(mono.function(xs, v)).min() for v in np.linspace(u.min(), u.max(), 41)]
     assert min(slopes) >= -1e-12
-    free_slopes = [np.diff(free.to_rescale()(xs, v)).min() for v in np.linspace(u.min(), u.max(), 41)]
+    free_slopes = [np.diff(free.function(xs, v)).min() for v in np.linspace(u.min(), u.max(), 41)]
     assert min(free_slopes) < 0  # the constraint had something to do
     # least squares within the constraint: no worse than the free fit constrained by hand to a flat line
     flat = np.sum((y - np.mean(y)) ** 2)
@@ -534,7 +534,7 @@ def test_interaction_terms_reach_the_gate_through_the_same_function():
     frame = cond_rows(make_traces(truth=interaction_truth, noise=0.001)).reset_index(drop=True)
     x, y, u = frame["x_rel_l1"].to_numpy(), frame["y_rel_l1"].to_numpy(), step_fraction(frame)
     model = FittedModel.fit(CandidateSpec(FORM_POLY_STEP, 1, "free", 3, 1), x, y, u)
-    rescale = model.to_rescale()
+    rescale = model.function
     assert len(rescale.interaction_coefficients) == 1
     np.testing.assert_allclose(rescale(x, u), model.predict(x, u), rtol=1e-12, atol=1e-15)
     assert RescaleFunction.from_dict(rescale.to_dict()) == rescale

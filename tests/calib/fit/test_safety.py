@@ -116,7 +116,7 @@ def test_monotone_candidates_are_safe_by_construction(holdout_fit, form, degree,
     x, y = frame["x_rel_l1"].to_numpy(), frame["y_rel_l1"].to_numpy()
     u = frame["step"].to_numpy() / (NUM_STEPS - 1)
     spec = CandidateSpec(form, degree, "monotone", time_degree, interaction_degree)
-    rescale = FittedModel.fit(spec, x, y, u if spec.is_time_aware else None).to_rescale()
+    rescale = FittedModel.fit(spec, x, y, u if spec.is_time_aware else None).function
     assert safety.check(rescale)["safe"]
     grid_x, grid_u, _ = safety.region_grid(rescale)
     values = rescale(grid_x, grid_u if spec.is_time_aware else 0.0)
