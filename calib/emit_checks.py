@@ -15,15 +15,13 @@ from calib.fit.errors import FitError
 from calib.fit.result import FitResult
 from teacache.safety import UnsafeRescaleWarning, check, check_given
 
-_FUNCTION = ("coefficients", "x_range", "form", "time_coefficients", "interaction_coefficients", "knots")
-
 
 def check_emittable(result: FitResult, prog: str, allow_unsafe: bool = False) -> None:
     """FitError when the selected function is not the one the fit scored, or is positive nowhere on its range
     (unless ``allow_unsafe``); one warning line on stderr when it is unsafe somewhere."""
     sel = result.selected
     same_label = [c for c in result.candidates or () if c.label == sel.label]
-    if same_label and not any(all(c.get(k) == sel.get(k) for k in _FUNCTION) for c in same_label):
+    if same_label and not any(c.function == sel.function for c in same_label):
         raise FitError(
             f"FIT: the selected {sel.label} holds other numbers than the candidate {sel.label} that the fit scored "
             f"(R^2 {sel.r2:.4f}): the file was edited; refit with teacache-calib fit instead of editing fit.json"

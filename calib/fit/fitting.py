@@ -143,7 +143,7 @@ def _fit_document(options: FitOptions, command: Sequence[str] | None, traces: Tr
         format_version=FORMAT_VERSION,
         kind=FIT_KIND,
         variant=traces.variants[0] if len(traces.variants) == 1 else None,
-        form=result.selected.form,
+        form=result.selected.function.form,
         fitted_model=result.selected.label,
         data=describe_data(traces),
         options=options.recorded(),

@@ -67,31 +67,36 @@ class _Record(Mapping):
     _REQUIRED: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in self:  # frozen however it was made: from a file, by a fit or by dataclasses.replace
+        for name in self._names():  # frozen however it was made: from a file, by a fit or by dataclasses.replace
             object.__setattr__(self, name, freeze(getattr(self, name)))
 
+    def _present(self) -> dict[str, Any]:
+        """The fields the JSON object has, by their JSON names."""
+        return {name: value for name in self._names() if (value := getattr(self, name)) is not MISSING}
+
     def __getitem__(self, key: str) -> Any:
-        value = getattr(self, key, MISSING) if key in self._names() else MISSING
-        if value is MISSING:
-            raise KeyError(key)
-        return value
+        return self._present()[key]
 
     def __iter__(self) -> Iterator[str]:
-        return (name for name in self._names() if getattr(self, name) is not MISSING)
+        return iter(self._present())
 
     def __len__(self) -> int:
-        return sum(1 for _ in self)
+        return len(self._present())
 
     @classmethod
     def _names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in dataclasses.fields(cls))
 
     @classmethod
+    def _json_names(cls) -> tuple[str, ...]:
+        return cls._names()
+
+    @classmethod
     def _fields_of(cls, data: Mapping, where: str) -> dict[str, Any]:
         """The frozen field values of a JSON object; FitError names a missing or unknown field."""
         if not isinstance(data, Mapping):
             raise FitError(f"{where}: expected an object, got {type(data).__name__}")
-        unknown = sorted(set(data) - set(cls._names()))
+        unknown = sorted(set(data) - set(cls._json_names()))
         if unknown:
             raise FitError(f"{where}: unknown field {unknown[0]!r}")
         missing = [name for name in cls._REQUIRED if name not in data]
@@ -101,17 +106,25 @@ class _Record(Mapping):
 
     def to_json(self) -> dict:
         """The JSON object of this record: its present fields, thawed."""
-        return {name: thaw(getattr(self, name)) for name in self}
+        return {name: thaw(value) for name, value in self._present().items()}
+
+
+# The rescale function's fields in a candidate's JSON object: flat, beside its scores.
+FUNCTION_KEYS = (
+    "form", "coefficients", "time_coefficients", "x_range", "interaction_coefficients", "region", "knots", "time_knots",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, eq=True)
 class Candidate(_Record):
-    """One scored candidate of fit.json (``candidates[i]`` and ``selected``): its function and its scores."""
+    """One scored candidate of fit.json (``candidates[i]`` and ``selected``): its rescale function and its scores.
+
+    Its JSON object holds the function's fields (:data:`FUNCTION_KEYS`) beside the scores. ``absent``: the empty
+    coefficient fields a file written before they existed lacks, so that it writes back without them.
+    """
 
     label: str
-    form: str
-    coefficients: tuple[float, ...]
-    x_range: tuple[float, float]
+    function: RescaleFunction
     r2: float
     cv_r2: float
     rmse: float
@@ -123,24 +136,38 @@ class Candidate(_Record):
     time_degree: int | _Missing = MISSING
     interaction_degree: int | _Missing = MISSING
     n_params: int | _Missing = MISSING
-    time_coefficients: tuple[float, ...] | _Missing = MISSING
-    interaction_coefficients: tuple[float, ...] | _Missing = MISSING
     cv_r2_se: float | _Missing = MISSING
     cv_fold_loss: tuple[float, ...] | _Missing = MISSING
     rmse_in_sample: float | _Missing = MISSING
-    region: Mapping | _Missing = MISSING
-    knots: tuple[float, ...] | _Missing = MISSING
-    time_knots: tuple[float, ...] | _Missing = MISSING
     safety: Mapping | _Missing = MISSING
     decision_excess: float | None | _Missing = MISSING
     decision_excess_worst: float | None | _Missing = MISSING
+    absent: tuple[str, ...] = ()
 
     _REQUIRED = ("label", "form", "coefficients", "x_range", "r2", "cv_r2", "rmse", "n_prompts", "n_pairs")
 
+    def _present(self) -> dict[str, Any]:
+        fields = super()._present()
+        del fields["function"], fields["absent"]
+        function = {"interaction_coefficients": [], **self.function.to_dict()}
+        function = {k: v for k, v in function.items() if k in FUNCTION_KEYS and k not in self.absent}
+        return {"label": fields.pop("label"), **freeze(function), **fields}
+
+    @classmethod
+    def _json_names(cls) -> tuple[str, ...]:
+        return (*FUNCTION_KEYS, *(name for name in cls._names() if name not in ("function", "absent")))
+
     @classmethod
     def from_json(cls, data: Mapping, where: str = "candidate") -> Candidate:
-        """A candidate from its JSON object (``selected`` defaults to False for hand-made entries)."""
+        """A candidate from its JSON object (``selected`` defaults to False for hand-made entries); FitError names
+        ``where`` when its function is not one the gate can evaluate."""
         fields = cls._fields_of(data, where)
+        function = {k: thaw(fields.pop(k)) for k in FUNCTION_KEYS if k in fields}
+        try:
+            fields["function"] = RescaleFunction.from_dict(function)
+        except (TypeError, ValueError) as exc:
+            raise FitError(f"{where}: {exc}") from None
+        fields["absent"] = tuple(k for k in ("time_coefficients", "interaction_coefficients") if k not in function)
         fields.setdefault("selected", False)
         return cls(**fields)
 
@@ -152,11 +179,8 @@ class Candidate(_Record):
     def rescale_with(
         self, date_utc: str | None = None, git_commit: str | None = None, variant: str | list | None = None
     ) -> RescaleFunction:
-        """This candidate as the gate's rescale function, through ``RescaleFunction.from_dict`` (the one
-        deserializer of rescale functions), with the fit's scores as its provenance."""
-        keys = ("coefficients", "x_range", "form", "time_coefficients", "interaction_coefficients", "region")
-        function = {k: thaw(self[k]) for k in (*keys, "knots", "time_knots") if k in self}
-        function["provenance"] = {
+        """This candidate's function with the fit's scores as its provenance."""
+        provenance = {
             "source": FIT_KIND,
             "fitted_model": self.label,
             "r2": self.r2,
@@ -168,10 +192,7 @@ class Candidate(_Record):
             "git_commit": git_commit,
             "variant": variant,
         }
-        try:
-            return RescaleFunction.from_dict(function)
-        except (TypeError, ValueError) as exc:
-            raise FitError(f"{self.label}: {exc}") from None
+        return dataclasses.replace(self.function, provenance=provenance)
 
 
 @dataclass(frozen=True, eq=True)

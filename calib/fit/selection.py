@@ -102,36 +102,25 @@ def _evaluate(spec: CandidateSpec, x, y, u, folds: np.ndarray, n_prompts: int) -
     model = FittedModel.fit(spec, x, y, u)
     pred = model.predict(x, u)
     oof, fold_models = _out_of_fold(spec, x, y, u, folds)
-    entry = {
-        "label": spec.label,
-        "form": spec.form,
-        "degree": spec.degree,
-        "mode": spec.mode,
-        "time_degree": spec.time_degree,
-        "interaction_degree": spec.interaction_degree,
-        "n_params": spec.n_params,
-        "coefficients": list(model.function.coefficients),
-        "time_coefficients": list(model.function.time_coefficients),
-        "interaction_coefficients": list(model.function.interaction_coefficients),
-        "r2": r2_score(y, pred),
-        "cv_r2": r2_score(y, oof),
-        "cv_r2_se": cv_standard_error(y, oof, folds),
-        "cv_fold_loss": fold_losses(y, oof, folds),
-        "rmse": rmse(y, oof),
-        "rmse_in_sample": rmse(y, pred),
-        "x_range": list(model.function.x_range),
-        **({"region": model.function.region.to_dict()} if model.function.region is not None else {}),
-        **(
-            {"knots": list(model.function.knots), "time_knots": list(model.function.time_knots)}
-            if model.function.knots
-            else {}
-        ),
-        "safety": safety.check(model.function),
-        "n_prompts": n_prompts,
-        "n_pairs": len(y),
-        "selected": False,
-    }
-    return Candidate.from_json(entry), fold_models
+    return Candidate(
+        label=spec.label,
+        function=model.function,
+        degree=spec.degree,
+        mode=spec.mode,
+        time_degree=spec.time_degree,
+        interaction_degree=spec.interaction_degree,
+        n_params=spec.n_params,
+        r2=r2_score(y, pred),
+        cv_r2=r2_score(y, oof),
+        cv_r2_se=cv_standard_error(y, oof, folds),
+        cv_fold_loss=fold_losses(y, oof, folds),
+        rmse=rmse(y, oof),
+        rmse_in_sample=rmse(y, pred),
+        safety=safety.check(model.function),
+        n_prompts=n_prompts,
+        n_pairs=len(y),
+        selected=False,
+    ), fold_models
 
 
 def _out_of_fold(spec: CandidateSpec, x, y, u, folds: np.ndarray) -> tuple[np.ndarray, list[FittedModel]]:

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from calib.fit.candidates import candidate_specs
 from calib.fit.decision_folds import score_fit, select_by
 from calib.fit.errors import FitError
-from calib.fit.result import MISSING, Candidate, FitResult, rescale_from_fit
+from calib.fit.result import FUNCTION_KEYS, MISSING, Candidate, FitResult, rescale_from_fit
 from calib.fit.selection import fit_frame
 from teacache.io import FORMAT_VERSION
-from teacache.rescale import FORMS, RescaleFunction
+from teacache.rescale import RescaleFunction
 from tests import ROOT, committed
 from tests.calib.fit.conftest import make_traces
 
@@ -42,27 +42,37 @@ optional = {
     "time_degree": st.integers(0, 5),
     "interaction_degree": st.integers(0, 2),
     "n_params": st.integers(1, 40),
-    "time_coefficients": st.lists(numbers, max_size=5),
-    "interaction_coefficients": st.lists(numbers, max_size=2),
     "cv_r2_se": numbers,
     "cv_fold_loss": st.lists(numbers, max_size=4),
     "rmse_in_sample": numbers,
-    "region": sections,
-    "knots": st.lists(numbers, max_size=4),
-    "time_knots": st.lists(numbers, max_size=4),
     "safety": sections,
     "decision_excess": st.none() | numbers,
     "decision_excess_worst": st.none() | numbers,
 }
 
 
+def _functions() -> list[dict]:
+    """One committed candidate's function fields per form and layout (with region, knots, old files' fields)."""
+    seen = {}
+    for path in COMMITTED_FITS:
+        for c in json.loads(path.read_text())["candidates"]:
+            function = {k: c[k] for k in FUNCTION_KEYS if k in c}
+            seen.setdefault((c["form"], tuple(function)), function)
+    return list(seen.values())
+
+
+FUNCTIONS = _functions()
+
+
 @st.composite
 def candidates(draw) -> dict:
+    function = dict(draw(st.sampled_from(FUNCTIONS)))
+    for key in ("time_coefficients", "interaction_coefficients"):  # empty ones may be absent (older files)
+        if key in function and not function[key] and draw(st.booleans()):
+            del function[key]
     entry = {
         "label": draw(words),
-        "form": draw(st.sampled_from(FORMS)),
-        "coefficients": draw(st.lists(numbers, min_size=1, max_size=5)),
-        "x_range": draw(st.lists(numbers, min_size=2, max_size=2)),
+        **function,
         **{k: draw(numbers) for k in ("r2", "cv_r2", "rmse")},
         "n_prompts": draw(st.integers(3, 50)),
         "n_pairs": draw(st.integers(1, 10**5)),
@@ -162,7 +172,7 @@ def test_results_cannot_be_changed_in_place():
         fit.selection["criterion"] = "other"  # type: ignore[index]
     with pytest.raises(AttributeError):
         fit.data["warnings"].append("x")  # type: ignore[union-attr]  (a tuple)
-    assert isinstance(fit.candidates, tuple) and isinstance(fit.selected.coefficients, tuple)
+    assert isinstance(fit.candidates, tuple) and isinstance(fit.selected["coefficients"], tuple)
     made = dataclasses.replace(fit, options={"min_step": 2})  # frozen however it is made
     with pytest.raises(TypeError):
         made.options["min_step"] = 3  # type: ignore[index]
