@@ -243,11 +243,8 @@ def fresh_fit(signals: Signals) -> tuple[Mapping, RescaleFunction, object]:
     spec = next(s for s in specs if s.label == selected["label"])
     x, y = frame["x_rel_l1"].to_numpy(), frame["y_rel_l1"].to_numpy()
     model = FittedModel.fit(spec, x, y, time_input(spec.form, frame))
-    return (
-        selected,
-        replace(model.function, provenance={"source": "fitted on the before traces", "label": spec.label}),
-        spec,
-    )
+    rescale = replace(model.function, provenance={"source": "fitted on the before traces", "label": spec.label})
+    return selected, rescale, spec
 
 
 def matched_thresholds(gate: Gate, signals: Signals, fractions: np.ndarray) -> np.ndarray:

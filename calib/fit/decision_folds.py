@@ -121,12 +121,7 @@ def select_by(fit: FitResult, criterion: str, allow_unsafe: bool = False) -> Fit
     selected = next(c for c in candidates if c.selected)
     selection = {**fit.selection, "default": criterion, "default_why": "chosen by --select"}
     return dataclasses.replace(
-        fit,
-        selected=selected,
-        candidates=candidates,
-        form=selected.function.form,
-        fitted_model=label,
-        selection=selection,
+        fit, selected=selected, candidates=candidates, form=selected["form"], fitted_model=label, selection=selection
     )
 
 

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from calib.fit.result import thaw
+from calib.fit.result import FUNCTION_KEYS, thaw
 from calib.run.fingerprint import close
 from calib.traces.runs import Traces, run_key_columns
 
-SELECTION_KEYS = (
-    "label", "form", "coefficients", "time_coefficients", "interaction_coefficients", "x_range", "region", "knots",
-    "time_knots",
-)  # fmt: skip
+SELECTION_KEYS = ("label", *FUNCTION_KEYS)
 
 
 def same_selection(a: Mapping, b: Mapping) -> bool:

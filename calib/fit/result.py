@@ -65,6 +65,7 @@ class _Record(Mapping):
     """A frozen dataclass readable as the JSON object it writes: its present fields by their JSON names."""
 
     _REQUIRED: tuple[str, ...] = ()
+    _FLAT: tuple[str, ...] = ()  # JSON names of a field held flat in the record's object (Candidate's function)
 
     def __post_init__(self) -> None:
         for name in self._names():  # frozen however it was made: from a file, by a fit or by dataclasses.replace
@@ -88,15 +89,11 @@ class _Record(Mapping):
         return tuple(f.name for f in dataclasses.fields(cls))
 
     @classmethod
-    def _json_names(cls) -> tuple[str, ...]:
-        return cls._names()
-
-    @classmethod
     def _fields_of(cls, data: Mapping, where: str) -> dict[str, Any]:
         """The frozen field values of a JSON object; FitError names a missing or unknown field."""
         if not isinstance(data, Mapping):
             raise FitError(f"{where}: expected an object, got {type(data).__name__}")
-        unknown = sorted(set(data) - set(cls._json_names()))
+        unknown = sorted(set(data) - {*cls._names(), *cls._FLAT})
         if unknown:
             raise FitError(f"{where}: unknown field {unknown[0]!r}")
         missing = [name for name in cls._REQUIRED if name not in data]
@@ -117,11 +114,8 @@ FUNCTION_KEYS = (
 
 @dataclass(frozen=True, eq=True)
 class Candidate(_Record):
-    """One scored candidate of fit.json (``candidates[i]`` and ``selected``): its rescale function and its scores.
-
-    Its JSON object holds the function's fields (:data:`FUNCTION_KEYS`) beside the scores. ``absent``: the empty
-    coefficient fields a file written before they existed lacks, so that it writes back without them.
-    """
+    """One scored candidate of fit.json (``candidates[i]`` and ``selected``): its rescale function and its scores,
+    side by side in its JSON object. ``absent``: empty coefficient fields an older file lacks (written back so)."""
 
     label: str
     function: RescaleFunction
@@ -145,6 +139,7 @@ class Candidate(_Record):
     absent: tuple[str, ...] = ()
 
     _REQUIRED = ("label", "form", "coefficients", "x_range", "r2", "cv_r2", "rmse", "n_prompts", "n_pairs")
+    _FLAT = FUNCTION_KEYS
 
     def _present(self) -> dict[str, Any]:
         fields = super()._present()
@@ -154,13 +149,8 @@ class Candidate(_Record):
         return {"label": fields.pop("label"), **freeze(function), **fields}
 
     @classmethod
-    def _json_names(cls) -> tuple[str, ...]:
-        return (*FUNCTION_KEYS, *(name for name in cls._names() if name not in ("function", "absent")))
-
-    @classmethod
     def from_json(cls, data: Mapping, where: str = "candidate") -> Candidate:
-        """A candidate from its JSON object (``selected`` defaults to False for hand-made entries); FitError names
-        ``where`` when its function is not one the gate can evaluate."""
+        """A candidate from its JSON object (``selected`` defaults to False for hand-made entries)."""
         fields = cls._fields_of(data, where)
         function = {k: thaw(fields.pop(k)) for k in FUNCTION_KEYS if k in fields}
         try:
