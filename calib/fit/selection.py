@@ -105,11 +105,7 @@ def _evaluate(spec: CandidateSpec, x, y, u, folds: np.ndarray, n_prompts: int) -
     return Candidate(
         label=spec.label,
         function=model.function,
-        degree=spec.degree,
-        mode=spec.mode,
-        time_degree=spec.time_degree,
-        interaction_degree=spec.interaction_degree,
-        n_params=spec.n_params,
+        **{k: getattr(spec, k) for k in ("degree", "mode", "time_degree", "interaction_degree", "n_params")},
         r2=r2_score(y, pred),
         cv_r2=r2_score(y, oof),
         cv_r2_se=cv_standard_error(y, oof, folds),
