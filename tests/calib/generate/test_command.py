@@ -122,9 +122,21 @@ REFUSED = {
         ["--teacache-rule", "fbcache", "--teacache-threshold", "nan"],
         r"--teacache-threshold: threshold: expected a finite number >= 0",
     ),
-    "fbcache beside a speedup target": (
-        ["--teacache-rule", "fbcache", "--teacache-speedup", "2"],
-        r"--teacache-speedup: not used with --teacache-rule fbcache \(it is uncalibrated",
+    "fbcache beside traces": (
+        ["--teacache-rule", "fbcache", "--teacache-speedup", "2", "--teacache-traces", "t.parquet"],
+        r"--teacache-traces: not used with --teacache-rule fbcache",
+    ),
+    "fbcache speedup above its maximum": (
+        ["--teacache-rule", "fbcache", "--teacache-speedup", "9"],
+        r"--teacache-speedup 9: First-Block Cache .* at 28 steps it gives 7\.00x at most",
+    ),
+    "fbcache speedup below 1": (
+        ["--teacache-rule", "fbcache", "--teacache-speedup", "0.5"],
+        r"--teacache-speedup 0\.5: expected a number > 1",
+    ),
+    "a threshold beside a speedup": (
+        ["--teacache-rule", "fbcache", "--teacache-speedup", "2", "--teacache-threshold=0.1"],
+        r"--teacache-speedup: not with --teacache-threshold; give one of",
     ),
     "fbcache beside a rescale function": (
         ["--teacache-rule", "fbcache", "--teacache-coefficients", "1,0"],
@@ -290,3 +302,27 @@ def test_fbcache_runs_first_block_cache_at_its_threshold_and_the_image_says_so(t
     assert 0 < meta["teacache_skipped"] < 28 and meta["teacache_max_consecutive_skips"] == 8
     said = capsys.readouterr().out
     assert "First-Block Cache threshold 0.2" in said and f"skipped {meta['teacache_skipped']} of 28" in said
+
+
+def test_fbcache_by_speedup_takes_the_decisions_its_calibration_replay_predicts(tmp_path, capsys, monkeypatch):
+    from calib import targets
+
+    chosen = []
+    choose = targets.fbcache_by_speedup
+    monkeypatch.setattr(targets, "fbcache_by_speedup", lambda *a, **k: chosen.append(choose(*a, **k)) or chosen[-1])
+    out = tmp_path / "f_{seed}.png"
+    argv = ["--model", "tiny-shapes", "--prompt", PROMPT, "--teacache-rule", "fbcache", "--teacache-speedup", "2",
+            "--seed", "3", "4", "--output", str(out)]  # fmt: skip
+    assert command.main(argv) == 0
+    (choice,) = chosen
+    meta = metadata(tmp_path / "f_3.png")
+    assert (
+        meta["teacache_skipped_steps"] == choice.source["skipped_steps"]
+    )  # the calibrated seed: decision for decision
+    assert meta["teacache_threshold"] == choice.threshold and meta["teacache_target"] == "speedup 2x at 28 steps"
+    assert abs(choice.expected["ideal_speedup"] - 2) < 0.2
+    assert "calibration generation of seed 3" in meta["teacache_threshold_source"]
+    assert metadata(tmp_path / "f_4.png")["teacache_threshold"] == choice.threshold
+    said = capsys.readouterr()
+    assert "First-Block Cache threshold" in said.out and "for speedup 2x at 28 steps" in said.out
+    assert "warning" not in said.err
