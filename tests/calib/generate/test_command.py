@@ -93,6 +93,15 @@ def no_model(monkeypatch):
     monkeypatch.setattr(families, "load_released", boom)
 
 
+FBCACHE_SPEEDUP = [  # --teacache-rule fbcache with: (case, flags, what the line says)
+    ("beside traces", ["--teacache-speedup", "2", "--teacache-traces", "t.parquet"],
+     r"--teacache-traces: not used with --teacache-rule fbcache"),
+    ("speedup above its maximum", ["--teacache-speedup", "9"],
+     r"--teacache-speedup 9: First-Block Cache .* at 28 steps it gives 7\.00x at most"),
+    ("speedup below 1", ["--teacache-speedup", "0.5"], r"--teacache-speedup 0\.5: expected a number > 1"),
+    ("threshold beside a speedup", ["--teacache-speedup", "2", "--teacache-threshold=0.1"],
+     r"--teacache-speedup: not with --teacache-threshold; give one of"),
+]  # fmt: skip
 REFUSED = {
     "magcache beside a rescale function": (
         ["--teacache-rule", "magcache", "--teacache-coefficients", "1,0"],
@@ -122,30 +131,7 @@ REFUSED = {
         ["--teacache-rule", "fbcache", "--teacache-threshold", "nan"],
         r"--teacache-threshold: threshold: expected a finite number >= 0",
     ),
-    "fbcache beside traces": (
-        ["--teacache-rule", "fbcache", "--teacache-speedup", "2", "--teacache-traces", "t.parquet"],
-        r"--teacache-traces: not used with --teacache-rule fbcache",
-    ),
-    "fbcache speedup above its maximum": (
-        ["--teacache-rule", "fbcache", "--teacache-speedup", "9"],
-        r"--teacache-speedup 9: First-Block Cache .* at 28 steps it gives 7\.00x at most",
-    ),
-    "fbcache speedup below 1": (
-        ["--teacache-rule", "fbcache", "--teacache-speedup", "0.5"],
-        r"--teacache-speedup 0\.5: expected a number > 1",
-    ),
-    "a threshold beside a speedup": (
-        ["--teacache-rule", "fbcache", "--teacache-speedup", "2", "--teacache-threshold=0.1"],
-        r"--teacache-speedup: not with --teacache-threshold; give one of",
-    ),
-    "fbcache beside a rescale function": (
-        ["--teacache-rule", "fbcache", "--teacache-coefficients", "1,0"],
-        r"--teacache-coefficients: not used with --teacache-rule fbcache",
-    ),
-    "fbcache too short a schedule": (
-        ["--teacache-rule", "fbcache", "--steps", "2"],
-        r"--steps 2: .*leaves First-Block Cache nothing to skip",
-    ),
+    **{f"fbcache {case}": (["--teacache-rule", "fbcache", *flags], why) for case, flags, why in FBCACHE_SPEEDUP},
     "unreachable speedup": (["--teacache-speedup", "10"], r"--teacache-speedup 10: .*nearest: --teacache-speedup 5\.6"),
     "unreachable floor": (["--teacache-ssim", "0.9999"], r"--teacache-ssim 0\.9999: .*nearest: --teacache-ssim"),
     "too short a schedule": (["--steps", "3"], r"--steps 3: .*nothing to skip"),
