@@ -67,23 +67,38 @@ def check_speedup(speedup: float, arg: str = "--teacache-speedup") -> float:
 
 
 def choose_for_speedup(
-    thresholds, computed, num_steps: int, speedup: float, arg: str = "--teacache-speedup"
+    thresholds,
+    computed,
+    num_steps: int,
+    speedup: float,
+    arg: str = "--teacache-speedup",
+    num_blocks: int | None = None,
 ) -> tuple[float, float]:
     """(threshold, its median computed steps) nearest N / ``speedup`` computed steps, else TargetError.
 
     Among the thresholds that give the nearest count, the middle one: a schedule at the edge of its plateau moves
     with the smallest change of the signal. The nearest must lie within :data:`STEP_TOLERANCE` of N / S.
+    ``num_blocks``: First-Block Cache's bound instead (block 0 of that many runs at every step, so S asks for
+    fewer computed steps than N / S; :func:`teacache.fbcache.ideal_speedup`).
     """
     speedup = check_speedup(speedup, arg)
     ts, cs = np.asarray(thresholds, dtype=float), np.asarray(computed, dtype=float)
-    want = num_steps / speedup
+    saved = 1.0 if num_blocks is None else 1.0 - 1.0 / num_blocks  # of a skipped step's cost
+
+    def speedup_of(count: float) -> float:
+        return float(num_steps / (count if num_blocks is None else num_steps - (num_steps - count) * saved))
+
+    if num_blocks is None:
+        want = num_steps / speedup
+    else:
+        want = num_steps - num_steps * (1.0 - 1.0 / speedup) / saved if saved > 0 else float(num_steps)
     gap = np.abs(cs - want)
     best = np.flatnonzero(np.isclose(gap, gap.min()))
     plateau = best[cs[best] == cs[best[0]]]
     pick = int(plateau[len(plateau) // 2])
     if gap[pick] > STEP_TOLERANCE:
-        fastest = float(num_steps / cs.min())
-        nearest = float(num_steps / cs[pick])
+        fastest = speedup_of(cs.min())
+        nearest = speedup_of(cs[pick])
         raise TargetError(
             f"{arg} {speedup:g}: at {num_steps} steps the calibration reaches {fastest:.2f}x at most (computing "
             f"{cs.min():g} of {num_steps}), none computes {want:.3g} steps; nearest: {arg} {nearest:.2f}"
@@ -286,6 +301,58 @@ def threshold_for(
     config = GateConfig(1.0, rescale, skip_first_n_steps=spec.skip_first_n_steps)
     steps = num_steps if num_steps is not None else spec.generation.steps
     return by_speedup(spec.name, speedup, steps, config, where, traces, arg="speedup")
+
+
+# ------------------------------------------------------------------------------------- First-Block Cache
+
+
+def fbcache_max_speedup(num_steps: int, config, num_blocks: int | None = None) -> float:
+    """The most First-Block Cache can give at ``num_steps`` steps under ``config``'s forced steps and cap: every
+    step it may skip skipped (the replay on changes of 0), with ``num_blocks`` blocks, or any number (None)."""
+    most = int(_fbcache_masks(np.zeros((num_steps, num_steps)), [1.0], config)[0].sum())
+    saved = 1.0 if num_blocks is None else 1.0 - 1.0 / num_blocks
+    return float(num_steps / (num_steps - most * saved))
+
+
+def _fbcache_masks(changes: np.ndarray, thresholds, config) -> np.ndarray:
+    """The replay's skip masks of one run: bool ``[thresholds, steps]`` (teacache.fbcache imports MLX: here only)."""
+    from teacache.fbcache import replay_skip_masks
+
+    return replay_skip_masks(
+        changes[None],
+        thresholds,
+        skip_first_n_steps=config.skip_first_n_steps,
+        skip_last_n_steps=config.skip_last_n_steps,
+        max_consecutive_skips=config.max_consecutive_skips,
+    )[:, 0]
+
+
+def fbcache_by_speedup(
+    changes, speedup: float, num_blocks: int, config, evidence: str, arg: str = "--teacache-speedup"
+) -> ThresholdChoice:
+    """First-Block Cache's threshold whose replay on one calibration generation's change table (``changes[t, s]``,
+    :attr:`teacache.fbcache.FBCacheHandle.changes`) computes the steps nearest speedup S under its own bound
+    (block 0 runs at every step). ``config``: the forced steps and cap of the run to come. The replayed skipped
+    steps are in ``source["skipped_steps"]``: a live run of the same generation at this threshold takes them."""
+    from teacache.fbcache import ideal_speedup
+
+    c = np.asarray(changes, dtype=float)
+    num_steps = c.shape[0]
+    masks = _fbcache_masks(c, GRID, config)
+    computed = num_steps - masks.sum(axis=1)
+    threshold, count = choose_for_speedup(GRID, computed, num_steps, speedup, arg, num_blocks=num_blocks)
+    skipped = [int(s) for s in np.flatnonzero(masks[int(np.flatnonzero(threshold == GRID)[0])])]
+    return ThresholdChoice(
+        threshold=threshold,
+        target=f"speedup {speedup:g}x at {num_steps} steps",
+        expected={
+            "computed_steps": int(count),
+            "skipped_steps": len(skipped),
+            "ideal_speedup": ideal_speedup(num_steps, len(skipped), num_blocks),
+        },
+        evidence=evidence,
+        source={"kind": "fbcache-replay", "skipped_steps": skipped, "num_blocks": num_blocks},
+    )
 
 
 # --------------------------------------------------------------------------------------------- MagCache

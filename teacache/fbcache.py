@@ -18,6 +18,8 @@ runs and thresholds, and :class:`FBCacheGate` is the rule itself, decision for d
 
 The live rule runs through each family's proxy (``FBCACHE_PROXY`` of :mod:`teacache.adapters`) and the
 controller of :mod:`teacache.core`; block 0's cost counts in the ideal bound (:func:`ideal_speedup`).
+``apply_fbcache(model, calibrate=True)`` computes every step and records the change table of each generation
+(``handle.changes``): the input the replay needs to pick a threshold for a target speedup before a run.
 """
 
 from __future__ import annotations
@@ -180,15 +182,51 @@ def _changes(changes: ArrayLike, ndim: int) -> np.ndarray:
 
 class FBCacheController(StepController):
     """The controller of :mod:`teacache.core` with First-Block Cache's anchor: the signal is block 0's residual,
-    and the anchor it is compared with moves only on a computed step (TeaCache's moves every step)."""
+    and the anchor it is compared with moves only on a computed step (TeaCache's moves every step).
 
-    def __init__(self, config: FBCacheConfig, forecast: bool = False) -> None:
+    ``calibrate=True`` computes every step and keeps the block-0 residual of every step of the generation, so
+    that each step's change against every earlier one can be recorded (the anchor of a run that skips may be
+    any earlier step): memory grows with the steps, one image-stream residual per step.
+    """
+
+    def __init__(self, config: FBCacheConfig, forecast: bool = False, calibrate: bool = False) -> None:
         self.fbcache_config = config
         placeholder = GateConfig(  # what the controller reads of it: enabled (threshold > 0) and nothing else
             rel_l1_thresh=config.threshold,
             rescale=RescaleFunction((0.0,), provenance={"source": "unused: First-Block Cache decides"}),
         )
-        super().__init__(placeholder, gate=FBCacheGate(config), forecast=forecast)
+        self.change_history: list[np.ndarray] = []
+        self._signals: list[mx.array] = []  # calibration: block 0's residual of every step so far
+        self._rows: list[list[mx.array]] = []  # calibration: step t's change against each earlier step
+        super().__init__(placeholder, calibrate=calibrate, gate=FBCacheGate(config), forecast=forecast)
+
+    def _reset_generation(self) -> None:
+        super()._reset_generation()
+        self._signals, self._rows = [], []
+
+    def _observe_signal(self, signal: mx.array, step: int) -> bool:
+        """Calibration: this step's change against every earlier step's residual (lazy; evaluated with the step)."""
+        self._rows.append([rel_l1(signal, earlier) for earlier in self._signals])
+        self._signals.append(signal)
+        return True
+
+    def observe_output(self, branch: int, output: mx.array, residual: mx.array | None) -> None:
+        """Nothing: the change table is all First-Block Cache's calibration records."""
+
+    def carry(self, output: mx.array, branch: int) -> mx.array:
+        output = super().carry(output, branch)
+        fresh = (self._rows[-1] + self._signals[-1:]) if self.calibrate and self._rows else []
+        return mx.depends(output, fresh) if fresh else output
+
+    def _finish(self) -> None:
+        super()._finish()
+        if self.calibrate and self._rows:
+            n = len(self._rows)
+            table = np.full((n, n), np.nan)
+            for t, row in enumerate(self._rows):
+                table[t, : len(row)] = [change.item() for change in row]
+            self.change_history.append(table)
+            self._signals, self._rows = [], []
 
     def _decide(self, signal: mx.array, step: int, while_reading: Callable[[], None] | None = None) -> bool:
         anchor = self.state.anchor
@@ -217,6 +255,17 @@ class FBCacheHandle(TeaCacheHandle):
         self.num_blocks = num_blocks
 
     @property
+    def changes(self) -> np.ndarray:
+        """``calibrate=True``: the last generation's ``changes[t, s]``, the relative L1 change of step t's block-0
+        residual against step s's (NaN where s >= t), as :func:`replay` and :func:`replay_skip_masks` read it."""
+        history = self._controller.change_history
+        if not history:
+            raise StateError(
+                "changes: no calibration generation yet; apply_fbcache(model, calibrate=True), then generate"
+            )
+        return history[-1].copy()
+
+    @property
     def rel_l1_thresh(self) -> float:
         return self.fbcache.threshold
 
@@ -243,13 +292,17 @@ def apply_fbcache(
     skip_last_n_steps: int = DEFAULT_SKIP_LAST,
     max_consecutive_skips: int = DEFAULT_MAX_CONSECUTIVE_SKIPS,
     forecast: bool = False,
+    calibrate: bool = False,
 ) -> FBCacheHandle:
     """Put First-Block Cache on an mflux pipeline; the handle restores it exactly (``restore()`` or as a context
     manager). ``threshold`` 0 computes every step and swaps nothing in (as ``apply_teacache`` at 0).
     ``forecast=True``: a skipped step extrapolates the remaining blocks' residual from the last two computed steps
-    (first order) instead of reusing the last one. Every setting is checked before the pipeline is touched."""
+    (first order) instead of reusing the last one. ``calibrate=True`` computes every step, as vanilla does, and
+    records each generation's change table (``handle.changes``; the threshold is then unused). Every setting is
+    checked before the pipeline is touched."""
     config = FBCacheConfig(threshold, skip_first_n_steps, skip_last_n_steps, max_consecutive_skips)
     forecast = check_flag(forecast, "forecast")
+    calibrate = check_flag(calibrate, "calibrate")
     from teacache.adapters import adapter_for  # the adapters import mflux: only when a pipeline is given
 
     check_mflux_version()
@@ -258,6 +311,6 @@ def apply_fbcache(
         raise StateError("model: TeaCache is already applied to this pipeline; restore() the first handle")
     proxy = adapter.FBCACHE_PROXY
     num_blocks = proxy.count_blocks(original_transformer(model))
-    controller = FBCacheController(config, forecast=forecast)
+    controller = FBCacheController(config, forecast=forecast, calibrate=calibrate)
     restore = adapter.install(model, controller, proxy_class=proxy)
     return FBCacheHandle(model, adapter, controller, adapter.variant(model), restore, num_blocks)

@@ -16,6 +16,7 @@ import json
 import math
 import sys
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,6 +40,7 @@ _NO_EMBEDDED = {  # mflux flags an embedded model cannot honour: (attribute, wha
 
 
 RULES = ("teacache", "magcache", "fbcache")
+TARGET_FLAGS = ("--teacache-threshold", "--teacache-speedup", "--teacache-ssim")  # how the threshold is set: one
 MAGCACHE_DEFAULT_THRESHOLD = 0.06  # the MagCache paper's default, as sglang ships it
 # what only the TeaCache rule reads: refused beside --teacache-rule magcache or fbcache
 TEACACHE_ONLY = ("teacache_ssim", "teacache_coefficients", "teacache_report", "teacache_allow_unsafe")
@@ -79,7 +81,8 @@ def add_teacache_arguments(parser: argparse.ArgumentParser) -> None:
         help="teacache: the calibrated rel-L1 gate; magcache: MagCache's schedule from a residual-magnitude curve "
         "calibrated on the variant's traces (--teacache-traces), its threshold by --teacache-threshold, "
         "--teacache-speedup or its default 0.06; fbcache: First-Block Cache (block 0 every step, the rest skipped "
-        "while block 0's residual changes less than --teacache-threshold, default 0.08; no calibration)",
+        "while block 0's residual changes less than --teacache-threshold, default 0.08, or the threshold whose "
+        "replay on one calibration generation of the first seed gives --teacache-speedup)",
     )
     group.add_argument(
         "--teacache-forecast",
@@ -163,6 +166,9 @@ def parse(argv: list[str]) -> tuple[variants.VariantSpec, argparse.Namespace]:
                 f"{token.split('=', 1)[0]}: mflux's own step cache skips steps too; TeaCache and it cannot run "
                 "together: drop one of them"
             )
+    targets = [flag for flag in TARGET_FLAGS if any(t.split("=", 1)[0] == flag for t in argv)]
+    if len(targets) > 1:  # argparse would say so under its whole usage text
+        raise Refusal(f"{targets[1]}: not with {targets[0]}; give one of {', '.join(TARGET_FLAGS)}")
     spec = pick_spec(argv)
     check_lora_files(argv)
     with _argv(argv):
@@ -348,25 +354,57 @@ def resolve_magcache(spec: variants.VariantSpec, args: argparse.Namespace):
 
 
 def resolve_fbcache(spec: variants.VariantSpec, args: argparse.Namespace):
-    """FBCacheConfig for --teacache-rule fbcache: its threshold by --teacache-threshold or its default; it has no
-    calibration, so no target and no rescale function."""
+    """FBCacheConfig for --teacache-rule fbcache: its threshold by --teacache-threshold or its default; with
+    --teacache-speedup the threshold is chosen after a calibration generation (:func:`_fbcache_choice`), and the
+    target is checked here against the most the rule can give at any block count. No rescale function."""
+    from calib import targets
     from teacache.errors import TeaCacheError
     from teacache.fbcache import FBCacheConfig
 
-    given = [name for name in (*TEACACHE_ONLY, "teacache_speedup", "teacache_traces")
-             if getattr(args, name) not in (None, False)]  # fmt: skip
+    given = [name for name in (*TEACACHE_ONLY, "teacache_traces") if getattr(args, name) not in (None, False)]
     if given:
         flag = "--" + given[0].replace("_", "-")
         raise Refusal(
-            f"{flag}: not used with --teacache-rule fbcache (it is uncalibrated: no recorded signal to replay, no "
-            "rescale function); pass --teacache-threshold"
+            f"{flag}: not used with --teacache-rule fbcache (it has no recorded traces or rescale function: "
+            "--teacache-speedup calibrates on a generation of its own); pass --teacache-threshold or --teacache-speedup"
         )
     try:
         config = FBCacheConfig(**({} if args.teacache_threshold is None else {"threshold": args.teacache_threshold}))
     except TeaCacheError as exc:
         raise Refusal(f"--teacache-threshold: {exc}") from None
     check_schedule(spec, args.steps, config, "First-Block Cache")
+    if args.teacache_speedup is not None:
+        try:
+            speedup = targets.check_speedup(args.teacache_speedup)
+        except TeaCacheError as exc:
+            raise Refusal(str(exc)) from None
+        most = targets.fbcache_max_speedup(args.steps, config)
+        if speedup > most + 1e-9:
+            raise Refusal(
+                f"--teacache-speedup {speedup:g}: First-Block Cache computes block 0 and its first "
+                f"{config.skip_first_n_steps} and last {config.skip_last_n_steps} steps and skips at most "
+                f"{config.max_consecutive_skips} in a row, so at {args.steps} steps it gives {most:.2f}x at most "
+                "(fewer with fewer blocks); ask for less"
+            )
     return config
+
+
+def _fbcache_choice(spec, args, model, config):
+    """The threshold for --teacache-speedup: the rule replayed on one calibration generation of the first seed
+    (every step computed, as vanilla), which a live run of that same generation then takes decision for decision."""
+    from calib import targets
+    from teacache.fbcache import apply_fbcache
+
+    seed = args.seed[0]
+    with apply_fbcache(model, calibrate=True) as calibration:
+        run_once(spec, args, model, seed)
+    blocks = calibration.num_blocks
+    evidence = f"First-Block Cache replayed on a calibration generation of seed {seed}, {blocks} blocks"
+    try:
+        choice = targets.fbcache_by_speedup(calibration.changes, args.teacache_speedup, blocks, config, evidence)
+    except targets.TargetError as exc:
+        raise Refusal(str(exc)) from None
+    return replace(choice, source={**choice.source, "seed": seed})
 
 
 def _check_safety(rescale: RescaleFunction, allow_unsafe: bool) -> None:
@@ -407,18 +445,24 @@ def load(spec: variants.VariantSpec, args: argparse.Namespace):
     return model, families.register_mflux_callbacks(spec.family, args, model)
 
 
-def generate_all(spec, args, model, handle, record: dict, out: list[Path]) -> None:
-    """One image per seed, each saved with its TeaCache metadata as soon as it is made."""
+def run_once(spec, args, model, seed: int):
+    """One generation of ``seed`` as mflux's command makes it (prompt, size and the family's keywords)."""
     from mflux.utils.dimension_resolver import DimensionResolver
     from mflux.utils.prompt_util import PromptUtil
 
     width, height = DimensionResolver.resolve(
         width=args.width, height=args.height, reference_image_path=getattr(args, "image_path", None)
     )
+    prompt = PromptUtil.read_prompt(args)
+    kwargs = families.generate_kwargs(spec.family, args, seed, prompt, width, height)
+    return model.generate_image(**families.accepted(model.generate_image, kwargs))
+
+
+def generate_all(spec, args, model, handle, record: dict, out: list[Path]) -> None:
+    """One image per seed, each saved with its TeaCache metadata as soon as it is made."""
+
     for seed in args.seed:
-        prompt = PromptUtil.read_prompt(args)
-        kwargs = families.generate_kwargs(spec.family, args, seed, prompt, width, height)
-        image = model.generate_image(**families.accepted(model.generate_image, kwargs))
+        image = run_once(spec, args, model, seed)
         stats = handle.stats
         skipped = stats.skipped_steps
         steps = stats.computed + stats.skipped
@@ -427,6 +471,17 @@ def generate_all(spec, args, model, handle, record: dict, out: list[Path]) -> No
         out.append(path)
         shown = ", ".join(map(str, skipped)) if skipped else "none"
         print(f"{PROG}: skipped {len(skipped)} of {steps} (steps {shown}); saved {path}")
+        _check_replayed(record["choice"], seed, skipped)
+
+
+def _check_replayed(choice, seed: int, skipped: list[int]) -> None:
+    """A First-Block Cache run by speedup repeats its calibration generation's replay; say so where it did not
+    (a change the first skip moved across the threshold)."""
+    source = {} if choice is None else choice.source
+    if source.get("kind") == "fbcache-replay" and source.get("seed") == seed and skipped != source["skipped_steps"]:
+        replayed = ", ".join(map(str, source["skipped_steps"])) or "none"
+        print(f"{PROG}: warning: seed {seed} skipped other steps than its calibration replay ({replayed})",
+              file=sys.stderr)  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -490,13 +545,22 @@ def _fbcache_main(spec, args, saved: list[Path]) -> int:
     config = resolve_fbcache(spec, args)
     for seed in args.seed:
         output_path(args, seed, check=True)
-    print(f"{PROG}: {spec.name}, First-Block Cache threshold {config.threshold:g} (K {config.max_consecutive_skips}, "
-          f"first {config.skip_first_n_steps}, last {config.skip_last_n_steps}); uncalibrated")  # fmt: skip
+    loaded, choice, source = None, None, "none: First-Block Cache is uncalibrated"
+    if args.teacache_speedup is not None:
+        loaded = load(spec, args)
+        with _one_line_warnings():
+            choice = _fbcache_choice(spec, args, loaded[0], config)
+        config = replace(config, threshold=choice.threshold)
+        source = f"none: First-Block Cache's threshold from {choice.evidence}"
+    said = choice.describe() if choice is not None else f"threshold {config.threshold:g}"
+    print(f"{PROG}: {spec.name}, First-Block Cache {said} (K {config.max_consecutive_skips}, "
+          f"first {config.skip_first_n_steps}, last {config.skip_last_n_steps}); "
+          f"{'calibrated' if choice is not None else 'uncalibrated'}")  # fmt: skip
     default = f"First-Block Cache's default {DEFAULT_THRESHOLD:g} (ParaAttention's for FLUX)"
-    record = _record(args, "fbcache", config.threshold, None, "none: First-Block Cache is uncalibrated", default,
+    record = _record(args, "fbcache", config.threshold, choice, source, default,
                      config.skip_first_n_steps, config.skip_last_n_steps, config.max_consecutive_skips)  # fmt: skip
     with _one_line_warnings():
-        return _run(spec, args, config, None, record, saved)
+        return _run(spec, args, config, None, record, saved, loaded)
 
 
 def _record(args, rule: str, threshold: float, choice, source: str, default: str, first, last, cap) -> dict:
@@ -514,13 +578,13 @@ def _record(args, rule: str, threshold: float, choice, source: str, default: str
     }
 
 
-def _run(spec, args, config, coefficients, record, saved: list[Path]) -> int:
+def _run(spec, args, config, coefficients, record, saved: list[Path], loaded=None) -> int:
     from mflux.utils.exceptions import PromptFileReadError, StopImageGenerationException
 
     from teacache.api import apply_teacache
     from teacache.safety import UnsafeRescaleWarning
 
-    model, memory_saver = load(spec, args)
+    model, memory_saver = load(spec, args) if loaded is None else loaded
     if record["rule"] == "magcache":
         from teacache.magcache import apply_magcache
 

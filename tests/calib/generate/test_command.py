@@ -93,6 +93,15 @@ def no_model(monkeypatch):
     monkeypatch.setattr(families, "load_released", boom)
 
 
+FBCACHE_SPEEDUP = [  # --teacache-rule fbcache with: (case, flags, what the line says)
+    ("beside traces", ["--teacache-speedup", "2", "--teacache-traces", "t.parquet"],
+     r"--teacache-traces: not used with --teacache-rule fbcache"),
+    ("speedup above its maximum", ["--teacache-speedup", "9"],
+     r"--teacache-speedup 9: First-Block Cache .* at 28 steps it gives 7\.00x at most"),
+    ("speedup below 1", ["--teacache-speedup", "0.5"], r"--teacache-speedup 0\.5: expected a number > 1"),
+    ("threshold beside a speedup", ["--teacache-speedup", "2", "--teacache-threshold=0.1"],
+     r"--teacache-speedup: not with --teacache-threshold; give one of"),
+]  # fmt: skip
 REFUSED = {
     "magcache beside a rescale function": (
         ["--teacache-rule", "magcache", "--teacache-coefficients", "1,0"],
@@ -122,18 +131,7 @@ REFUSED = {
         ["--teacache-rule", "fbcache", "--teacache-threshold", "nan"],
         r"--teacache-threshold: threshold: expected a finite number >= 0",
     ),
-    "fbcache beside a speedup target": (
-        ["--teacache-rule", "fbcache", "--teacache-speedup", "2"],
-        r"--teacache-speedup: not used with --teacache-rule fbcache \(it is uncalibrated",
-    ),
-    "fbcache beside a rescale function": (
-        ["--teacache-rule", "fbcache", "--teacache-coefficients", "1,0"],
-        r"--teacache-coefficients: not used with --teacache-rule fbcache",
-    ),
-    "fbcache too short a schedule": (
-        ["--teacache-rule", "fbcache", "--steps", "2"],
-        r"--steps 2: .*leaves First-Block Cache nothing to skip",
-    ),
+    **{f"fbcache {case}": (["--teacache-rule", "fbcache", *flags], why) for case, flags, why in FBCACHE_SPEEDUP},
     "unreachable speedup": (["--teacache-speedup", "10"], r"--teacache-speedup 10: .*nearest: --teacache-speedup 5\.6"),
     "unreachable floor": (["--teacache-ssim", "0.9999"], r"--teacache-ssim 0\.9999: .*nearest: --teacache-ssim"),
     "too short a schedule": (["--steps", "3"], r"--steps 3: .*nothing to skip"),
@@ -290,3 +288,27 @@ def test_fbcache_runs_first_block_cache_at_its_threshold_and_the_image_says_so(t
     assert 0 < meta["teacache_skipped"] < 28 and meta["teacache_max_consecutive_skips"] == 8
     said = capsys.readouterr().out
     assert "First-Block Cache threshold 0.2" in said and f"skipped {meta['teacache_skipped']} of 28" in said
+
+
+def test_fbcache_by_speedup_takes_the_decisions_its_calibration_replay_predicts(tmp_path, capsys, monkeypatch):
+    from calib import targets
+
+    chosen = []
+    choose = targets.fbcache_by_speedup
+    monkeypatch.setattr(targets, "fbcache_by_speedup", lambda *a, **k: chosen.append(choose(*a, **k)) or chosen[-1])
+    out = tmp_path / "f_{seed}.png"
+    argv = ["--model", "tiny-shapes", "--prompt", PROMPT, "--teacache-rule", "fbcache", "--teacache-speedup", "2",
+            "--seed", "3", "4", "--output", str(out)]  # fmt: skip
+    assert command.main(argv) == 0
+    (choice,) = chosen
+    meta = metadata(tmp_path / "f_3.png")
+    assert (
+        meta["teacache_skipped_steps"] == choice.source["skipped_steps"]
+    )  # the calibrated seed: decision for decision
+    assert meta["teacache_threshold"] == choice.threshold and meta["teacache_target"] == "speedup 2x at 28 steps"
+    assert abs(choice.expected["ideal_speedup"] - 2) < 0.2
+    assert "calibration generation of seed 3" in meta["teacache_threshold_source"]
+    assert metadata(tmp_path / "f_4.png")["teacache_threshold"] == choice.threshold
+    said = capsys.readouterr()
+    assert "First-Block Cache threshold" in said.out and "for speedup 2x at 28 steps" in said.out
+    assert "warning" not in said.err
