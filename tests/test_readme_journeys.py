@@ -49,6 +49,8 @@ RUN_ELSEWHERE = {  # block -> the test that runs it as written
     (DRIFT, TRACES, 0): "tests/test_readme_journeys.py::test_the_traces_journey_runs_as_written_on_the_shipped_samples",
     ("docs/generate.md", "Generate with TeaCache: `teacache-generate`", 0):
         "tests/test_docs_generate.py::test_the_commands_of_the_page_run_as_written",
+    ("docs/caching-rules.md", "By speedup", 0):
+        "tests/test_docs_caching_rules.py::test_first_block_cache_by_speedup_runs_as_written",
     ("docs/tolerances.md", "The quantized no-op at full size", 0):
         "tests/bench/tolerances/test_quantized_noop.py::test_the_pages_command_regenerates_the_committed_module",
 }  # fmt: skip
