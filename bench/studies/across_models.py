@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from calib.run.arguments import CommandParser, Writes, check_out_dir, path_argument
+from calib.run.arguments import CommandParser, Writes, path_argument
 from calib.run.command import command
 from teacache.errors import InputError
 from teacache.io import atomic_path, write_json, write_text
@@ -137,9 +137,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 
 @command(PROG)
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = setup_arg_parser().parse_args(argv)
-    check_out_dir(args.out, writes=WRITES)
+    args, argv = setup_arg_parser().parse_checked(argv, WRITES)
     models = [parse_model(v) for v in args.model]
     baselines = pd.concat([baseline_rows(name, b) for name, _, b in models], ignore_index=True)
     outcome_rows, paired = [], []

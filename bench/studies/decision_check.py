@@ -35,7 +35,7 @@ from bench.report import front, stats
 from bench.sweep import records
 from bench.sweep.baselines import TEACACHE
 from calib.fit.result import FitResult
-from calib.run.arguments import CommandParser, Writes, check_out_dir, path_argument
+from calib.run.arguments import CommandParser, Writes, path_argument
 from calib.run.command import command
 from teacache.errors import InputError
 from teacache.io import atomic_path, write_json, write_text
@@ -269,12 +269,16 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 
 @command(PROG)
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = setup_arg_parser().parse_args(argv)
-    check_out_dir(args.out, writes=WRITES)
+    args, argv = setup_arg_parser().parse_checked(argv, WRITES)
     candidates = [parse_candidate(v) for v in args.candidate]
-    levels = parse_levels(args.levels)
-    full = FitResult.read(args.scores)
+    return compare(candidates, args.scores, parse_levels(args.levels), args.out, [*PROG.split(), *argv])
+
+
+def compare(candidates: list[tuple[str, Path, Path]], full_fit: Path, levels: list[int], out: Path,
+            argv: list[str]) -> int:  # fmt: skip
+    """Compare the (label, sweep folder, fit.json) candidates into ``out``, scored by ``full_fit``; ``argv``: the
+    command line provenance.json records (one that makes this comparison)."""
+    full = FitResult.read(full_fit)
     swept = {label: FitResult.read(fit_path).selected.label for label, _, fit_path in candidates}
     frames, scores, inputs = [], {}, []
     for label, sweep, fit_path in candidates:
@@ -285,26 +289,26 @@ def main(argv: list[str] | None = None) -> int:
         if cand is None:
             raise InputError(f"--scores has no candidate {fitted!r}")
         scores[label] = {"cv_r2": cand["cv_r2"], "decision_excess": cand["decision_excess"], "fitted": fitted}
-        command = json.loads((sweep / "provenance.json").read_text()).get("command")
-        inputs.append({"candidate": label, "sweep": str(sweep), "fit": str(fit_path), "sweep_command": command})
+        swept_by = json.loads((sweep / "provenance.json").read_text()).get("command")
+        inputs.append({"candidate": label, "sweep": str(sweep), "fit": str(fit_path), "sweep_command": swept_by})
     runs = pd.concat(frames, ignore_index=True)
     points = teacache_points(runs)
     grid = np.arange(int(runs["computed"].min()), int(runs["computed"].max()) + 1)
     table = paired(interpolated(runs, grid), levels)
     score_frame = pd.DataFrame(scores).T
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_text(args.out / "points.csv", points.to_csv(index=False))
-    write_text(args.out / "paired.csv", table.to_csv(index=False))
-    with atomic_path(args.out / "fronts.png") as tmp:
+    out.mkdir(parents=True, exist_ok=True)
+    write_text(out / "points.csv", points.to_csv(index=False))
+    write_text(out / "paired.csv", table.to_csv(index=False))
+    with atomic_path(out / "fronts.png") as tmp:
         tmp.write_bytes(fronts_png(points, score_frame))
 
-    write_json(args.out / "provenance.json", collect([*PROG.split(), *argv], inputs=inputs))
+    write_json(out / "provenance.json", collect(argv, inputs=inputs))
     picks = criterion_picks(score_frame, (full.selection or {}).get("selected_by"))
     found = verdicts(table, score_frame.drop(columns="fitted"), picks)
-    write_json(args.out / "verdicts.json", {"picks": picks, "verdicts": found, "scores": scores})
+    write_json(out / "verdicts.json", {"picks": picks, "verdicts": found, "scores": scores})
     areas = front_areas(runs)
-    write_text(args.out / "areas.csv", areas.to_csv(index=False))
-    write_text(args.out / "comparison.md", report(points, table, score_frame, found, inputs, areas))
+    write_text(out / "areas.csv", areas.to_csv(index=False))
+    write_text(out / "comparison.md", report(points, table, score_frame, found, inputs, areas))
     print(points.to_string(index=False))
     print(table.to_string(index=False))
     for criterion, text in found.items():

@@ -123,8 +123,12 @@ def _interrupted_message(settings: SweepSettings) -> str:
 
 @command(PROG)
 def main(argv: list[str] | None = None) -> int:
-    args = setup_arg_parser().parse_args(argv)
-    path = run_sweep(settings_from_args(args))
+    return sweep(settings_from_args(setup_arg_parser().parse_args(argv)))
+
+
+def sweep(settings: SweepSettings) -> int:
+    """:func:`run_sweep`, then what the command says of it: the median per threshold, warnings, the file written."""
+    path = run_sweep(settings)
     if path is None:  # a rank other than 0 under mlx.launch: rank 0 says what was merged
         return 0
     # heavy (pandas): loaded after the arguments are checked

@@ -10,6 +10,7 @@ import argparse
 import math
 import numbers
 import os
+import sys
 import textwrap
 from pathlib import Path
 
@@ -49,6 +50,14 @@ class CommandParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+    def parse_checked(self, argv: list[str] | None, writes: Writes) -> tuple[argparse.Namespace, list[str]]:
+        """The arguments, ``--out`` checked by the output rule before anything is read, and the command line as
+        given (provenance records it)."""
+        argv = list(sys.argv[1:] if argv is None else argv)
+        args = self.parse_args(argv)
+        check_out_dir(args.out, writes=writes)
+        return args, argv
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, prompts: bool = True) -> None:
