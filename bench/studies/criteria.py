@@ -10,12 +10,14 @@ the same prompts and seeds, and hands the sweeps to ``teacache-bench decision-ch
 
     OUT/candidates/<label>/fit.json   one candidate, refitted alone (teacache-calib fit)
     OUT/sweeps/<label>/               teacache-bench sweep at its thresholds
-    OUT/settings.json                 the inputs the folder was made from (a rerun with others is refused)
+    OUT/fingerprint.json              the inputs the folder was made from (a rerun with others is refused)
     OUT/plan.json                     candidates, why each was taken, thresholds and predicted steps
     OUT/comparison.md ...             decision-check's outputs
 
 Every stage resumes: an earlier refit of the same traces is kept, a sweep resumes its pairs, and the
-comparison is not redone when the candidates and thresholds are those of OUT/plan.json.
+comparison is not redone when the candidates and thresholds are those of OUT/plan.json. One writer at a time
+(``calib.run.folder``); a folder from before fingerprints is checked against its settings.json; ``--force-new``
+starts afresh.
 """
 
 from __future__ import annotations
@@ -31,13 +33,18 @@ import pandas as pd
 
 from bench.studies import decision_check
 from bench.sweep import command as sweep_command
+from bench.sweep import files as sweep_files
+from bench.sweep.settings import plan as sweep_plan
 from calib.fit import FitOptions
 from calib.fit import fit as fit_traces
 from calib.fit.file import same_selection
 from calib.fit.options import flags
 from calib.fit.result import FitResult
-from calib.run.arguments import CommandParser, Writes, check_out_dir, path_argument
-from calib.run.command import command
+from calib.run import fingerprint
+from calib.run.arguments import CommandParser, Writes, path_argument
+from calib.run.command import command, run_command
+from calib.run.fingerprint import SettingsMismatch
+from calib.run.folder import RunFolder
 from calib.run.prompts import load_prompts, parse_seeds
 from teacache import gate_batch, variants
 from teacache.errors import InputError
@@ -128,16 +135,16 @@ def thresholds_for_levels(
     return out
 
 
-def check_same_settings(path: Path, settings: dict) -> None:
-    """A folder keeps the settings it was made with: its refits and sweeps describe those inputs only."""
-    if not path.is_file():
-        return
-    earlier = read_json(path)
-    differ = sorted(k for k in settings.keys() | earlier.keys() if settings.get(k) != earlier.get(k))
-    if differ:
-        raise InputError(
-            f"--out: {path.parent} was made with other settings ({', '.join(differ)} differ); choose another --out"
-        )
+def earlier_settings(folder: Path, current: dict) -> dict:
+    """A folder from before fingerprints keeps its settings in settings.json, without "candidates" when none
+    were named; its refits and sweeps describe those inputs only."""
+    try:
+        settings = {"candidates": None, **read_json(folder / SETTINGS_NAME)}
+    except (OSError, ValueError, TypeError):
+        raise SettingsMismatch(f"--out: {folder} holds results without a readable {SETTINGS_NAME}, so they cannot be "
+                               "checked against this run; pass --force-new to start it afresh, or choose another "
+                               "--out") from None  # fmt: skip
+    return {"command": PROG, "settings": fingerprint.canonical(settings), "history": []}
 
 
 def kept_fit(path: Path, label: str, traces_sha: str) -> bool:
@@ -153,10 +160,12 @@ def read_json(path: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-# Its settings, the refitted candidates and their sweeps, and the decision check it runs into the same folder; a
-# campaign's criteria/ in results/ is its to regenerate.
-WRITES = Writes(PROG, names=(SETTINGS_NAME, "plan.json", "candidates", "sweeps", *decision_check.WRITES.names),
-                regenerates=("results",))  # fmt: skip
+# The refitted candidates and their sweeps, and the decision check it runs into the same folder (--force-new removes
+# them); a campaign's criteria/ in results/ is its to regenerate.
+RESULTS = (SETTINGS_NAME, "plan.json", "candidates", "sweeps")
+OUTPUTS = (*RESULTS, *decision_check.WRITES.names)
+FOLDER = RunFolder(PROG, RESULTS, OUTPUTS, adopt=earlier_settings, adopted_from=SETTINGS_NAME)
+WRITES = Writes(PROG, names=(*OUTPUTS, fingerprint.FILE), regenerates=("results",))
 
 
 def setup_arg_parser() -> argparse.ArgumentParser:
@@ -177,14 +186,13 @@ def setup_arg_parser() -> argparse.ArgumentParser:
         "instead of each criterion's picks and the best of the other kind",
     )
     parser.add_argument("--out", type=path_argument, required=True)
+    parser.add_argument("--force-new", action="store_true", help="discard what OUT holds from an earlier check")
     return parser
 
 
 @command(PROG)
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = setup_arg_parser().parse_args(argv)
-    check_out_dir(args.out, writes=WRITES)
+    args, _ = setup_arg_parser().parse_checked(argv, WRITES)
     spec = variants.get(args.model)
     fit = FitResult.read(args.fit).to_json()
     if not args.traces.is_file():
@@ -198,11 +206,11 @@ def main(argv: list[str] | None = None) -> int:
     load_prompts(prompts)  # a bad set or file is refused here, before any fit or sweep writes into --out
     parse_seeds(args.seeds)
     settings = {"model": spec.name, "fit_sha256": file_sha256(args.fit), "traces_sha256": file_sha256(args.traces),
-                "prompts": prompts, "seeds": args.seeds, "levels": sorted(levels)}  # fmt: skip
-    if args.candidate:  # absent otherwise, so folders made before the option still resume
-        settings["candidates"] = list(chosen)
-    check_same_settings(args.out / SETTINGS_NAME, settings)
-    with granted(args.out):  # the fits, sweeps and decision check it runs write into the folder it checked
+                "prompts": prompts, "seeds": args.seeds, "levels": sorted(levels),
+                "candidates": list(chosen) if args.candidate else None}  # fmt: skip
+    stopped = f"interrupted: the refits and sweeps done are kept in {args.out}; run the same command again to resume"
+    # the fits, sweeps and decision check it runs write into the folder it checked
+    with FOLDER.writing(args.out, settings, args.force_new), granted(args.out), FOLDER.interruptible(lambda: stopped):
         return _compare(args, spec, fit, chosen, options, prompts, settings, levels)
 
 
@@ -215,11 +223,10 @@ def sweep_prompts(spec) -> str:
 
 def _compare(args, spec, fit: dict, chosen: dict, options: dict, prompts: str, settings: dict, levels) -> int:
     """Refit each chosen candidate, sweep it at the thresholds that reach ``levels`` and run the decision check."""
-    write_json(args.out / SETTINGS_NAME, settings)
     min_step = int(fit["options"].get("min_step", spec.skip_first_n_steps))
     traces = pd.read_parquet(args.traces)
     traces_sha = settings["traces_sha256"]
-    plan, candidate_args = [], []
+    plan, candidates = [], []
     for label, why in chosen.items():
         folder = args.out / "candidates" / label
         if not kept_fit(folder / "fit.json", label, traces_sha):
@@ -241,21 +248,22 @@ def _compare(args, spec, fit: dict, chosen: dict, options: dict, prompts: str, s
         plan.append({"label": label, "why": why, "levels": [{"level": lv, "threshold": t, "median_computed": c}
                                                            for lv, t, c in at]})  # fmt: skip
         sweep = args.out / "sweeps" / label
-        code = sweep_command.main(["--model", args.model, "--coefficients", str(folder / "fit.json"), "--prompts",
-                                   prompts, "--seeds", args.seeds, "--repeats", "1", "--thresholds", thresholds,
-                                   "--out", str(sweep)])  # fmt: skip
+        given = {"model": args.model, "coefficients": str(folder / "fit.json"), "prompts": prompts,
+                 "seeds": args.seeds, "repeats": 1, "thresholds": thresholds, "out": sweep}  # fmt: skip
+        code = run_command(sweep_files.PROG, lambda given=given: sweep_command.sweep(sweep_plan(**given)))
         if code != 0:
             return code
-        candidate_args += ["--candidate", f"{label}={sweep}={folder / 'fit.json'}"]
+        candidates.append((label, sweep, folder / "fit.json"))
     plan_record = {"model": args.model, "fit": str(args.fit), "candidates": plan}
     plan_path = args.out / "plan.json"
     if plan_path.is_file() and (args.out / "verdicts.json").is_file() and read_json(plan_path) == plan_record:
         print(f"kept {args.out}: the same candidates and thresholds were already compared (decision-check)")
         return 0
     write_json(plan_path, plan_record)
-    levels_arg = ",".join(str(v) for v in sorted(levels))
-    return decision_check.main([*candidate_args, "--scores", str(args.fit), "--levels", levels_arg,
-                                "--out", str(args.out)])  # fmt: skip
+    levels = sorted(levels)
+    argv = [*decision_check.PROG.split(), *[v for c in candidates for v in ("--candidate", "=".join(map(str, c)))],
+            "--scores", str(args.fit), "--levels", ",".join(map(str, levels)), "--out", str(args.out)]  # fmt: skip
+    return run_command(decision_check.PROG, decision_check.compare, candidates, args.fit, levels, args.out, argv)
 
 
 if __name__ == "__main__":

@@ -151,6 +151,9 @@ class RunFolder:
     extendable: tuple[str, ...] = ()  # settings a rerun may add values to
     layout: UnitLayout | None = None  # where a sharded command keeps each unit
     log: str = LOG
+    # a folder from before fingerprints: its settings, read from the file an earlier version recorded them in
+    adopt: Callable[[Path, dict], dict] = fingerprint.from_provenance
+    adopted_from: str = "provenance.json"
 
     # ------------------------------------------------------------------------------ one writer, its settings
 
@@ -192,18 +195,18 @@ class RunFolder:
         """Compare ``settings`` with the folder's fingerprint; raise SettingsMismatch naming every difference.
 
         ``settings`` may be partial (before the model loads, its variant is unknown): only its keys count. A
-        folder from before fingerprints is judged by its provenance.json.
+        folder from before fingerprints is judged by what its earlier version recorded (``adopt``).
         """
         current = fingerprint.canonical(settings)
         data = fingerprint.read(folder)
         adopted = data is None and fingerprint.has_results(folder, self.results)
         if adopted:
-            data = fingerprint.from_provenance(folder, current)
+            data = self.adopt(folder, current)
         if self.read(folder, data) is None:
             return FolderState("new")
         differences, added = fingerprint.compare(data["settings"], current, self.extendable)
         if differences:
-            source = " (as its provenance.json from an earlier version says)" if adopted else ""
+            source = f" (as its {self.adopted_from} from an earlier version says)" if adopted else ""
             raise SettingsMismatch(
                 f"--out: {folder} was made with other settings{source}: {'; '.join(differences)}; pass --force-new "
                 "to start it afresh, or choose a new --out"
