@@ -9,7 +9,6 @@ them succeeded, so bad input leaves no file behind.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from bench.report.input import DECISION_COLUMNS, RUN_COLUMNS, ReportInputError, 
 from bench.report.markdown import num, ratio
 from bench.report.render import OUTPUTS, render_files
 from bench.sweep.schedules import same_schedule_warnings
-from calib.run.arguments import CommandParser, check_out_dir, path_argument
+from calib.run.arguments import CommandParser, path_argument
 from calib.run.command import command
 from teacache.io import atomic_path, write_text
 
@@ -131,7 +130,7 @@ def print_warnings(summary: dict, prog: str = PROG) -> None:
         print(f"{prog}: warning: {warning}", file=sys.stderr)
 
 
-def setup_arg_parser() -> argparse.ArgumentParser:
+def setup_arg_parser() -> CommandParser:
     parser = CommandParser(
         prog=PROG,
         description="Distribution tables, speed/quality plots and report.md from a sweep folder.",
@@ -172,8 +171,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 
 @command(PROG)
 def main(argv: list[str] | None = None) -> int:
-    args = setup_arg_parser().parse_args(argv)
-    check_out_dir(args.out, writes=WRITES)
+    args, _ = setup_arg_parser().parse_checked(argv, WRITES)
     summary = build_report(
         args.runs, args.out, ssim_floor=args.floor, metric=args.metric, target_speedup=args.target_speedup
     )

@@ -16,7 +16,6 @@ picks did on each model, and the rule the evidence supports) and DIR/provenance.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -128,7 +127,7 @@ WRITES = Writes(PROG, names=("baselines.csv", "fronts.png", "criteria.csv", "evi
                 regenerates=("results/comparisons",))  # fmt: skip
 
 
-def setup_arg_parser() -> argparse.ArgumentParser:
+def setup_arg_parser() -> CommandParser:
     parser = CommandParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", action="append", required=True, metavar="NAME=CRITERIA_DIR=BASELINES_REPORT_DIR")
     parser.add_argument("--out", type=path_argument, required=True)

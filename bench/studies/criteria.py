@@ -22,8 +22,6 @@ starts afresh.
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
 import sys
 from pathlib import Path
@@ -33,7 +31,6 @@ import pandas as pd
 
 from bench.studies import decision_check
 from bench.sweep import command as sweep_command
-from bench.sweep import files as sweep_files
 from bench.sweep.settings import plan as sweep_plan
 from calib.fit import FitOptions
 from calib.fit import fit as fit_traces
@@ -48,7 +45,7 @@ from calib.run.folder import RunFolder
 from calib.run.prompts import load_prompts, parse_seeds
 from teacache import gate_batch, variants
 from teacache.errors import InputError
-from teacache.io import file_sha256, write_json
+from teacache.io import file_sha256, read_json_object, write_json
 from teacache.outputs import granted
 
 PROG = "teacache-bench criteria"
@@ -138,12 +135,7 @@ def thresholds_for_levels(
 def earlier_settings(folder: Path, current: dict) -> dict:
     """A folder from before fingerprints keeps its settings in settings.json, without "candidates" when none
     were named; its refits and sweeps describe those inputs only."""
-    try:
-        settings = {"candidates": None, **read_json(folder / SETTINGS_NAME)}
-    except (OSError, ValueError, TypeError):
-        raise SettingsMismatch(f"--out: {folder} holds results without a readable {SETTINGS_NAME}, so they cannot be "
-                               "checked against this run; pass --force-new to start it afresh, or choose another "
-                               "--out") from None  # fmt: skip
+    settings = {"candidates": None, **read_json_object(folder / SETTINGS_NAME, SettingsMismatch)}
     return {"command": PROG, "settings": fingerprint.canonical(settings), "history": []}
 
 
@@ -156,10 +148,6 @@ def kept_fit(path: Path, label: str, traces_sha: str) -> bool:
     return fit.selected.label == label and [f.get("sha256") for f in files] == [traces_sha]
 
 
-def read_json(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
 # The refitted candidates and their sweeps, and the decision check it runs into the same folder (--force-new removes
 # them); a campaign's criteria/ in results/ is its to regenerate.
 RESULTS = (SETTINGS_NAME, "plan.json", "candidates", "sweeps")
@@ -168,7 +156,7 @@ FOLDER = RunFolder(PROG, RESULTS, OUTPUTS, adopt=earlier_settings, adopted_from=
 WRITES = Writes(PROG, names=(*OUTPUTS, fingerprint.FILE), regenerates=("results",))
 
 
-def setup_arg_parser() -> argparse.ArgumentParser:
+def setup_arg_parser() -> CommandParser:
     parser = CommandParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="the variant the traces were recorded on")
     parser.add_argument("--fit", type=Path, required=True, help="the full fit.json of the traces (every candidate)")
@@ -225,11 +213,10 @@ def _compare(args, spec, fit: dict, chosen: dict, options: dict, prompts: str, s
     """Refit each chosen candidate, sweep it at the thresholds that reach ``levels`` and run the decision check."""
     min_step = int(fit["options"].get("min_step", spec.skip_first_n_steps))
     traces = pd.read_parquet(args.traces)
-    traces_sha = settings["traces_sha256"]
     plan, candidates = [], []
     for label, why in chosen.items():
         folder = args.out / "candidates" / label
-        if not kept_fit(folder / "fit.json", label, traces_sha):
+        if not kept_fit(folder / "fit.json", label, settings["traces_sha256"]):
             given = {**options[label], "min_step": min_step, "no_plots": True}
             command = [str(args.traces), "--out", str(folder), *flags(given)]  # the same fit's command line
             folder.mkdir(parents=True, exist_ok=True)
@@ -242,21 +229,20 @@ def _compare(args, spec, fit: dict, chosen: dict, options: dict, prompts: str, s
         if not same_selection(refit, {"selected": full}):
             print(f"{PROG}: refitting {label} alone gave other numbers than --fit's {label}", file=sys.stderr)
             return 1
-        rescale = refit.rescale
-        at = thresholds_for_levels(rescale, traces, levels, spec.skip_first_n_steps)
+        at = thresholds_for_levels(refit.rescale, traces, levels, spec.skip_first_n_steps)
         thresholds = ",".join(f"{t:g}" for _, t, _ in at)
         plan.append({"label": label, "why": why, "levels": [{"level": lv, "threshold": t, "median_computed": c}
                                                            for lv, t, c in at]})  # fmt: skip
         sweep = args.out / "sweeps" / label
         given = {"model": args.model, "coefficients": str(folder / "fit.json"), "prompts": prompts,
                  "seeds": args.seeds, "repeats": 1, "thresholds": thresholds, "out": sweep}  # fmt: skip
-        code = run_command(sweep_files.PROG, lambda given=given: sweep_command.sweep(sweep_plan(**given)))
+        code = run_command(sweep_command.PROG, lambda given=given: sweep_command.sweep(sweep_plan(**given)))
         if code != 0:
             return code
         candidates.append((label, sweep, folder / "fit.json"))
     plan_record = {"model": args.model, "fit": str(args.fit), "candidates": plan}
     plan_path = args.out / "plan.json"
-    if plan_path.is_file() and (args.out / "verdicts.json").is_file() and read_json(plan_path) == plan_record:
+    if plan_path.is_file() and (args.out / "verdicts.json").is_file() and read_json_object(plan_path) == plan_record:
         print(f"kept {args.out}: the same candidates and thresholds were already compared (decision-check)")
         return 0
     write_json(plan_path, plan_record)

@@ -19,7 +19,6 @@ Each row gives the median difference over prompts with a bootstrap CI (``bench.r
 
 from __future__ import annotations
 
-import argparse
 import io
 import itertools
 import json
@@ -256,7 +255,7 @@ WRITES = Writes(PROG, names=("points.csv", "paired.csv", "fronts.png", "provenan
                              "areas.csv", "comparison.md"))  # fmt: skip
 
 
-def setup_arg_parser() -> argparse.ArgumentParser:
+def setup_arg_parser() -> CommandParser:
     parser = CommandParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--candidate", action="append", required=True, metavar="LABEL=SWEEP_DIR=FIT_JSON")
     parser.add_argument(
@@ -274,8 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     return compare(candidates, args.scores, parse_levels(args.levels), args.out, [*PROG.split(), *argv])
 
 
-def compare(candidates: list[tuple[str, Path, Path]], full_fit: Path, levels: list[int], out: Path,
-            argv: list[str]) -> int:  # fmt: skip
+def compare(candidates: list[tuple[str, Path, Path]], full_fit: Path, levels: list[int], out: Path, argv: list) -> int:
     """Compare the (label, sweep folder, fit.json) candidates into ``out``, scored by ``full_fit``; ``argv``: the
     command line provenance.json records (one that makes this comparison)."""
     full = FitResult.read(full_fit)

@@ -72,17 +72,6 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def settings_from_args(args: argparse.Namespace) -> SweepSettings:
-    return plan(
-        model=args.model, thresholds=args.thresholds, out=args.out, prompts=args.prompts, seeds=args.seeds,
-        steps=args.steps, size=args.size, guidance=args.guidance, repeats=args.repeats,
-        coefficients=args.coefficients, traces=args.traces, base_model=args.base_model, quantize=args.quantize,
-        save_images=args.save_images, force_new=args.force_new, x_range=args.x_range, baselines=args.baselines,
-        compare_coefficients=args.compare_coefficients, isolate=args.isolate, yes=args.yes,
-        lora_paths=args.lora_paths, lora_scales=args.lora_scales,
-    )  # fmt: skip
-
-
 def sharded_run(
     settings: SweepSettings, world: ranks.World | None = None, rescale: RescaleFunction | None = None
 ) -> shard.ShardedRun:
@@ -123,7 +112,7 @@ def _interrupted_message(settings: SweepSettings) -> str:
 
 @command(PROG)
 def main(argv: list[str] | None = None) -> int:
-    return sweep(settings_from_args(setup_arg_parser().parse_args(argv)))
+    return sweep(plan(**vars(setup_arg_parser().parse_args(argv))))  # plan's keywords are the command's options
 
 
 def sweep(settings: SweepSettings) -> int:

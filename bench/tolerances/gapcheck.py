@@ -11,7 +11,6 @@ or CI run cannot take it for a pass.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import warnings
@@ -27,7 +26,7 @@ from bench.report import markdown
 from bench.tolerances.derive import PROJECT_ROOT, check_constants, check_run, load_module, prefix
 from bench.tolerances.mutants import MUTANTS, Mutant, apply_mutant, leftovers
 from calib.run import arguments
-from calib.run.arguments import CommandParser, Writes, check_out_dir, path_argument
+from calib.run.arguments import CommandParser, Writes, path_argument
 from calib.run.command import command
 from calib.run.generation import generate
 from calib.run.progress import track
@@ -49,7 +48,7 @@ CORRECT = "correct"
 EXIT_FINDING = 1  # a tolerance flagged, failed by the correct wrapper, or a mutant no tolerance catches
 
 
-def setup_arg_parser() -> argparse.ArgumentParser:
+def setup_arg_parser() -> CommandParser:
     parser = CommandParser(
         prog="teacache-bench gapcheck",
         description=__doc__.split("\n\n")[0],
@@ -265,8 +264,7 @@ WRITES = Writes(
 
 @command("teacache-bench gapcheck")
 def main(argv: list[str] | None = None) -> int:
-    args = setup_arg_parser().parse_args(argv)
-    check_out_dir(args.out, writes=WRITES)
+    args, _ = setup_arg_parser().parse_checked(argv, WRITES)
     if args.render_only:
         text = rerender(args.out)
         write_text(args.out / "gapcheck.md", text)

@@ -151,9 +151,8 @@ class RunFolder:
     extendable: tuple[str, ...] = ()  # settings a rerun may add values to
     layout: UnitLayout | None = None  # where a sharded command keeps each unit
     log: str = LOG
-    # a folder from before fingerprints: its settings, read from the file an earlier version recorded them in
-    adopt: Callable[[Path, dict], dict] = fingerprint.from_provenance
-    adopted_from: str = "provenance.json"
+    adopt: Callable[[Path, dict], dict] = fingerprint.from_provenance  # a folder from before fingerprints: its settings
+    adopted_from: str = "provenance.json"  # the file an earlier version recorded them in
 
     # ------------------------------------------------------------------------------ one writer, its settings
 
