@@ -260,3 +260,28 @@ def test_bad_prompts_or_seeds_are_refused_before_any_fit_is_written(argv, said, 
         tmp_path, monkeypatch, capsys,
     )  # fmt: skip
     assert said in line
+
+
+def test_a_folder_from_before_fingerprints_is_checked_against_its_settings_json(tmp_path):
+    """Without "candidates" (none were named) its settings.json resumes the same run and refuses a named one."""
+    from calib.run.fingerprint import SettingsMismatch
+
+    earlier = {"model": "tiny-open-flux2", "fit_sha256": "a", "traces_sha256": "b", "prompts": "tiny-open-sweep",
+               "seeds": "1", "levels": [6, 8]}  # fmt: skip
+    (tmp_path / criteria.SETTINGS_NAME).write_text(json.dumps(earlier))
+    assert criteria.FOLDER.check(tmp_path, {**earlier, "candidates": None}).status == "adopt"
+    with pytest.raises(SettingsMismatch, match=r"as its settings\.json from an earlier version says\): candidates"):
+        criteria.FOLDER.check(tmp_path, {**earlier, "candidates": ["poly1-free"]})
+
+
+def test_every_committed_criteria_folder_is_read_by_its_settings_json():
+    """The committed folders predate fingerprints: each is the command's own and judged by what it recorded."""
+    from teacache.outputs import check_folder_is_own
+    from tests import committed
+
+    folders = [p.parent for p in committed("results/**/settings.json") if (p.parent / "plan.json").is_file()]
+    assert folders
+    for folder in folders:
+        check_folder_is_own(folder, criteria.WRITES)
+        recorded = {"candidates": None, **json.loads((folder / criteria.SETTINGS_NAME).read_text())}
+        assert criteria.FOLDER.check(folder, recorded).status == "adopt"
