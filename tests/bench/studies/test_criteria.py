@@ -285,3 +285,18 @@ def test_every_committed_criteria_folder_is_read_by_its_settings_json():
         check_folder_is_own(folder, criteria.WRITES)
         recorded = {"candidates": None, **json.loads((folder / criteria.SETTINGS_NAME).read_text())}
         assert criteria.FOLDER.check(folder, recorded).status == "adopt"
+
+
+def test_ctrl_c_while_refitting_is_one_line_and_exit_130(tmp_path, monkeypatch, capsys):
+    from tests import ROOT
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(criteria, "fit_traces", interrupted)
+    folder = ROOT / "results" / "cpu-amd-epyc-2c" / "tiny-open-flux2" / "0.24.0"
+    argv = ["--model", "tiny-open-flux2", "--fit", str(folder / "fit" / "fit.json"), "--traces",
+            str(folder / "traces" / "traces.parquet"), "--out", str(tmp_path / "out")]  # fmt: skip
+    assert criteria.main(argv) == 130
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("teacache-bench criteria: interrupted:") and len(err.splitlines()) == 1, err
