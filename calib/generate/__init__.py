@@ -6,6 +6,8 @@ It lives in calib because choosing a threshold by target reads calibration trace
 
 from teacache.errors import TeaCacheError
 
+PROG = "teacache-generate"  # every message names it
+
 
 class Refusal(TeaCacheError, ValueError):
     """Bad input found before any model loads; the message is the one line to print."""
