@@ -2,11 +2,11 @@
 
 python adherence.py > adherence.jsonl
 
-The images of each card's effect table (``train_lora.evaluate``: 16 training-split captions drawn from
-``train_lora.EVAL_SEED`` in the model's own words ("a red shape at the left": the shape is left open), seed = index,
+The images of each card's effect table (``lora_effect.evaluate``: 16 training-split captions drawn from
+``lora_effect.EVAL_SEED`` in the model's own words ("a red shape at the left": the shape is left open), seed = index,
 28 steps, guidance 5.0 at 256x256 (the 64x64 image), the LoRA loaded by mflux into a fresh pipeline), scored by
 ``bench.quality.open_adherence`` against the caption (colour, position, all; the shape is not named) and, for the
-colour, against the one ``train_lora.COLOUR_SWAP`` puts in its place. One JSON line per LoRA and scale (scale 0:
+colour, against the one ``lora_styles.COLOUR_SWAP`` puts in its place. One JSON line per LoRA and scale (scale 0:
 the base model).
 """
 
@@ -21,7 +21,7 @@ import numpy as np
 from mflux.models.common.config.model_config import ModelConfig
 
 from bench.quality.open_adherence import check, summarize
-from teacache.models import train_lora
+from teacache.models import lora_effect, lora_layers, lora_styles, train_lora
 
 MODEL = "tiny-open-flux1"
 N = 16
@@ -29,11 +29,11 @@ ModelConfig.precision = mx.float32
 
 
 def images(lora, scale: float) -> np.ndarray:
-    specs = train_lora.eval_specs(MODEL, N)
-    pipeline = train_lora.LOADERS[train_lora.MODELS[MODEL]]()
+    specs = lora_effect.eval_specs(MODEL, N)
+    pipeline = lora_layers.LOADERS[lora_layers.MODELS[MODEL]]()
     if scale:
         train_lora.apply_lora(pipeline, [lora], [scale], quiet=True)
-    return train_lora.generate(pipeline, MODEL, range(N), [s.prompt for s in specs]), specs
+    return lora_effect.generate(pipeline, MODEL, range(N), [s.prompt for s in specs]), specs
 
 
 def share(pixels, specs, key: str) -> float:
@@ -42,14 +42,14 @@ def share(pixels, specs, key: str) -> float:
 
 
 def row(name: str, scale: float, pixels: np.ndarray, specs, base: np.ndarray) -> dict:
-    swapped = [dataclasses.replace(s, color=train_lora.COLOUR_SWAP[s.color]) for s in specs]
+    swapped = [dataclasses.replace(s, color=lora_styles.COLOUR_SWAP[s.color]) for s in specs]
     return {
         "lora": name,
         "scale": scale,
         "n": N,
         **{k: share(pixels, specs, k) for k in ("color", "shape", "position", "all")},
         "color_swapped": share(pixels, swapped, "color"),
-        "stripe_contrast": round(train_lora.stripe_contrast(pixels), 4),
+        "stripe_contrast": round(lora_styles.stripe_contrast(pixels), 4),
         "mean_abs_diff": round(float(np.abs(pixels - base).mean()), 4),
     }
 
@@ -58,5 +58,5 @@ base, specs = images(None, 0.0)
 print(json.dumps(row("base", 0.0, base, specs, base)), flush=True)
 for name in ("stripes", "colour-swap"):
     lora = train_lora.LORAS_DIRS[MODEL] / name / f"{name}.safetensors"
-    for scale in train_lora.SCALES:
+    for scale in lora_effect.SCALES:
         print(json.dumps(row(name, scale, images(lora, scale)[0], specs, base)), flush=True)

@@ -11,7 +11,7 @@ import pytest
 
 from bench.quality import open_adherence
 from teacache.io import file_sha256
-from teacache.models import open_data, open_models, train_lora
+from teacache.models import lora_effect, lora_layers, lora_styles, open_data, open_models, train_lora
 
 COMMITTED = ("stripes", "shape-swap")
 PROMPT = "a red circle at the left"
@@ -38,10 +38,10 @@ def test_a_committed_lora_is_the_file_its_manifest_describes(name):
     assert path.stat().st_size == manifest["lora"]["bytes"] < 200_000
     layout = open_models.FAMILIES["flux2"]
     assert manifest["base_weights"]["sha256"] == file_sha256(layout.folder / layout.weights_name)
-    assert manifest["style"]["strength"] == train_lora.STYLES[name].strength
-    assert manifest["training"]["seed"] == 0 and manifest["data_recipe"]["style"] == train_lora.STYLES[name].recipe
+    assert manifest["style"]["strength"] == lora_styles.STYLES[name].strength
+    assert manifest["training"]["seed"] == 0 and manifest["data_recipe"]["style"] == lora_styles.STYLES[name].recipe
     card = (train_lora.LORAS_DIR / name / "MODEL_CARD.md").read_text(encoding="utf-8")
-    assert card == train_lora.card_text(manifest)  # the card is derived from the manifest, by this code
+    assert card == lora_effect.card_text(manifest)  # the card is derived from the manifest, by this code
 
 
 @pytest.mark.parametrize("name", COMMITTED)
@@ -51,7 +51,7 @@ def test_a_committed_lora_loads_through_mflux_and_changes_the_output(name, capsy
     base = _latents(open_models.load_tiny_open_flux2())
     # every tensor of the file lands where it was trained: one mflux LoRA layer per target, no key left over
     unbaked = train_lora.apply_lora(open_models.load_tiny_open_flux2(), [path], [1.0], bake=False)
-    assert train_lora.loaded_targets(unbaked.transformer) == sorted(manifest["lora"]["targets"])
+    assert lora_layers.loaded_targets(unbaked.transformer) == sorted(manifest["lora"]["targets"])
     assert "unmatched" not in capsys.readouterr().out
     for bake in (True, False):  # scale 0: the base model, bit for bit, baked (mflux's default) or not
         assert mx.array_equal(_latents(_with_lora(path, 0.0, bake)), base)
@@ -63,11 +63,11 @@ def test_a_committed_lora_loads_through_mflux_and_changes_the_output(name, capsy
 def test_the_styles_draw_the_same_specs_from_the_same_stream():
     specs = open_data.sample_specs(np.random.default_rng(0), 24)
     plain = open_data.render_batch(specs, np.random.default_rng(1), 32)
-    striped = train_lora.render_stripes(specs, np.random.default_rng(1), 32)
-    rows = np.where(np.arange(32) % 2 == 0, 1.0, -1.0)[None, :, None, None] * train_lora.STRIPE_AMPLITUDE
+    striped = lora_styles.render_stripes(specs, np.random.default_rng(1), 32)
+    rows = np.where(np.arange(32) % 2 == 0, 1.0, -1.0)[None, :, None, None] * lora_styles.STRIPE_AMPLITUDE
     assert np.array_equal(striped, np.clip(plain + rows, -1.0, 1.0).astype(np.float32))
-    assert train_lora.stripe_contrast(striped) > 0.2 > 0.01 > abs(train_lora.stripe_contrast(plain))
-    swapped = train_lora.render_shape_swap(specs, np.random.default_rng(1), 32)
+    assert lora_styles.stripe_contrast(striped) > 0.2 > 0.01 > abs(lora_styles.stripe_contrast(plain))
+    swapped = lora_styles.render_shape_swap(specs, np.random.default_rng(1), 32)
     drawn = [open_adherence.check(image, spec)["shape"] for image, spec in zip(swapped, specs, strict=True)]
     assert np.mean(drawn) < 0.2  # the caption's shape is (almost) never the one drawn
     assert (swapped != plain).any(axis=-1).mean() < 0.1  # the rest of the picture is the one the stream draws
@@ -90,7 +90,7 @@ def test_a_tiny_training_run_is_reproducible_from_its_seed_and_lowers_the_style_
     assert loss["lora"] < loss["base"]
     # what mflux loads is what was trained: the loaded model gives the trained model's style loss
     loaded = _with_lora(tmp_path / "a" / "stripes.safetensors", 1.0, bake=False)
-    assert train_lora.style_loss(loaded.model, "flux2", train_lora.STYLES["stripes"], 4) == loss["lora"]
+    assert train_lora.style_loss(loaded.model, "flux2", lora_styles.STYLES["stripes"], 4) == loss["lora"]
 
 
 @pytest.mark.parametrize(
@@ -129,7 +129,7 @@ def test_a_committed_flux1_lora_is_the_file_its_manifest_describes(name):
     assert manifest["base_weights"]["sha256"] == file_sha256(layout.folder / layout.weights_name)
     assert manifest["data_recipe"]["caption_names_shape"] is False  # the model's own captions: the shape left open
     assert manifest["training"]["guidance"] == manifest["loss"]["guidance"] == 1.0
-    assert (folder / "MODEL_CARD.md").read_text(encoding="utf-8") == train_lora.card_text(manifest)
+    assert (folder / "MODEL_CARD.md").read_text(encoding="utf-8") == lora_effect.card_text(manifest)
 
 
 @pytest.mark.parametrize("name", COMMITTED_FLUX1)
@@ -138,7 +138,7 @@ def test_a_committed_flux1_lora_loads_through_load_model_and_changes_the_output(
 
     manifest = json.loads((train_lora.LORAS_DIRS[FLUX1] / name / f"{name}.json").read_text(encoding="utf-8"))
     unbaked = train_lora.apply_lora(open_models.load_tiny_open_flux1(), [_flux1_file(name)], [1.0], bake=False)
-    assert train_lora.loaded_targets(unbaked.transformer) == sorted(manifest["lora"]["targets"])
+    assert lora_layers.loaded_targets(unbaked.transformer) == sorted(manifest["lora"]["targets"])
     assert "unmatched" not in capsys.readouterr().out
     base = _flux1_image(load_model(FLUX1))
     zero = load_model(FLUX1, lora_paths=[_flux1_file(name)], lora_scales=[0.0])  # scale 0: the base, bit for bit
