@@ -34,7 +34,7 @@ def heading(runs: model_runs.ModelRuns, out: Path) -> str:
 
 
 def answer_each(plan_, answer: Callable[[object], Verdict], provenance: dict) -> int:
-    """Each question of a drift plan (``calib.drift.command.Plan``) answered in its own folder by ``answer``, then
+    """Each question of a drift plan (``calib.drift.plan.Plan``) answered in its own folder by ``answer``, then
     :func:`conclude`."""
     answers = []
     for runs, saved in plan_.effect:

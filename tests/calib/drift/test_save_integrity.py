@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from calib.cli import main as calib_main
-from calib.drift import command, integrity, verdict
+from calib.drift import integrity, plan, verdict
 from teacache.io import write_json
 from tests import ROOT, committed
 
@@ -97,10 +97,10 @@ def test_saved_numbers_are_verified_too(tmp_path):
     folder.mkdir()
     write_json(folder / "numbers.json", {"format_version": 1, "runs": {}, "settings": {}})
     write_json(folder / "noise_floor.json", {"floor": {}})
-    integrity.write(folder, command.SAVED_NUMBERS)
+    integrity.write(folder, plan.SAVED_NUMBERS)
     (folder / "numbers.json").write_text('{"format_version": 1, "runs": {}, "settings": {"fullsize": true}}')
     with pytest.raises(integrity.DamagedSave, match=r"damaged save: .*numbers.json is not the file the save wrote"):
-        command._read_folder(folder, "--against")
+        plan._read_folder(folder, "--against")
 
 
 @pytest.mark.parametrize(
