@@ -1,8 +1,8 @@
 """The input of a report: a sweep folder's runs, decisions and provenance, read and validated.
 
-The tables' schemas and their reader live in ``bench.sweep.records`` (the sweep writes through it); every problem
-found becomes one ReportInputError whose message says what is wrong and what to do, raised before anything
-is computed or written.
+The tables' schemas live in ``bench.sweep.schema``, their reader in ``bench.sweep.records`` (the sweep writes
+through it); every problem found becomes one ReportInputError whose message says what is wrong and what to do,
+raised before anything is computed or written.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.sweep import records
+from bench.sweep import records, schema
 from calib.run import ranks
 from teacache.errors import TeaCacheError
 
 RUN_COLUMNS: tuple[str, ...] = records.RUNS.names
 DECISION_COLUMNS: tuple[str, ...] = records.DECISIONS.required
-KINDS = records.KINDS
+KINDS = schema.KINDS
 
 
 class ReportInputError(TeaCacheError, ValueError):

@@ -13,7 +13,7 @@ from calib.run.prompts import pair_id
 if TYPE_CHECKING:
     import pandas as pd
 
-    from bench.sweep.records import Table
+    from bench.sweep.schema import Table
 
 
 def part_path(parts: Path, pid: str, table: str) -> Path:

@@ -2,7 +2,7 @@
 
 ``runs.csv`` (the raw table: one row per generation, or per arm that could not run, at full precision) and
 ``summary.csv`` (derived from it: one row per configuration and arm). Declared with the sweep's
-:class:`~bench.sweep.records.Column` and :class:`~bench.sweep.records.Table`; written only through
+:class:`~bench.sweep.schema.Column` and :class:`~bench.sweep.schema.Table`; written only through
 :func:`write_table` and read only through :func:`read_table` (fullsize's merge, ``teacache-bench peer-table``,
 the rebuild test), so a column the writer drops or renames fails at the reader with one message naming the
 file and the column.
@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.sweep.records import Column, RecordError, Table
+from bench.sweep.records import RecordError
+from bench.sweep.schema import Column, Table
 from teacache.io import write_text
 
 # The configuration a row belongs to: rows are merged, resumed and summarized by it.

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.sweep.records import Column, RecordError, Table
+from bench.sweep.records import RecordError
+from bench.sweep.schema import Column, Table
 from teacache.io import write_text
 
 PROG = "teacache-bench step-cost"

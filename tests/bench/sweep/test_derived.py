@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench.sweep import records
+from bench.sweep import records, schema
 from tests import ROOT, committed
 
 DERIVED = [d.name for d in records.RUNS.derived]
@@ -94,7 +94,7 @@ PREDICTED = "results/cpu-amd-epyc-2c/tiny-shapes/0.24.0/baselines/sweep"  # base
 def _sweep_folder(tmp_path, name: str, src: str = ISOLATED):
     folder = tmp_path / name
     folder.mkdir()
-    for file in records.SWEEP_FILES:
+    for file in schema.SWEEP_FILES:
         if (ROOT / src / file).is_file():
             shutil.copy(ROOT / src / file, folder / file)
     return folder
