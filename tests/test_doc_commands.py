@@ -31,7 +31,7 @@ def parse(script: str, args: list[str]) -> None:
     if script == "teacache-demo":
         assert not args, "teacache-demo takes no arguments"
     elif script == "teacache-generate":
-        from calib.generate.command import parse as parse_generate
+        from calib.generate.arguments import parse as parse_generate
 
         parse_generate(args)
     else:

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from calib.generate import arguments as generate_args
 from calib.generate import command as generate_cmd
 from calib.generate import families
 from tests import ROOT
@@ -114,12 +115,12 @@ def test_generate_offline_without_cached_weights_says_where_it_looked(no_load, t
 
 
 def test_a_name_with_seed_keeps_it_where_the_user_put_it():
-    assert generate_cmd._seed_once("multi_{seed}_seed_{seed}.png") == "multi_{seed}.png"
-    assert generate_cmd._seed_once("out/multi_seed_{seed}.png") == "out/multi_seed_{seed}.png"  # mflux's own
+    assert generate_args._seed_once("multi_{seed}_seed_{seed}.png") == "multi_{seed}.png"
+    assert generate_args._seed_once("out/multi_seed_{seed}.png") == "out/multi_seed_{seed}.png"  # mflux's own
 
 
 def test_embedded_flags_read_as_english():
-    assert "no an " not in " ".join(f"an embedded model has no {v}" for v in generate_cmd._NO_EMBEDDED.values())
+    assert "no an " not in " ".join(f"an embedded model has no {v}" for v in generate_args._NO_EMBEDDED.values())
 
 
 def _long_prompts(tmp_path, text):

@@ -11,7 +11,7 @@ import piexif
 import PIL.Image
 import pytest
 
-from calib.generate import command, families
+from calib.generate import arguments, command, families
 
 PROMPT = "a red circle on a blue background at the left"
 
@@ -73,7 +73,7 @@ def test_every_option_of_mflux_s_own_parser_is_kept_as_mflux_defines_it(family):
     from teacache import variants
 
     spec = next(s for s in variants.all_specs() if s.family == family and not s.embedded)
-    ours = command.build_parser(spec)
+    ours = arguments.build_parser(spec)
     theirs = families.COMMANDS[family].build_parser()
     assert theirs._option_string_actions, "mflux's parser has no options"
     for option, action in theirs._option_string_actions.items():
