@@ -10,8 +10,9 @@ from teacache._platform import preload_openblas
 preload_openblas()  # before anything imports mlx.core: on Linux CPUs its reference BLAS is ~30x slower
 
 from teacache.api import apply_teacache  # noqa: E402
-from teacache.core import RecipeMismatchWarning, TeaCacheHandle, TeaCacheStats  # noqa: E402
+from teacache.core import RecipeMismatchWarning, TeaCacheStats  # noqa: E402
 from teacache.gate import GateConfig, NeverSkipsWarning  # noqa: E402
+from teacache.handle import TeaCacheHandle  # noqa: E402
 from teacache.loading import load_model  # noqa: E402
 from teacache.rescale import RescaleFunction  # noqa: E402
 

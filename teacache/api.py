@@ -8,9 +8,10 @@ from teacache import variants
 from teacache._compat import check_mflux_version
 from teacache._warnings import warn
 from teacache.adapters import adapter_for
-from teacache.core import RecipeMismatchWarning, StepController, TeaCacheHandle, is_applied
+from teacache.core import RecipeMismatchWarning, StepController, is_applied
 from teacache.errors import InputError, StateError
 from teacache.gate import GateConfig, check_flag, warn_if_never_skips
+from teacache.handle import TeaCacheHandle
 from teacache.rescale import RescaleFunction, as_rescale
 from teacache.safety import check_given
 

@@ -34,7 +34,7 @@ from numpy.typing import ArrayLike
 
 from teacache._compat import check_mflux_version
 from teacache.adapters._proxy import original_transformer
-from teacache.core import StepController, TeaCacheHandle, is_applied
+from teacache.core import StepController, is_applied
 from teacache.errors import InputError, StateError
 from teacache.gate import (
     DEFAULT_MAX_CONSECUTIVE_SKIPS,
@@ -51,6 +51,7 @@ from teacache.gate import (
     check_flag,
     check_threshold,
 )
+from teacache.handle import TeaCacheHandle
 from teacache.rescale import RescaleFunction
 from teacache.signal import rel_l1
 
@@ -246,7 +247,7 @@ class FBCacheController(StepController):
 
 
 class FBCacheHandle(TeaCacheHandle):
-    """:class:`teacache.core.TeaCacheHandle` of a First-Block Cache run: ``stats`` and ``history`` as for
+    """:class:`teacache.handle.TeaCacheHandle` of a First-Block Cache run: ``stats`` and ``history`` as for
     TeaCache; ``fbcache`` its settings, ``num_blocks`` the blocks of the body (block 0 included)."""
 
     def __init__(self, model, adapter, controller, variant, restore_fn, num_blocks: int) -> None:

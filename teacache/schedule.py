@@ -15,9 +15,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from teacache._compat import check_mflux_version
-from teacache.core import StepController, TeaCacheHandle, is_applied
+from teacache.core import StepController, is_applied
 from teacache.errors import InputError, InputTypeError, StateError
 from teacache.gate import DEFAULT_SKIP_FIRST, DEFAULT_SKIP_LAST, REASON_SKIP, GateConfig, StepDecision, check_flag
+from teacache.handle import TeaCacheHandle
 from teacache.rescale import RescaleFunction
 
 REASON_SCHEDULED = "scheduled"  # the schedule computes this step
@@ -177,7 +178,7 @@ class ScheduleGate:
 
 
 class ScheduleHandle(TeaCacheHandle):
-    """A :class:`teacache.core.TeaCacheHandle` whose decisions come from a fixed schedule."""
+    """A :class:`teacache.handle.TeaCacheHandle` whose decisions come from a fixed schedule."""
 
     def __init__(self, model, adapter, controller, variant, restore_fn, schedule: StaticSchedule) -> None:
         super().__init__(model, adapter, controller, variant, restore_fn)

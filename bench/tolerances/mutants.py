@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import mlx.core as mx
 
 from teacache.adapters import adapter_for
-from teacache.core import StepController, TeaCacheHandle, is_applied
+from teacache.core import StepController, is_applied
+from teacache.handle import TeaCacheHandle
 from teacache.signal import rel_l1
 
 
