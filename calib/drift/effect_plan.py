@@ -13,7 +13,6 @@ from teacache import variants
 from teacache._compat import DRIFT_COMMAND as PROG
 from teacache._compat import NEWEST_MFLUX
 from teacache.errors import InputError
-from teacache.io import read_json_object
 from teacache.lora import LoraError
 
 GENERATION_OPTIONS = ("prompts", "seeds", "steps", "size", "guidance", "quantize", "lora_paths", "lora_scales")
@@ -43,7 +42,7 @@ def family_effect(args: argparse.Namespace) -> tuple:
     (none where that save recorded other runs)."""
     root = args.against if args.against is not None else effect_references(args.baseline or NEWEST_MFLUX)
     arg = "--against" if args.against is not None else f"the committed save of mflux {args.baseline or NEWEST_MFLUX}"
-    saved = {runs.name: folder for folder, runs in model_runs.read_saved(root, arg)} if root.is_dir() else {}
+    saved = {runs.name: (folder, runs) for folder, runs in model_runs.read_saved(root, arg)} if root.is_dir() else {}
     random = {variants.get(v).family: v for v in numbers.embedded_variants()}
     found = []
     for name in effect_models():
@@ -53,26 +52,21 @@ def family_effect(args: argparse.Namespace) -> tuple:
         runs = model_runs.plan_model(name)
         if args.save is not None:
             check_resumable(args.save, runs)
-        folder = saved.get(runs.name)
-        if folder is not None:
-            previous = model_runs.ModelRuns.from_dict(read_json_object(folder / "settings.json"))
-            if (why := model_runs.mismatch(previous, runs)) is not None:
-                if args.against is not None:
-                    raise InputError(f"--against: {folder} recorded {name} otherwise ({why}); save it again")
-                folder = None
+        folder, previous = saved.get(runs.name, (None, None))
+        if folder is not None and (why := model_runs.mismatch(previous, runs)) is not None:
+            if args.against is not None:
+                raise InputError(f"--against: {folder} recorded {name} otherwise ({why}); save it again")
+            folder = None
         found.append((runs, folder))
     return tuple(found)
 
 
 def check_resumable(save: Path, runs: model_runs.ModelRuns, arg: str = "--save") -> None:
     """A save folder (or the folder --against repeats runs into) may resume its own recording only."""
-    path = model_runs.folder_of(save, runs) / "settings.json"
-    if path.is_file():
-        previous = model_runs.ModelRuns.from_dict(read_json_object(path))
-        if (why := model_runs.mismatch(previous, runs)) is not None:
-            raise InputError(
-                f"{arg}: {path.parent} holds another recording of {runs.name} ({why}); choose a new folder"
-            )
+    folder = model_runs.folder_of(save, runs)
+    previous = model_runs.read_runs(folder, arg)
+    if previous is not None and (why := model_runs.mismatch(previous[1], runs)) is not None:
+        raise InputError(f"{arg}: {folder} holds another recording of {runs.name} ({why}); choose a new folder")
 
 
 def check_answers(out: Path, effect: tuple) -> None:

@@ -1,8 +1,9 @@
 """The runs whose effect the drift judges: a model's traces and final latents, saved before an upgrade and
 repeated exactly after it.
 
-One folder per model, ``<DIR>/effect/<name>/``: ``settings.json`` (model, weights (``weights_text``), variant,
-prompts, seeds, recipe with its LoRAs, dtype), ``runs/<run_id>.parquet`` and ``.json`` (the recorder's rows and the
+One folder per model, ``<DIR>/effect/<name>/``: ``fingerprint.json`` (:class:`calib.run.folder.RunFolder`'s, whose
+settings are the runs: model, weights (``weights_identity``), variant, prompts, seeds, recipe with its LoRAs,
+dtype), ``runs/<run_id>.parquet`` and ``.json`` (the recorder's rows and the
 final latent's summary, written as each run finishes, so a stopped save resumes), ``rerun/`` (the first run once
 more in the same process: a same-release rerun), and once every run is in, ``traces.parquet``, ``gate.json`` (the
 calibrated gate: the packaged rescale function where it belongs to the model, else one fitted on these traces)
@@ -18,10 +19,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from calib.drift import effect, integrity
+from calib.run import fingerprint
+from calib.run.fingerprint import FolderState
+from calib.run.folder import RunFolder
+from teacache._compat import DRIFT_COMMAND
 from teacache.errors import InputError, TeaCacheError
 from teacache.io import read_json_object, write_json, write_parquet
 
-SETTINGS_FORMAT = 1
 DEFAULT_PROMPTS = 4  # a small default set: the first prompts of the model's own set
 DEFAULT_SEEDS = "0"
 MATCHED = ("weights", "variant", "prompts", "seeds", "steps", "width", "height", "guidance", "quantize", "lora",
@@ -39,7 +43,7 @@ class ModelRuns:
     name: str
     model: str
     variant: str
-    weights: str
+    weights: dict | str  # weights_identity; a line of another model's weights in a save from before fingerprints
     prompts: dict[str, str]
     seeds: list[int]
     steps: int
@@ -78,7 +82,7 @@ class ModelRuns:
         return [{"path": p, **i} for p, i in zip(self.lora_paths, self.lora, strict=True)]
 
     def to_dict(self) -> dict:
-        return {"format_version": SETTINGS_FORMAT, **asdict(self)}
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> ModelRuns:
@@ -102,7 +106,7 @@ def plan_model(
     lora_scales: list[str] | None = None,
 ) -> ModelRuns:
     """Every argument checked (record's checks), nothing loaded; InputError naming the argument."""
-    from calib.run import arguments, fingerprint
+    from calib.run import arguments
     from calib.run.prompts import parse_seeds
     from teacache.loading import resolve_spec
 
@@ -116,11 +120,17 @@ def plan_model(
     name = spec.name if spec.embedded or Path(model).expanduser().exists() is False else Path(model).name
     loras = arguments.check_loras(model, base_model, lora_paths, lora_scales)
     return ModelRuns(
-        name=_slug(name), model=model, variant=spec.name, weights=fingerprint.weights_text(model, base_model),
+        name=_slug(name), model=model, variant=spec.name, weights=_identity(model, base_model),
         prompts=chosen, seeds=parse_seeds(seeds or DEFAULT_SEEDS), steps=steps_, width=width, height=height,
         guidance=guidance_, base_model=base_model, quantize=quantize, dtype=compute_dtype(),
         lora_paths=tuple(str(p) for p in loras.paths), lora_scales=loras.scales, lora_sha256=loras.sha256,
     )  # fmt: skip
+
+
+def _identity(model: str, base_model: str | None) -> dict:
+    """The weights' identity as the fingerprint holds it (paths portable); LoRAs are a recipe setting of their own,
+    which ``--against`` may ask at another value."""
+    return fingerprint.canonical(fingerprint.weights_identity(model, base_model))
 
 
 def compute_dtype() -> str:
@@ -233,11 +243,12 @@ def folder_of(root: Path, runs: ModelRuns) -> Path:
 FINISHED = ("traces.parquet", "gate.json", "tolerance.json", integrity.NAME)  # any of them: the save got that far
 
 
-def sealed_names(runs: ModelRuns) -> list[str]:
-    """The files of a model's save that --against reads, which its integrity record must list."""
+def sealed_names(runs: ModelRuns, settings: str = fingerprint.FILE) -> list[str]:
+    """The files of a model's save that --against reads, which its integrity record must list (``settings``: the
+    file that records the runs)."""
     from calib.record import run_id
 
-    return ["settings.json", *FINISHED[:-1], *(f"runs/{run_id(p, s)}.json" for p, _t, s in runs.runs)]
+    return [settings, *FINISHED[:-1], *(f"runs/{run_id(p, s)}.json" for p, _t, s in runs.runs)]
 
 
 def read_saved(root: Path, arg: str) -> list[tuple[Path, ModelRuns]]:
@@ -245,9 +256,9 @@ def read_saved(root: Path, arg: str) -> list[tuple[Path, ModelRuns]]:
     :class:`calib.drift.integrity.DamagedSave`); a model whose save stopped before its traces, gate and tolerance
     (it failed under that release, or was stopped) is left out: see :func:`unfinished`."""
     found = []
-    for folder, runs in _settings(root, arg):
+    for folder, (settings, runs) in _saved_runs(root, arg):
         if any((folder / name).is_file() for name in FINISHED):
-            integrity.verify(folder, sealed_names(runs), arg)
+            integrity.verify(folder, sealed_names(runs, settings), arg)
             found.append((folder, runs))
     return found
 
@@ -255,18 +266,51 @@ def read_saved(root: Path, arg: str) -> list[tuple[Path, ModelRuns]]:
 def unfinished(root: Path, arg: str) -> list[str]:
     """The names of the models whose save under ``root`` did not finish."""
     done = {folder for folder, _ in read_saved(root, arg)}
-    return [runs.name for folder, runs in _settings(root, arg) if folder not in done]
+    return [runs.name for folder, (_s, runs) in _saved_runs(root, arg) if folder not in done]
 
 
-def _settings(root: Path, arg: str) -> list[tuple[Path, ModelRuns]]:
-    found = []
-    for path in sorted((root / "effect").glob("*/settings.json")):
-        try:
-            runs = ModelRuns.from_dict(read_json_object(path))
-        except (ValueError, TypeError) as exc:
-            raise InputError(f"{arg}: {path} is not a drift save's settings ({exc})") from None
-        found.append((path.parent, runs))
-    return found
+def _saved_runs(root: Path, arg: str) -> list[tuple[Path, tuple[str, ModelRuns]]]:
+    folders = sorted(p for p in (root / "effect").glob("*") if p.is_dir())
+    return [(folder, found) for folder in folders if (found := read_runs(folder, arg)) is not None]
+
+
+def read_runs(folder: Path, arg: str = "--against") -> tuple[str, ModelRuns] | None:
+    """The runs a model folder records and the file that records them; None where it records none."""
+    data = RUNS.read(folder)
+    settings = fingerprint.FILE if data is not None else OLD_SETTINGS
+    if not (folder / settings).is_file():
+        return None
+    try:
+        return settings, ModelRuns.from_dict((data or RUNS.adopt(folder, {}))["settings"])
+    except (ValueError, TypeError, KeyError) as exc:
+        raise InputError(f"{arg}: {folder} does not hold a drift save's runs ({exc})") from None
+
+
+# ---------------------------------------------------------------------------- a save from before fingerprints
+
+OLD_SETTINGS = "settings.json"
+
+
+def read_old_settings(folder: Path, _current: dict) -> dict:
+    """A model folder saved before fingerprints, as a fingerprint: its settings.json, whose weights are one line.
+    The line stands for the identity of the weights its model names here where it describes them as they are here
+    (a local folder's line hashed its files' content, which the identity does not hold: it stays, and differs), so
+    a committed save is judged as when it was made."""
+    data = read_json_object(folder / OLD_SETTINGS)
+    identity = _identity(data["model"], data.get("base_model"))
+    if "embedded" in identity and "weights_sha256" in identity:
+        line = f"embedded {identity['embedded']}.safetensors:{identity['weights_sha256'][:16]}"
+    elif "embedded" in identity:
+        line = f"embedded {identity['embedded']} (random weights from {identity['builder']}, seed 0)"
+    else:
+        line = None if "folder" in identity else f"name {data['model']}"
+    if data.get("weights") == line:
+        data["weights"] = identity
+    return {"command": DRIFT_COMMAND, "settings": data}
+
+
+# a model's runs: a fingerprint whose settings are the runs (RunFolder's, checked by :func:`mismatch`)
+RUNS = RunFolder(DRIFT_COMMAND, adopt=read_old_settings, adopted_from=OLD_SETTINGS)
 
 
 class ModelUnavailable(TeaCacheError, RuntimeError):
@@ -283,14 +327,12 @@ def record(runs: ModelRuns, folder: Path, log: Callable[[str], None], rerun: boo
     from calib.run import arguments
     from teacache import apply_teacache
 
-    settings_path = folder / "settings.json"
-    if settings_path.is_file():
-        previous = ModelRuns.from_dict(read_json_object(settings_path))
-        if (why := mismatch(previous, runs)) is not None:
-            raise InputError(f"{arg}: {folder} holds another recording ({why}); choose a new folder")
+    previous = read_runs(folder, arg)
+    if previous is not None and (why := mismatch(previous[1], runs)) is not None:
+        raise InputError(f"{arg}: {folder} holds another recording ({why}); choose a new folder")
     todo = [r for r in runs.runs if not (folder / "runs" / f"{run_id(r[0], r[2])}.json").is_file()]
     want_rerun = rerun and not (folder / "rerun" / f"{run_id(runs.runs[0][0], runs.runs[0][2])}.parquet").is_file()
-    write_json(settings_path, runs.to_dict())
+    RUNS.save(folder, runs.to_dict(), FolderState("resume" if RUNS.read(folder) else "new"))
     log(f"{runs.name}: {len(runs.runs)} runs ({len(runs.runs) - len(todo)} already saved), {runs.steps} steps, "
         f"{runs.width}x{runs.height}, guidance {runs.guidance:g} -> {folder}")  # fmt: skip
     if not todo and not want_rerun:
@@ -387,8 +429,8 @@ def conclude(folder: Path, runs: ModelRuns, log: Callable[[str], None], command:
 def compare(saved: Path, runs: ModelRuns, current: Path) -> dict:
     """The effect of whatever changed between the saved folder and the current recording of the same runs
     (at the saved recipe, or at another one: then ``recipe`` says which settings differ)."""
-    sealed = integrity.verify(saved, sealed_names(ModelRuns.from_dict(read_json_object(saved / "settings.json"))),
-                              "--against")  # fmt: skip
+    settings, as_saved = read_runs(saved)
+    sealed = integrity.verify(saved, sealed_names(as_saved, settings), "--against")
     after = effect.Signals.from_frame(traces(current, runs))
     try:
         gate = effect.Gate.from_dict(read_json_object(saved / "gate.json"))
@@ -404,7 +446,7 @@ def compare(saved: Path, runs: ModelRuns, current: Path) -> dict:
     result["latents_identical"] = bool(old) and all(new.get(k, {}).get("sha256") == v["sha256"] for k, v in old.items())
     result["model"] = runs.name
     result["source_model"] = runs.model
-    change = recipe_change(ModelRuns.from_dict(read_json_object(saved / "settings.json")), runs)
+    change = recipe_change(as_saved, runs)
     if change:  # the saved runs at another recipe: whether their calibration serves it
         result["recipe"] = change
         result["recipe_options"] = recipe_options(runs, change)

@@ -3,7 +3,8 @@
 the same process, once at the saved recipe and once at the one asked. With a LoRA asked, that arm's reference is
 vanilla with the LoRA: the question is what the gate costs on the model with the LoRA, not what the LoRA changes.
 
-Each arm is a folder: ``settings.json`` (the runs, gate and threshold it measures) and ``<run_id>.json`` per run,
+Each arm is a folder: ``fingerprint.json`` (:class:`calib.run.folder.RunFolder`'s, whose settings are the runs,
+gate and threshold it measures) and ``<run_id>.json`` per run,
 written as each run finishes, so a stopped drift resumes at the next run. The saved recipe's arm lies in the
 drift's ``--out`` (``quality-as-saved/<model>/``: one for every question of a call), the asked one in the
 question's effect folder (``quality/``). Said beside the verdict, which it does not change: no tolerance of SSIM
@@ -17,10 +18,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from calib.drift import effect, model_runs
+from calib.run.fingerprint import FolderState
+from calib.run.folder import RunFolder
+from teacache._compat import DRIFT_COMMAND
 from teacache.errors import InputError
 from teacache.io import read_json_object, write_json
 
-FORMAT = 1
+ARM = RunFolder(DRIFT_COMMAND)  # its fingerprint's settings: the runs, gate and threshold
 SAVED_ARM = "quality-as-saved"  # in --out
 ASKED_ARM = "quality"  # in the question's effect folder
 
@@ -34,7 +38,7 @@ def of_question(
     if threshold is None:
         return None
     gate = effect.Gate.from_dict(read_json_object(saved / "gate.json"))
-    as_saved = model_runs.ModelRuns.from_dict(read_json_object(saved / "settings.json"))
+    _file, as_saved = model_runs.read_runs(saved)
     arms = {"threshold": threshold, "gate": gate.source}
     missing = _missing_loras(as_saved)
     if missing:
@@ -74,8 +78,8 @@ def measure(
 
     wanted = _settings(runs, gate, threshold)
     _refuse_other(folder, wanted)
-    if not (folder / "settings.json").is_file():
-        write_json(folder / "settings.json", wanted)
+    if ARM.read(folder) is None:
+        ARM.save(folder, wanted, FolderState("new"))
     todo = [r for r in runs.runs if not (folder / f"{run_id(r[0], r[2])}.json").is_file()]
     if todo:
         model = arguments.load_model(runs.model, runs.base_model, runs.quantize, runs.loras)
@@ -90,7 +94,7 @@ def measure(
 def check_resumable(root: Path, current: Path, runs: model_runs.ModelRuns, saved: Path) -> None:
     """Before anything runs: the arms a recipe question would measure into ``root`` and ``current`` (see
     :func:`of_question`) are new or hold these runs with this gate."""
-    as_saved = model_runs.ModelRuns.from_dict(read_json_object(saved / "settings.json"))
+    _file, as_saved = model_runs.read_runs(saved)
     threshold = _threshold(runs)
     if not model_runs.recipe_change(as_saved, runs) or threshold is None:
         return
@@ -107,15 +111,14 @@ def _threshold(runs: model_runs.ModelRuns) -> float | None:
 
 
 def _settings(runs: model_runs.ModelRuns, gate: effect.Gate, threshold: float) -> dict:
-    return {"format_version": FORMAT, "runs": runs.to_dict(), "gate": gate.to_dict(), "threshold": threshold}
+    return {"runs": runs.to_dict(), "gate": gate.to_dict(), "threshold": threshold}
 
 
 def _refuse_other(folder: Path, wanted: dict) -> None:
     """An arm's folder measures one set of runs with one gate: another's is refused in one line."""
-    path = folder / "settings.json"
-    if not path.is_file():
+    held = (ARM.read(folder) or {"settings": {}})["settings"]
+    if not held and not any(folder.glob("*.json")):  # an earlier version's arm (no fingerprint): refused
         return
-    held = read_json_object(path)
     try:
         why = model_runs.mismatch(
             model_runs.ModelRuns.from_dict(held["runs"]), model_runs.ModelRuns.from_dict(wanted["runs"])

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import mlx.core as mx
 
-from teacache import variants
 from teacache.errors import TeaCacheError
 from teacache.io import FORMAT_VERSION, file_sha256, portable, project_root
 from teacache.loading import RANDOM_PREFIX, resolve_spec
@@ -27,7 +26,6 @@ from teacache.revisions import local_revision
 
 FILE = "fingerprint.json"
 MAX_SHOWN = 8  # values of one list shown in a message before "..."
-HEAD = 1 << 20  # bytes of each end of a weights file that weights_text reads
 # Settings that come from a computation (fitted coefficients): a refit of the same traces in another process
 # or on another machine is not bit-identical, so these compare within FIT_RTOL, not by their bytes.
 COMPUTED = ("coefficients", "compare_rescales")
@@ -105,33 +103,6 @@ def _base_weights(model: str, base_model: str | None, blocks: int | None) -> dic
         return {**identity, "weights_sha256": file_sha256(files[0])} if files else {**identity, "seed": 0}
     repo = spec.mflux_names[0]
     return {"repo": repo, "revision": local_revision(repo)}
-
-
-def weights_text(model: str, base_model: str | None = None) -> str:
-    """The weights' identity in one line, as a drift save records and compares it (:mod:`calib.drift.model_runs`):
-    a local folder's safetensors by name, size and both ends; an embedded model's committed weights files; else
-    the name (a Hub name is pinned by mflux's own resolution). LoRAs are not in it: a drift save keeps them as a
-    recipe setting of their own, which ``--against`` may ask at another value. Committed saves hold this form, so
-    it stays beside :func:`weights_identity`, which committed fingerprints hold."""
-    path = Path(model).expanduser()
-    if base_model is not None and path.is_dir():
-        digest = hashlib.sha256()
-        for file in sorted(path.rglob("*.safetensors")):
-            size = file.stat().st_size
-            with file.open("rb") as handle:
-                head = handle.read(HEAD)
-                handle.seek(max(size - HEAD, 0))
-                tail = handle.read(HEAD)
-            digest.update(f"{file.relative_to(path)}:{size}:".encode())
-            digest.update(hashlib.sha256(head + tail).digest())
-        return f"folder sha256:{digest.hexdigest()}"
-    spec = variants.find(model)
-    if spec is None or not spec.embedded:
-        return f"name {model}"
-    files = embedded_weight_files(spec.name)
-    if files:
-        return "embedded " + ",".join(f"{f.name}:{file_sha256(f)[:16]}" for f in files)
-    return f"embedded {spec.name} (random weights from {spec.builder}, seed 0)"
 
 
 def environment(model: str, base_model: str | None = None, loras: Loras | None = None) -> dict:

@@ -85,7 +85,7 @@ def test_another_recipe_asks_whether_the_saved_calibration_serves_it(saved, opti
         assert all(c["decisions_differ"] is None and "skipped_fraction_after" in c for c in effect["thresholds"])
     if found["status"] == verdict.REFIT:
         assert " ".join(options) in found["commands"][0]
-    settings = json.loads((saved / out / "effect" / "tiny-flux2" / "settings.json").read_text())
+    settings = json.loads((saved / out / "effect" / "tiny-flux2" / "fingerprint.json").read_text())["settings"]
     assert {k: settings[k] for k in recipe} == {k: v["now"] for k, v in recipe.items()}
 
 
@@ -151,12 +151,12 @@ def test_a_save_that_did_not_finish_is_named_so_and_never_judged_by(tmp_path, ca
     folder.mkdir(parents=True)
     from calib.drift import model_runs
 
-    (folder / "settings.json").write_text(json.dumps(model_runs.plan_model("tiny-flux2").to_dict()))
+    model_runs.RUNS.save(folder, model_runs.plan_model("tiny-flux2").to_dict())
     argv = ["drift", "--model", "tiny-flux2", "--against", str(tmp_path / "A"), "--out", str(tmp_path / "o")]
     assert calib_main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "did not finish" in err[0] and "--save again" in err[0]
-    assert not (tmp_path / "o").exists() and [p.name for p in folder.iterdir()] == ["settings.json"]
+    assert not (tmp_path / "o").exists() and [p.name for p in folder.iterdir()] == ["fingerprint.json"]
 
 
 def test_a_save_whose_model_does_not_load_says_so_and_exits_1(tmp_path, capsys, monkeypatch):

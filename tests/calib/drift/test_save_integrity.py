@@ -39,7 +39,7 @@ def _refused(capsys, against: Path, out: Path, *extra: str) -> str:
 
 def test_a_save_is_sealed_last_with_every_file_it_wrote_and_its_machine(save):
     record = json.loads((save / "effect" / MODEL / integrity.NAME).read_text())
-    assert {"settings.json", "traces.parquet", "gate.json", "tolerance.json", "runs/shapes-00-s0.json"} <= set(
+    assert {"fingerprint.json", "traces.parquet", "gate.json", "tolerance.json", "runs/shapes-00-s0.json"} <= set(
         record["files"]
     )
     assert record["machine"] == integrity.machine()
@@ -112,7 +112,8 @@ def test_saved_numbers_are_verified_too(tmp_path):
 def test_every_committed_save_is_sealed_and_as_sealed(folder):
     from calib.drift import model_runs
 
-    runs = model_runs.ModelRuns.from_dict(json.loads((folder / "settings.json").read_text()))
-    record = integrity.verify(folder, model_runs.sealed_names(runs), "committed")
+    settings, runs = model_runs.read_runs(folder)  # saved before fingerprints: the old format's reader
+    assert settings == model_runs.OLD_SETTINGS and isinstance(runs.weights, dict)  # its line names these weights
+    record = integrity.verify(folder, model_runs.sealed_names(runs, settings), "committed")
     assert record["machine"]["hardware"] == integrity.machine(json.loads((folder / "tolerance.json").read_text())[
         "provenance"])["hardware"]  # fmt: skip

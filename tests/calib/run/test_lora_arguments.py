@@ -15,7 +15,7 @@ from calib import record as record_cmd
 from calib.drift import integrity, model_runs
 from calib.generate import command as generate_cmd
 from teacache import load_model
-from teacache.io import file_sha256, write_json
+from teacache.io import file_sha256
 from tests.conftest import refused, tree
 from tests.lora_files import FLUX1_LAYERS, FLUX2_LAYERS, fitting_lora, write_lora
 
@@ -152,7 +152,7 @@ def test_a_recording_with_a_lora_names_it_and_resumes_with_no_other(files, capsy
 def _fake_save(root, runs: model_runs.ModelRuns) -> None:
     """A finished, sealed save of ``runs`` (placeholder files: only its settings are read before a refusal)."""
     folder = model_runs.folder_of(root, runs)
-    write_json(folder / "settings.json", runs.to_dict())
+    model_runs.RUNS.save(folder, runs.to_dict())
     for name in model_runs.sealed_names(runs)[1:]:
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text("{}")
@@ -167,7 +167,7 @@ def test_a_drift_save_with_a_lora_resumes_with_that_lora_only_and_is_repeated_wi
     style = "style.safetensors"
     saved = model_runs.plan_model(MODEL, prompts="prompts.json", steps=4, lora_paths=[style])
     assert saved.lora_paths == (style,) and saved.lora == [{"sha256": file_sha256(style), "scale": 1.0}]
-    assert "LoRA" not in saved.weights  # the weights are the model's; the LoRA is the recipe's
+    assert "loras" not in saved.weights  # the weights are the model's; the LoRA is the recipe's
     _fake_save(files / "A", saved)
     save = ["--model", MODEL, "--prompts", "prompts.json", "--steps", "4", "--save", "A", "--out", "o"]
     for flags in ([], ["--lora-paths", "other.safetensors"], ["--lora-paths", style, "--lora-scales", "0.5"]):
