@@ -1,14 +1,14 @@
 """The runs whose effect the drift judges: a model's traces and final latents, saved before an upgrade and
 repeated exactly after it.
 
-One folder per model, ``<DIR>/effect/<name>/``: ``fingerprint.json`` (:class:`calib.run.folder.RunFolder`'s, whose
-settings are the runs: model, weights (``weights_identity``), variant, prompts, seeds, recipe with its LoRAs,
-dtype), ``runs/<run_id>.parquet`` and ``.json`` (the recorder's rows and the
-final latent's summary, written as each run finishes, so a stopped save resumes), ``rerun/`` (the first run once
-more in the same process: a same-release rerun), and once every run is in, ``traces.parquet``, ``gate.json`` (the
-calibrated gate: the packaged rescale function where it belongs to the model, else one fitted on these traces)
-and ``tolerance.json`` (:func:`calib.drift.effect.measure_tolerance`, with its provenance). Progress goes to the
-terminal and to ``<DIR>/progress.log`` (:class:`calib.run.folder.RunFolder`).
+One folder per model, ``<DIR>/effect/<name>/``: ``fingerprint.json`` (its settings are the runs: model, weights
+(``weights_identity``), variant, prompts, seeds, recipe with its LoRAs, dtype; a save from before fingerprints:
+:func:`read_old_settings`), ``runs/<run_id>.parquet`` and ``.json`` (the recorder's rows and the final latent's
+summary, written as each run finishes, so a stopped save resumes), ``rerun/`` (the first run once more in the same
+process: a same-release rerun), and once every run is in, ``traces.parquet``, ``gate.json`` (the calibrated gate:
+the packaged rescale function where it belongs to the model, else one fitted on these traces) and ``tolerance.json``
+(:func:`calib.drift.effect.measure_tolerance`, with its provenance). Progress goes to the terminal and to
+``<DIR>/progress.log`` (:class:`calib.run.folder.RunFolder`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from pathlib import Path
 
 from calib.drift import effect, integrity
 from calib.run import fingerprint
-from calib.run.fingerprint import FolderState
 from calib.run.folder import RunFolder
 from teacache._compat import DRIFT_COMMAND
 from teacache.errors import InputError, TeaCacheError
@@ -128,8 +127,7 @@ def plan_model(
 
 
 def _identity(model: str, base_model: str | None) -> dict:
-    """The weights' identity as the fingerprint holds it (paths portable); LoRAs are a recipe setting of their own,
-    which ``--against`` may ask at another value."""
+    """As the fingerprint holds it (paths portable), without LoRAs: a recipe setting --against may ask otherwise."""
     return fingerprint.canonical(fingerprint.weights_identity(model, base_model))
 
 
@@ -244,8 +242,7 @@ FINISHED = ("traces.parquet", "gate.json", "tolerance.json", integrity.NAME)  # 
 
 
 def sealed_names(runs: ModelRuns, settings: str = fingerprint.FILE) -> list[str]:
-    """The files of a model's save that --against reads, which its integrity record must list (``settings``: the
-    file that records the runs)."""
+    """The files of a model's save that --against reads (``settings``: its runs'), which its integrity must list."""
     from calib.record import run_id
 
     return [settings, *FINISHED[:-1], *(f"runs/{run_id(p, s)}.json" for p, _t, s in runs.runs)]
@@ -277,7 +274,7 @@ def _saved_runs(root: Path, arg: str) -> list[tuple[Path, tuple[str, ModelRuns]]
 def read_runs(folder: Path, arg: str = "--against") -> tuple[str, ModelRuns] | None:
     """The runs a model folder records and the file that records them; None where it records none."""
     data = RUNS.read(folder)
-    settings = fingerprint.FILE if data is not None else OLD_SETTINGS
+    settings = fingerprint.FILE if data is not None else RUNS.adopted_from
     if not (folder / settings).is_file():
         return None
     try:
@@ -286,31 +283,24 @@ def read_runs(folder: Path, arg: str = "--against") -> tuple[str, ModelRuns] | N
         raise InputError(f"{arg}: {folder} does not hold a drift save's runs ({exc})") from None
 
 
-# ---------------------------------------------------------------------------- a save from before fingerprints
-
-OLD_SETTINGS = "settings.json"
-
-
 def read_old_settings(folder: Path, _current: dict) -> dict:
     """A model folder saved before fingerprints, as a fingerprint: its settings.json, whose weights are one line.
     The line stands for the identity of the weights its model names here where it describes them as they are here
     (a local folder's line hashed its files' content, which the identity does not hold: it stays, and differs), so
     a committed save is judged as when it was made."""
-    data = read_json_object(folder / OLD_SETTINGS)
+    data = read_json_object(folder / RUNS.adopted_from)
     identity = _identity(data["model"], data.get("base_model"))
-    if "embedded" in identity and "weights_sha256" in identity:
-        line = f"embedded {identity['embedded']}.safetensors:{identity['weights_sha256'][:16]}"
-    elif "embedded" in identity:
-        line = f"embedded {identity['embedded']} (random weights from {identity['builder']}, seed 0)"
-    else:
-        line = None if "folder" in identity else f"name {data['model']}"
+    name = identity.get("embedded")
+    line = (f"embedded {name}.safetensors:{identity['weights_sha256'][:16]}" if "weights_sha256" in identity
+            else f"embedded {name} (random weights from {identity['builder']}, seed 0)" if name
+            else None if "folder" in identity else f"name {data['model']}")  # fmt: skip
     if data.get("weights") == line:
         data["weights"] = identity
     return {"command": DRIFT_COMMAND, "settings": data}
 
 
-# a model's runs: a fingerprint whose settings are the runs (RunFolder's, checked by :func:`mismatch`)
-RUNS = RunFolder(DRIFT_COMMAND, adopt=read_old_settings, adopted_from=OLD_SETTINGS)
+# each model's runs: a fingerprint whose settings are the runs, compared by :func:`mismatch`
+RUNS = RunFolder(DRIFT_COMMAND, adopt=read_old_settings, adopted_from="settings.json")
 
 
 class ModelUnavailable(TeaCacheError, RuntimeError):
@@ -332,7 +322,8 @@ def record(runs: ModelRuns, folder: Path, log: Callable[[str], None], rerun: boo
         raise InputError(f"{arg}: {folder} holds another recording ({why}); choose a new folder")
     todo = [r for r in runs.runs if not (folder / "runs" / f"{run_id(r[0], r[2])}.json").is_file()]
     want_rerun = rerun and not (folder / "rerun" / f"{run_id(runs.runs[0][0], runs.runs[0][2])}.parquet").is_file()
-    RUNS.save(folder, runs.to_dict(), FolderState("resume" if RUNS.read(folder) else "new"))
+    if RUNS.read(folder) is None:
+        RUNS.save(folder, runs.to_dict())
     log(f"{runs.name}: {len(runs.runs)} runs ({len(runs.runs) - len(todo)} already saved), {runs.steps} steps, "
         f"{runs.width}x{runs.height}, guidance {runs.guidance:g} -> {folder}")  # fmt: skip
     if not todo and not want_rerun:

@@ -3,12 +3,11 @@
 the same process, once at the saved recipe and once at the one asked. With a LoRA asked, that arm's reference is
 vanilla with the LoRA: the question is what the gate costs on the model with the LoRA, not what the LoRA changes.
 
-Each arm is a folder: ``fingerprint.json`` (:class:`calib.run.folder.RunFolder`'s, whose settings are the runs,
-gate and threshold it measures) and ``<run_id>.json`` per run,
-written as each run finishes, so a stopped drift resumes at the next run. The saved recipe's arm lies in the
-drift's ``--out`` (``quality-as-saved/<model>/``: one for every question of a call), the asked one in the
-question's effect folder (``quality/``). Said beside the verdict, which it does not change: no tolerance of SSIM
-is measured here.
+Each arm is a folder: ``fingerprint.json`` (its settings: the runs, gate and threshold it measures) and
+``<run_id>.json`` per run, written as each run finishes, so a stopped drift resumes at the next run. The saved
+recipe's arm lies in the drift's ``--out`` (``quality-as-saved/<model>/``: one for every question of a call), the
+asked one in the question's effect folder (``quality/``). Said beside the verdict, which it does not change: no
+tolerance of SSIM is measured here.
 """
 
 from __future__ import annotations
@@ -18,13 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from calib.drift import effect, model_runs
-from calib.run.fingerprint import FolderState
-from calib.run.folder import RunFolder
-from teacache._compat import DRIFT_COMMAND
 from teacache.errors import InputError
 from teacache.io import read_json_object, write_json
 
-ARM = RunFolder(DRIFT_COMMAND)  # its fingerprint's settings: the runs, gate and threshold
+ARM = model_runs.RUNS  # an arm's fingerprint: its settings are the runs, gate and threshold
 SAVED_ARM = "quality-as-saved"  # in --out
 ASKED_ARM = "quality"  # in the question's effect folder
 
@@ -79,7 +75,7 @@ def measure(
     wanted = _settings(runs, gate, threshold)
     _refuse_other(folder, wanted)
     if ARM.read(folder) is None:
-        ARM.save(folder, wanted, FolderState("new"))
+        ARM.save(folder, wanted)
     todo = [r for r in runs.runs if not (folder / f"{run_id(r[0], r[2])}.json").is_file()]
     if todo:
         model = arguments.load_model(runs.model, runs.base_model, runs.quantize, runs.loras)

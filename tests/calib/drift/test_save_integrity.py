@@ -42,7 +42,9 @@ def test_a_save_is_sealed_last_with_every_file_it_wrote_and_its_machine(save):
     assert {"fingerprint.json", "traces.parquet", "gate.json", "tolerance.json", "runs/shapes-00-s0.json"} <= set(
         record["files"]
     )
-    assert record["machine"] == integrity.machine()
+    assert record["machine"] == integrity.machine() and "settings.json" not in record["files"]
+    settings = json.loads((save / "effect" / MODEL / "fingerprint.json").read_text())["settings"]
+    assert settings["weights"]["embedded"] == MODEL and settings["model"] == MODEL and settings["seeds"] == [0]
 
 
 def test_a_tolerance_edited_to_allow_everything_is_a_damaged_save(save, tmp_path, capsys):
@@ -113,7 +115,24 @@ def test_every_committed_save_is_sealed_and_as_sealed(folder):
     from calib.drift import model_runs
 
     settings, runs = model_runs.read_runs(folder)  # saved before fingerprints: the old format's reader
-    assert settings == model_runs.OLD_SETTINGS and isinstance(runs.weights, dict)  # its line names these weights
+    assert settings == model_runs.RUNS.adopted_from and isinstance(runs.weights, dict)  # its line names these weights
     record = integrity.verify(folder, model_runs.sealed_names(runs, settings), "committed")
     assert record["machine"]["hardware"] == integrity.machine(json.loads((folder / "tolerance.json").read_text())[
         "provenance"])["hardware"]  # fmt: skip
+
+
+def test_a_save_from_before_fingerprints_whose_weights_line_names_other_weights_differs_by_them(tmp_path):
+    """The old format's reader: a weights line that does not describe the weights its model names here stays a
+    line, so the save is not taken for a recording of these weights."""
+    from calib.drift import model_runs
+
+    folder = tmp_path / "tiny-z-image"
+    shutil.copytree(ROOT / "calib/drift/data/save-mflux-0.24.0/effect/tiny-z-image", folder)
+    settings, runs = model_runs.read_runs(folder)
+    assert model_runs.mismatch(runs, model_runs.plan_model("tiny-z-image")) is None
+    old = json.loads((folder / settings).read_text())
+    (folder / settings).write_text(json.dumps({**old, "weights": "embedded tiny-z-image (other weights)"}))
+    _settings, runs = model_runs.read_runs(folder)
+    assert "weights differs (saved 'embedded tiny-z-image (other weights)'" in model_runs.mismatch(
+        runs, model_runs.plan_model("tiny-z-image")
+    )
