@@ -2,7 +2,7 @@
 repeated exactly after it.
 
 One folder per model, ``<DIR>/effect/<name>/``: ``fingerprint.json`` (its settings are the runs: model, weights
-(``weights_identity``), variant, prompts, seeds, recipe with its LoRAs, dtype; a save from before fingerprints:
+(``weights_identity``), variant, prompts, seeds, recipe with its LoRAs, dtype; an older save:
 :func:`read_old_settings`), ``runs/<run_id>.parquet`` and ``.json`` (the recorder's rows and the final latent's
 summary, written as each run finishes, so a stopped save resumes), ``rerun/`` (the first run once more in the same
 process: a same-release rerun), and once every run is in, ``traces.parquet``, ``gate.json`` (the calibrated gate:
@@ -284,10 +284,9 @@ def read_runs(folder: Path, arg: str = "--against") -> tuple[str, ModelRuns] | N
 
 
 def read_old_settings(folder: Path, _current: dict) -> dict:
-    """A model folder saved before fingerprints, as a fingerprint: its settings.json, whose weights are one line.
-    The line stands for the identity of the weights its model names here where it describes them as they are here
-    (a local folder's line hashed its files' content, which the identity does not hold: it stays, and differs), so
-    a committed save is judged as when it was made."""
+    """A model folder saved before fingerprints: its settings.json, whose weights line stands for the identity of
+    the weights its model names here where it describes them (a local folder's hashed their content, which no
+    identity holds: it stays, and differs), so that a committed save is judged as when it was made."""
     data = read_json_object(folder / RUNS.adopted_from)
     identity = _identity(data["model"], data.get("base_model"))
     name = identity.get("embedded")
@@ -299,8 +298,7 @@ def read_old_settings(folder: Path, _current: dict) -> dict:
     return {"command": DRIFT_COMMAND, "settings": data}
 
 
-# each model's runs: a fingerprint whose settings are the runs, compared by :func:`mismatch`
-RUNS = RunFolder(DRIFT_COMMAND, adopt=read_old_settings, adopted_from="settings.json")
+RUNS = RunFolder(DRIFT_COMMAND, adopt=read_old_settings, adopted_from="settings.json")  # settings: the runs (mismatch)
 
 
 class ModelUnavailable(TeaCacheError, RuntimeError):
