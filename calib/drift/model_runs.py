@@ -127,8 +127,10 @@ def plan_model(
 
 
 def _identity(model: str, base_model: str | None) -> dict:
-    """As the fingerprint holds it (paths portable), without LoRAs: a recipe setting --against may ask otherwise."""
-    return fingerprint.canonical(fingerprint.weights_identity(model, base_model))
+    """As the fingerprint holds it, without LoRAs (a recipe setting --against may ask otherwise) and without a local
+    folder's path: a save is judged wherever the same weights are, on another machine too."""
+    identity = fingerprint.weights_identity(model, base_model)
+    return fingerprint.canonical({k: v for k, v in identity.items() if k != "folder"})
 
 
 def compute_dtype() -> str:
@@ -285,14 +287,14 @@ def read_runs(folder: Path, arg: str = "--against") -> tuple[str, ModelRuns] | N
 
 def read_old_settings(folder: Path, _current: dict) -> dict:
     """A model folder saved before fingerprints: its settings.json, whose weights line stands for the identity of
-    the weights its model names here where it describes them (a local folder's hashed their content, which no
-    identity holds: it stays, and differs), so that a committed save is judged as when it was made."""
+    the weights its model names here where it describes them, so that a save is judged as when it was made."""
     data = read_json_object(folder / RUNS.adopted_from)
     identity = _identity(data["model"], data.get("base_model"))
     name = identity.get("embedded")
     line = (f"embedded {name}.safetensors:{identity['weights_sha256'][:16]}" if "weights_sha256" in identity
             else f"embedded {name} (random weights from {identity['builder']}, seed 0)" if name
-            else None if "folder" in identity else f"name {data['model']}")  # fmt: skip
+            else f"folder sha256:{identity['files_sha256']}" if "files_sha256" in identity
+            else f"name {data['model']}")  # fmt: skip
     if data.get("weights") == line:
         data["weights"] = identity
     return {"command": DRIFT_COMMAND, "settings": data}
@@ -418,13 +420,15 @@ def conclude(folder: Path, runs: ModelRuns, log: Callable[[str], None], command:
 def compare(saved: Path, runs: ModelRuns, current: Path) -> dict:
     """The effect of whatever changed between the saved folder and the current recording of the same runs
     (at the saved recipe, or at another one: then ``recipe`` says which settings differ)."""
+    import pandas as pd
+
     settings, as_saved = read_runs(saved)
     sealed = integrity.verify(saved, sealed_names(as_saved, settings), "--against")
     after = effect.Signals.from_frame(traces(current, runs))
     try:
         gate = effect.Gate.from_dict(read_json_object(saved / "gate.json"))
         tolerance = read_json_object(saved / "tolerance.json")
-        before = effect.Signals.from_frame(read_parquet(saved / "traces.parquet"))
+        before = effect.Signals.from_frame(pd.read_parquet(saved / "traces.parquet"))
         result = effect.judge(gate, before, after, tolerance)
     except (KeyError, TypeError, IndexError) as exc:  # sealed by a writer that wrote it wrong: still not the release
         raise integrity.DamagedSave(f"--against: damaged save: {saved} cannot be read ({type(exc).__name__}: "
@@ -441,9 +445,3 @@ def compare(saved: Path, runs: ModelRuns, current: Path) -> dict:
         result["recipe_options"] = recipe_options(runs, change)
         result["recipe_tag"] = recipe_tag(runs, change)
     return result
-
-
-def read_parquet(path: Path):
-    import pandas as pd
-
-    return pd.read_parquet(path)

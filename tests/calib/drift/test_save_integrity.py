@@ -136,3 +136,32 @@ def test_a_save_from_before_fingerprints_whose_weights_line_names_other_weights_
     assert "weights differs (saved 'embedded tiny-z-image (other weights)'" in model_runs.mismatch(
         runs, model_runs.plan_model("tiny-z-image")
     )
+
+
+def test_a_save_from_before_fingerprints_of_a_local_folder_is_read_as_those_weights_wherever_they_are(tmp_path):
+    """A local folder's old weights line hashed each safetensors file's name, size and both ends; the identity
+    hashes them the same way and leaves the path out, so the save matches a copy of the folder elsewhere."""
+    import hashlib
+
+    from calib.drift import model_runs
+
+    weights = tmp_path / "my-model"
+    (weights / "transformer").mkdir(parents=True)
+    (weights / "transformer" / "0.safetensors").write_bytes(bytes(range(256)) * 12_000)  # > 2 MiB: both ends
+    digest = hashlib.sha256()  # the line a save from before fingerprints wrote
+    for file in sorted(weights.rglob("*.safetensors")):
+        data = file.read_bytes()
+        digest.update(f"{file.relative_to(weights)}:{len(data)}:".encode())
+        digest.update(hashlib.sha256(data[: 1 << 20] + data[-(1 << 20) :]).digest())
+    folder = tmp_path / "save" / "my-model"
+    shutil.copytree(ROOT / "calib/drift/data/save-mflux-0.24.0/effect/tiny-z-image", folder)
+    old = json.loads((folder / "settings.json").read_text())
+    moved = tmp_path / "elsewhere" / "my-model"
+    shutil.copytree(weights, moved)
+    line = f"folder sha256:{digest.hexdigest()}"
+    (folder / "settings.json").write_text(
+        json.dumps({**old, "model": str(moved), "base_model": "z-image", "weights": line})
+    )
+    _settings, runs = model_runs.read_runs(folder)
+    assert runs.weights == model_runs._identity(str(weights), "z-image") == model_runs._identity(str(moved), "z-image")
+    assert "folder" not in runs.weights and runs.weights["files_sha256"] == digest.hexdigest()
