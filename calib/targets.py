@@ -328,7 +328,12 @@ def _fbcache_masks(changes: np.ndarray, thresholds, config) -> np.ndarray:
 
 
 def fbcache_by_speedup(
-    changes, speedup: float, num_blocks: int, config, evidence: str, arg: str = "--teacache-speedup"
+    changes,
+    speedup: float,
+    num_blocks: int,
+    config,
+    evidence: str = "First-Block Cache replayed on a calibration generation",
+    arg: str = "--teacache-speedup",
 ) -> ThresholdChoice:
     """First-Block Cache's threshold whose replay on one calibration generation's change table (``changes[t, s]``,
     :attr:`teacache.fbcache.FBCacheHandle.changes`) computes the steps nearest speedup S under its own bound

@@ -22,3 +22,20 @@ def test_first_block_cache_by_speedup_runs_as_written(tmp_path):
     assert chosen and round(float(chosen.group(1)), 2) == 0.18, done.stdout  # the page: 0.18, 11 computed
     assert "skipped 17 of 28" in done.stdout, done.stdout  # the run took the replayed decisions
     assert (tmp_path / "fbcache-2x.png").is_file()
+
+
+def test_the_python_route_the_pages_name_picks_the_same_threshold_and_the_run_takes_its_steps():
+    """docs/api.md and caching-rules.md: fbcache_by_speedup(handle.changes, S, handle.num_blocks, FBCacheConfig())."""
+    import teacache
+    from calib.targets import fbcache_by_speedup
+    from teacache.fbcache import FBCacheConfig, apply_fbcache
+
+    model = teacache.load_model("tiny-shapes")
+    prompt = "a red circle on a blue background at the left"
+    with apply_fbcache(model, calibrate=True) as calibration:
+        model.generate_image(seed=0, prompt=prompt, num_inference_steps=28, width=32, height=32)
+    choice = fbcache_by_speedup(calibration.changes, 2, calibration.num_blocks, FBCacheConfig())
+    assert round(choice.threshold, 2) == 0.18 and len(choice.source["skipped_steps"]) == 17
+    with apply_fbcache(model, threshold=choice.threshold) as handle:
+        model.generate_image(seed=0, prompt=prompt, num_inference_steps=28, width=32, height=32)
+    assert handle.stats.skipped_steps == choice.source["skipped_steps"]
