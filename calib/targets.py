@@ -83,27 +83,34 @@ def choose_for_speedup(
     """
     speedup = check_speedup(speedup, arg)
     ts, cs = np.asarray(thresholds, dtype=float), np.asarray(computed, dtype=float)
-    saved = 1.0 if num_blocks is None else 1.0 - 1.0 / num_blocks  # of a skipped step's cost
-
-    def speedup_of(count: float) -> float:
-        return float(num_steps / (count if num_blocks is None else num_steps - (num_steps - count) * saved))
-
     if num_blocks is None:
         want = num_steps / speedup
     else:
+        saved = _saved(num_blocks)
         want = num_steps - num_steps * (1.0 - 1.0 / speedup) / saved if saved > 0 else float(num_steps)
     gap = np.abs(cs - want)
     best = np.flatnonzero(np.isclose(gap, gap.min()))
     plateau = best[cs[best] == cs[best[0]]]
     pick = int(plateau[len(plateau) // 2])
     if gap[pick] > STEP_TOLERANCE:
-        fastest = speedup_of(cs.min())
-        nearest = speedup_of(cs[pick])
+        fastest = ideal_bound(num_steps, cs.min(), num_blocks)
+        nearest = ideal_bound(num_steps, cs[pick], num_blocks)
         raise TargetError(
             f"{arg} {speedup:g}: at {num_steps} steps the calibration reaches {fastest:.2f}x at most (computing "
             f"{cs.min():g} of {num_steps}), none computes {want:.3g} steps; nearest: {arg} {nearest:.2f}"
         )
     return float(ts[pick]), float(cs[pick])
+
+
+def _saved(num_blocks: int | None) -> float:
+    """The share of a step's cost a skip saves: all of it, or all but block 0 of ``num_blocks`` (First-Block Cache)."""
+    return 1.0 if num_blocks is None else 1.0 - 1.0 / num_blocks
+
+
+def ideal_bound(num_steps: int, computed: float, num_blocks: int | None = None) -> float:
+    """The ideal speedup of computing ``computed`` of ``num_steps`` steps: N / computed, or with block 0 of
+    ``num_blocks`` run at every step N / (N - k (1 - 1/B)) (:func:`teacache.fbcache.ideal_speedup`)."""
+    return float(num_steps / (num_steps - (num_steps - computed) * _saved(num_blocks)))
 
 
 def check_floor(floor: float, arg: str = "--teacache-ssim") -> float:
@@ -310,8 +317,7 @@ def fbcache_max_speedup(num_steps: int, config, num_blocks: int | None = None) -
     """The most First-Block Cache can give at ``num_steps`` steps under ``config``'s forced steps and cap: every
     step it may skip skipped (the replay on changes of 0), with ``num_blocks`` blocks, or any number (None)."""
     most = int(_fbcache_masks(np.zeros((num_steps, num_steps)), [1.0], config)[0].sum())
-    saved = 1.0 if num_blocks is None else 1.0 - 1.0 / num_blocks
-    return float(num_steps / (num_steps - most * saved))
+    return ideal_bound(num_steps, num_steps - most, num_blocks)
 
 
 def _fbcache_masks(changes: np.ndarray, thresholds, config) -> np.ndarray:
