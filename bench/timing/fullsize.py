@@ -41,6 +41,7 @@ from bench.peer import arm as peer
 from bench.timing import fullsize_folder as folder
 from bench.timing.fullsize_folder import FOLDER, OUTPUTS, PROG
 from bench.timing.fullsize_measure import measure_model
+from bench.timing.fullsize_rules import parse_rules
 from bench.timing.fullsize_tables import (
     CONFIG_KEY,
     PROJECT_ROOT,
@@ -88,6 +89,12 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--skip-fractions", default="0.35,0.7", help="targets for the gate rows, of the steps")
     parser.add_argument("--thresholds", default=None, help="explicit thresholds instead of --skip-fractions")
     parser.add_argument("--coefficients", choices=("identity", "packaged"), default="identity")
+    parser.add_argument(
+        "--rules",
+        default=None,
+        help="other caching rules timed beside TeaCache (magcache, fbcache): each with every step computed and at "
+        "each --skip-fractions target, its threshold replayed from a calibration generation",
+    )
     parser.add_argument("--fast-path", action="store_true", help="add threshold-0 rows (the no-proxy fast path)")
     parser.add_argument("--quantize", type=int, choices=(4, 8), default=None)
     parser.add_argument(
@@ -154,13 +161,16 @@ def validate(args: argparse.Namespace) -> dict:
     if thresholds == []:
         raise InputError("--thresholds: expected at least one threshold > 0 (use --fast-path for threshold 0)")
     fractions = parse_fractions(args.skip_fractions) if thresholds is None else []
+    rules = parse_rules(args.rules)
+    if rules and thresholds is not None:
+        raise InputError("--rules: the other rules' thresholds come from --skip-fractions; leave out --thresholds")
     if args.peer is not None:
         if peer.version() is None:
             raise InputError(f"--peer: {peer.PEER} is not installed (the 'peer' extra)")
         refused = [t for t in thresholds or [] if peer.refusal(threshold=t)]
         if refused:
             raise InputError(f"--peer: {peer.refusal(threshold=refused[0])}")
-    return {"variants": variants, "thresholds": thresholds, "fractions": fractions}
+    return {"variants": variants, "thresholds": thresholds, "fractions": fractions, "rules": rules}
 
 
 @command(PROG)

@@ -64,6 +64,8 @@ def configuration(variant: str, args: argparse.Namespace, plan: dict, hardware: 
         "versions": fingerprint.versions(),
         "hardware": hardware,
     }
+    if plan.get("rules"):  # absent otherwise: the folders measured before --rules hold the same settings
+        settings["rules"] = list(plan["rules"])
     return Configuration(variant, key, json.loads(json.dumps(settings, sort_keys=True, default=str)))
 
 

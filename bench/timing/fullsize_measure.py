@@ -9,12 +9,14 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import mlx.core as mx
 import numpy as np
 
 from bench.peer import arm as peer
 from bench.peer import gate as peer_gate
+from bench.timing.fullsize_rules import RuleArm, rule_arms
 from calib.run.generation import HostLatents, generate
 from calib.run.interleave import Turn, interleave
 from calib.run.interrupts import interruptions
@@ -40,28 +42,34 @@ class Session:
         """One generation; ``settings`` are apply_teacache's arguments (None: vanilla)."""
         if isinstance(settings, peer.PeerArm):
             return peer.run_in_session(self, settings, PROMPT, SEED, steps)
-        steps = steps or self.steps
-        kwargs = {"prompt": PROMPT, "seed": SEED, "steps": steps, "width": self.size, "height": self.size}
         mx.synchronize()
         mx.reset_peak_memory()
         if settings is None:
-            out = generate(self.model, guidance=self.guidance, **kwargs)
-            extra = {"skipped": 0, "cache_bytes": 0, "branches": None, "log": []}
+            out = self.generate(steps)
+            extra = {"skipped": 0, "cache_bytes": 0, "branches": None, "log": [], "blocks": None}
         else:
+            apply = settings.apply if isinstance(settings, RuleArm) else partial(apply_teacache, **settings)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                with apply_teacache(self.model, **settings) as handle:
-                    out = generate(self.model, guidance=self.guidance, **kwargs)
+                with apply(self.model) as handle:
+                    out = self.generate(steps)
                     extra = {
                         "skipped": handle.stats.skipped,
                         "cache_bytes": handle.cache_bytes,
                         "branches": len(handle.cached_branches) or None,
                         "log": list(handle.stats.log),
+                        "blocks": getattr(handle, "num_blocks", None),  # First-Block Cache's ideal counts block 0
                     }
         mx.synchronize()
         peak = mx.get_peak_memory()
         latents = HostLatents.of(out.latents)  # kept off the device: the runs after this one do not count it
         return {"loop_s": out.loop_s, "total_s": out.total_s, "latents": latents, "peak_bytes": peak, **extra}
+
+    def generate(self, steps: int | None = None):
+        """One generation of the session's prompt and seed, with whatever is applied to the model."""
+        steps = steps or self.steps
+        kwargs = {"prompt": PROMPT, "seed": SEED, "steps": steps, "width": self.size, "height": self.size}
+        return generate(self.model, guidance=self.guidance, **kwargs)
 
 
 def choose_threshold(xs: list[float | None], steps: int, target: int, rescale: RescaleFunction) -> tuple[float, int]:
@@ -100,6 +108,7 @@ class Prepared:
     warmup: dict  # seconds of each warm-up run
     build_s: float
     peer_plan: dict | None
+    rules: dict  # each other rule's calibration: MagCache's ratio curve, First-Block Cache's blocks; thresholds
 
 
 def prepare(variant: str, args: argparse.Namespace, plan: dict, say: Callable[[str], None]) -> Prepared:
@@ -141,6 +150,16 @@ def prepare(variant: str, args: argparse.Namespace, plan: dict, say: Callable[[s
         arms.append(("fast-path", 0.0, {"rel_l1_thresh": 0.0}, None))
     for threshold, predicted in chosen:
         arms.append(("gate", threshold, {"rel_l1_thresh": threshold, "coefficients": rescale}, predicted))
+    rules_record = {}
+    if plan.get("rules"):
+        t = time.perf_counter()
+        found, rules_record = rule_arms(
+            session, plan["rules"], rescale, [round(f * steps) for f in plan["fractions"]], say
+        )
+        warmup["rules_calibration_s"] = time.perf_counter() - t
+        arms += found
+        for arm in found[-1:] if found[-1][0] == "fbcache" else []:
+            session.run(arm[2], steps=min(WARMUP_STEPS + 2, steps))  # block 0's skip path
     peer_plan = plan_peer(args, model, rescale, chosen, session, warmup) if args.peer else None
     if peer_plan is not None:
         arms += peer_plan["arms"]
@@ -156,7 +175,7 @@ def prepare(variant: str, args: argparse.Namespace, plan: dict, say: Callable[[s
         "dtype": str(ModelConfig.precision).removeprefix("mlx.core."), "guidance": guidance,
         "full_size": args.blocks is None, "rescale": args.coefficients,
     }  # fmt: skip
-    return Prepared(session, arms, facts, rescale, chosen, xs, warmup, build_s, peer_plan)
+    return Prepared(session, arms, facts, rescale, chosen, xs, warmup, build_s, peer_plan, rules_record)
 
 
 def timed_runs(
@@ -204,7 +223,7 @@ def run_rows(prepared: Prepared, results: dict[str, list[dict]]) -> list[dict]:
                 "kind": kind, "threshold": threshold, "predicted_skipped": predicted, "loop_s": result["loop_s"],
                 "total_s": result["total_s"], "skipped": result["skipped"],
                 "peak_memory_gib": result["peak_bytes"] / 2**30, "cache_memory_mib": result["cache_bytes"] / 2**20,
-                "branches": result["branches"], "exact": exact, "max_abs_diff": max_abs,
+                "branches": result["branches"], "exact": exact, "max_abs_diff": max_abs, "blocks": result["blocks"],
             })  # fmt: skip
     refused = prepared.peer_plan["refused_rows"] if prepared.peer_plan is not None else []
     rows += [{**prepared.facts, "arm": row["arm"], "kind": row["arm"], **row} for row in refused]
@@ -228,6 +247,8 @@ def measure_model(
         "skipped_steps": {name: [d.step for d in runs[0]["log"] if not d.compute]
                           for name, runs in results.items() if runs and runs[0]["log"]},
     }  # fmt: skip
+    if prepared.rules:
+        provenance["rules"] = prepared.rules
     if prepared.peer_plan is not None:
         provenance["mlx_teacache"] = peer_record(prepared.peer_plan, results)
     del prepared, results
@@ -237,7 +258,7 @@ def measure_model(
 
 def _arm_key(arm) -> str:
     kind, threshold = arm[0], arm[1]
-    return f"{kind} {threshold:g}" if kind in ("gate", "mlx-teacache") else kind
+    return f"{kind} {threshold:g}" if kind in ("gate", "mlx-teacache", "magcache", "fbcache") else kind
 
 
 def plan_peer(

@@ -59,6 +59,7 @@ RUNS = Table(
         Column("rescale", "str"),
         Column("hardware", "str"),
         Column("note", "str"),  # why an arm could not run here (then no timing)
+        Column("blocks", "int"),  # First-Block Cache's arms: the body's blocks (block 0 runs at every step)
     ),
 )
 SUMMARY = Table(

@@ -18,6 +18,7 @@ import pandas as pd
 import calib
 import teacache
 from bench.timing.fullsize_records import CONFIG_KEY, RUNS, SUMMARY, read_table, write_table
+from calib.targets import ideal_bound
 from teacache.io import FORMAT_VERSION, project_root, write_json
 from teacache.models.fullsize import MEANINGLESS
 
@@ -70,7 +71,8 @@ def _summary_rows(config: pd.DataFrame) -> list[dict]:
         loops = list(runs["loop_s"])
         ratios = [v / r for r, v in zip(loops, vanilla_loops, strict=True)]
         skipped = int(statistics.median(runs["skipped"]))
-        ideal = steps / (steps - skipped)
+        blocks = runs["blocks"].iloc[0] if "blocks" in runs.columns else None
+        ideal = ideal_bound(steps, steps - skipped, None if pd.isna(blocks) else int(blocks))
         speedup = statistics.median(ratios)
         rows.append({
             **common, "arm": runs["kind"].iloc[0], "threshold": runs["threshold"].iloc[0], "skipped": skipped,
