@@ -24,7 +24,7 @@ from calib.fit.coefficient_sources import import_module_from_path
 from calib.fit.errors import FitError
 from calib.fit.result import FitResult
 from calib.run.arguments import CommandParser, check_out_file, path_argument
-from calib.run.command import command
+from calib.run.command import command, parsed
 from teacache import variants
 from teacache.coefficients import PACKAGED_MODULES, module_name
 from teacache.errors import InputError
@@ -332,11 +332,9 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 
 @command("teacache-calib emit")
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        args = setup_arg_parser().parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
+    argv, args = parsed(setup_arg_parser(), argv)
+    if isinstance(args, int):
+        return args
     if args.format == "mlx-teacache":
         return emit_calibration(args)
     if args.variant is None:

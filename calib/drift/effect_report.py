@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from calib.drift.report import FAMILY_LABELS, family_numbers, load_runs, report_parser
+from calib.drift.report import FAMILY_LABELS, family_numbers, report_inputs, report_parser
 from calib.run.command import command
 
 PROG = "teacache-calib drift-effect-report"
@@ -102,8 +102,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
 
 @command(PROG)
 def main(argv: list[str] | None = None) -> int:
-    args = setup_arg_parser().parse_args(argv)
-    runs = load_runs(args.runs)
+    args, runs = report_inputs(setup_arg_parser(), argv)
     from teacache.io import write_json, write_text
 
     rows = rows_of(runs[1:])  # the first run is where the series starts: its save is what the second judges

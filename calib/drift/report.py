@@ -185,14 +185,19 @@ def report_parser(prog: str, description: str) -> argparse.ArgumentParser:
     return parser
 
 
+def report_inputs(parser: argparse.ArgumentParser, argv: list[str] | None) -> tuple[argparse.Namespace, list[dict]]:
+    """A report's parsed arguments and the drift runs its DIR... folders hold."""
+    args = parser.parse_args(argv)
+    return args, load_runs(args.runs)
+
+
 def setup_arg_parser() -> argparse.ArgumentParser:
     return report_parser(PROG, __doc__.split("\n\n")[0])
 
 
 @command(PROG)
 def main(argv: list[str] | None = None) -> int:
-    args = setup_arg_parser().parse_args(argv)
-    runs = load_runs(args.runs)
+    args, runs = report_inputs(setup_arg_parser(), argv)
     from calib.drift import noise
     from teacache.io import write_json, write_text
 

@@ -19,7 +19,7 @@ from calib.fit.result import FitResult
 from calib.fit.selection import DEFAULT_FOLDS, LOO_MAX_PROMPTS
 from calib.fit.summary import print_summary
 from calib.run.arguments import CommandParser, check_out_dir, path_argument
-from calib.run.command import command
+from calib.run.command import command, parsed
 from teacache.io import atomic_path
 
 __all__ = ["main", "run", "setup_arg_parser"]
@@ -59,10 +59,7 @@ def _add_candidate_arguments(parser: argparse.ArgumentParser) -> None:
     """The options that narrow the candidates: one form, degree, mode, time or interaction degree; no splines."""
     parser.add_argument("--form", choices=CHOICES["form"], help="fit only this form")
     parser.add_argument(
-        "--degree",
-        type=int,
-        choices=CHOICES["degree"],
-        help="fit only this degree in x (mono+step: pieces in x)",
+        "--degree", type=int, choices=CHOICES["degree"], help="fit only this degree in x (mono+step: pieces in x)"
     )
     parser.add_argument(
         "--mode", choices=CHOICES["mode"], help="fit only this mode (time-aware forms: free or monotone)"
@@ -153,11 +150,9 @@ def run(args: argparse.Namespace, argv: list[str]) -> tuple[FitResult, dict[str,
 
 @command("teacache-calib fit")
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        args = setup_arg_parser().parse_args(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
+    argv, args = parsed(setup_arg_parser(), argv)
+    if isinstance(args, int):
+        return args
     check_out_dir(args.out, writes=WRITES)
     result, plots = run(args, argv)
     for message in result["data"]["notes"]:

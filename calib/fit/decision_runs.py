@@ -98,16 +98,9 @@ def pack_runs(frame: pd.DataFrame, change: str | None = None) -> tuple[RunTable,
     sigma = dense(frame["sigma"].to_numpy(dtype=float), np.nan) if "sigma" in frame.columns else None
     prompt_ids = frame["prompt_id"].astype(str).to_numpy()[first_row]
     table = RunTable(
-        keys=keys,
-        prompt_ids=prompt_ids,
-        x=x,
-        change=change_values,
-        norm=norm,
-        sigma=sigma,
-        num_steps=num_steps,
-        change_kind=kind,
-        norm_column=norm_column if use_norms else None,
-    )
+        keys=keys, prompt_ids=prompt_ids, x=x, change=change_values, norm=norm, sigma=sigma, num_steps=num_steps,
+        change_kind=kind, norm_column=norm_column if use_norms else None,
+    )  # fmt: skip
     return table, run_of_row
 
 

@@ -8,6 +8,7 @@ command calling it) through it too. Any other exception is a bug: it propagates,
 
 from __future__ import annotations
 
+import argparse
 import functools
 import sys
 from collections.abc import Callable
@@ -23,6 +24,16 @@ def run_command(prog: str, action: Callable[..., int | None], *args, **kwargs) -
     except TeaCacheError as exc:
         print(f"{prog}: {one_line(exc)}", file=sys.stderr)
         return exc.exit_status
+
+
+def parsed(parser: argparse.ArgumentParser, argv: list[str] | None) -> tuple[list[str], argparse.Namespace | int]:
+    """``argv`` (the process's own when None) and what ``parser`` makes of it, or the exit status that --help or a
+    usage error ends with (argparse has printed what it had to say)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return argv, parser.parse_args(argv)
+    except SystemExit as exc:
+        return argv, int(exc.code or 0)
 
 
 def command(prog: str) -> Callable[[Callable[..., int | None]], Callable[..., int]]:

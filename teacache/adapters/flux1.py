@@ -12,12 +12,7 @@ import mlx.core as mx
 from mflux.models.flux.model.flux_transformer.transformer import Transformer
 from mflux.models.flux.variants.txt2img.flux import Flux1
 
-from teacache.adapters._proxy import (
-    CachingProxy,
-    install_proxy,
-    original_transformer,
-    proxy_installed,
-)
+from teacache.adapters._proxy import CachingProxy, install_proxy, original_transformer, proxy_installed
 from teacache.core import StepController
 from teacache.variants import variant_of
 

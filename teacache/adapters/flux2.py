@@ -17,12 +17,7 @@ import mlx.core as mx
 from mflux.models.common.config.model_config import ModelConfig
 from mflux.models.flux2.model.flux2_transformer.transformer import Flux2Transformer
 
-from teacache.adapters._proxy import (
-    CachingProxy,
-    install_proxy,
-    original_transformer,
-    proxy_installed,
-)
+from teacache.adapters._proxy import CachingProxy, install_proxy, original_transformer, proxy_installed
 from teacache.core import StepController
 from teacache.variants import variant_of
 
@@ -123,12 +118,9 @@ class TeaCacheFlux2Transformer(CachingProxy):
         mod_single = tr.single_stream_modulation(temb)[0]
         for idx, block in enumerate(tr.single_transformer_blocks):
             hidden_states = block(
-                hidden_states=hidden_states,
-                temb_mod_params=mod_single,
-                image_rotary_emb=rotary,
-                kv_cache=None,
+                hidden_states=hidden_states, temb_mod_params=mod_single, image_rotary_emb=rotary, kv_cache=None,
                 kv_cache_layer_idx=idx,
-            )
+            )  # fmt: skip
         return hidden_states[:, encoder_hidden_states.shape[1] :, ...]
 
     def _double(self, idx, hidden_states, encoder_hidden_states, mod_img, mod_txt, rotary):

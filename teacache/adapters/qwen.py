@@ -17,12 +17,7 @@ from mflux.models.qwen.model.qwen_transformer.qwen_transformer import QwenTransf
 from mflux.models.qwen.model.qwen_transformer.qwen_transformer_block import QwenTransformerBlock
 from mflux.models.qwen.variants.txt2img.qwen_image import QwenImage
 
-from teacache.adapters._proxy import (
-    CachingProxy,
-    install_proxy,
-    original_transformer,
-    proxy_installed,
-)
+from teacache.adapters._proxy import CachingProxy, install_proxy, original_transformer, proxy_installed
 from teacache.core import StepController
 from teacache.variants import variant_of
 

@@ -22,12 +22,7 @@ from typing import NamedTuple
 import mlx.core as mx
 from mflux.models.z_image.model.z_image_transformer.transformer import ZImageTransformer
 
-from teacache.adapters._proxy import (
-    CachingProxy,
-    install_proxy,
-    original_transformer,
-    proxy_installed,
-)
+from teacache.adapters._proxy import CachingProxy, install_proxy, original_transformer, proxy_installed
 from teacache.core import StepController
 from teacache.variants import variant_of
 

@@ -40,3 +40,14 @@ def redraw_linears(
         if evaluate_every_bytes is not None and pending_bytes >= evaluate_every_bytes:
             mx.eval(pending, key)
             pending, pending_bytes = [], 0
+
+
+def drawn(transformer: nn.Module, seed: int) -> nn.Module:
+    """An embedded model's transformer with every Linear drawn from ``seed``, cast to mflux's precision and
+    evaluated."""
+    from mflux.models.common.config.model_config import ModelConfig
+
+    redraw_linears(transformer, seed)
+    transformer.set_dtype(ModelConfig.precision)
+    mx.eval(transformer.parameters())
+    return transformer

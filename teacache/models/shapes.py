@@ -262,17 +262,7 @@ class TinyShapesPipeline:
     @staticmethod
     def _denoise_step(predict, config: Config, t: int, latents: mx.array, conditioning: tuple) -> mx.array:
         """One step of the denoising loop as Klein takes it: the predicted noise, then the scheduler's update."""
-        latent_ids, prompt_embeds, txt_ids, negative_prompt_embeds, negative_text_ids, guidance = conditioning
-        noise = predict(
-            latents=latents,
-            latent_ids=latent_ids,
-            prompt_embeds=prompt_embeds,
-            text_ids=txt_ids,
-            negative_prompt_embeds=negative_prompt_embeds,
-            negative_text_ids=negative_text_ids,
-            guidance=guidance,
-            timestep=config.scheduler.timesteps[t],
-        )
+        noise = predict(latents, *conditioning, config.scheduler.timesteps[t])  # predict's arguments in order
         return config.scheduler.step(noise=noise, timestep=t, latents=latents, sigmas=config.scheduler.sigmas)
 
     def generate_image(
@@ -389,23 +379,15 @@ class TinyShapesPipeline:
             guidance: float,
             timestep: mx.array,
         ):
-            noise = transformer(
-                hidden_states=latents,
-                encoder_hidden_states=prompt_embeds,
-                timestep=timestep,
-                img_ids=latent_ids,
-                txt_ids=text_ids,
-                guidance=None,
-            )
+            def branch_noise(embeds, ids):
+                return transformer(
+                    hidden_states=latents, encoder_hidden_states=embeds, timestep=timestep, img_ids=latent_ids,
+                    txt_ids=ids, guidance=None,
+                )  # fmt: skip
+
+            noise = branch_noise(prompt_embeds, text_ids)
             if negative_prompt_embeds is not None and negative_text_ids is not None:
-                negative_noise = transformer(
-                    hidden_states=latents,
-                    encoder_hidden_states=negative_prompt_embeds,
-                    timestep=timestep,
-                    img_ids=latent_ids,
-                    txt_ids=negative_text_ids,
-                    guidance=None,
-                )
+                negative_noise = branch_noise(negative_prompt_embeds, negative_text_ids)
                 noise = negative_noise + guidance * (noise - negative_noise)
             return noise
 

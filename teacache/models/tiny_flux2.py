@@ -19,7 +19,7 @@ from mflux.models.flux2.model.flux2_transformer.transformer import Flux2Transfor
 from mflux.models.flux2.variants.txt2img.flux2_klein import Flux2Klein
 from mlx import nn
 
-from teacache.models._init import redraw_linears
+from teacache.models._init import drawn
 from teacache.models._releases import no_compute_precision
 
 CONTEXT_DIM = 64
@@ -30,17 +30,10 @@ LATENT_CHANNELS = 128  # packed: 32 VAE channels x 2x2 patches, 16 px per token
 def build_tiny_transformer(seed: int = 0, heads: int = 4, head_dim: int = 32, double: int = 2, single: int = 2):
     """mflux's Flux2Transformer at width heads * head_dim, every Linear drawn from ``seed``."""
     transformer = Flux2Transformer(
-        num_layers=double,
-        num_single_layers=single,
-        attention_head_dim=head_dim,
-        num_attention_heads=heads,
-        joint_attention_dim=CONTEXT_DIM,
-        axes_dims_rope=(head_dim // 4,) * 4,
-    )
-    redraw_linears(transformer, seed)
-    transformer.set_dtype(ModelConfig.precision)
-    mx.eval(transformer.parameters())
-    return transformer
+        num_layers=double, num_single_layers=single, attention_head_dim=head_dim, num_attention_heads=heads,
+        joint_attention_dim=CONTEXT_DIM, axes_dims_rope=(head_dim // 4,) * 4,
+    )  # fmt: skip
+    return drawn(transformer, seed)
 
 
 class TinyFlux2VAE(nn.Module):

@@ -20,7 +20,7 @@ from mflux.models.qwen.qwen_initializer import QwenImageInitializer
 from mflux.models.qwen.variants.txt2img.qwen_image import QwenImage
 from mlx import nn
 
-from teacache.models._init import redraw_linears
+from teacache.models._init import drawn
 from teacache.models.tiny_flux1 import TinyVAE
 
 CONTEXT_DIM = 64  # joint_attention_dim (3584 in Qwen-Image)
@@ -31,15 +31,9 @@ NEGATIVE_SEPARATOR = "|NEG|"  # QwenPromptEncoder's cache key: f"{prompt}|NEG|{n
 def build_tiny_transformer(seed: int = 0, heads: int = 2, layers: int = 2) -> QwenTransformer:
     """mflux's QwenTransformer at width ``heads * 128``, every Linear drawn from ``seed`` with explicit keys."""
     transformer = QwenTransformer(
-        num_layers=layers,
-        attention_head_dim=HEAD_DIM,
-        num_attention_heads=heads,
-        joint_attention_dim=CONTEXT_DIM,
+        num_layers=layers, attention_head_dim=HEAD_DIM, num_attention_heads=heads, joint_attention_dim=CONTEXT_DIM
     )
-    redraw_linears(transformer, seed)
-    transformer.set_dtype(ModelConfig.precision)
-    mx.eval(transformer.parameters())
-    return transformer
+    return drawn(transformer, seed)
 
 
 def _prompt_embedding(text: str) -> tuple[mx.array, mx.array]:

@@ -21,7 +21,7 @@ from mflux.models.z_image.variants.z_image import ZImage
 from mflux.models.z_image.z_image_initializer import ZImageInitializer
 from mlx import nn
 
-from teacache.models._init import redraw_linears
+from teacache.models._init import drawn
 from teacache.models._releases import no_compute_precision, stream_in_model_precision
 from teacache.models.tiny_flux1 import TinyVAE
 
@@ -36,18 +36,10 @@ def build_tiny_transformer(seed: int = 0, dim: int = 256, heads: int = 2, layers
     head_dim = dim // heads
     axes = [head_dim // 4, 3 * head_dim // 8, 3 * head_dim // 8]  # [32, 48, 48] at head_dim 128, like Z-Image's
     transformer = ZImageTransformer(
-        dim=dim,
-        n_heads=heads,
-        n_layers=layers,
-        n_refiner_layers=refiners,
-        cap_feat_dim=CAPTION_DIM,
-        axes_dims=axes,
+        dim=dim, n_heads=heads, n_layers=layers, n_refiner_layers=refiners, cap_feat_dim=CAPTION_DIM, axes_dims=axes
     )
-    redraw_linears(transformer, seed)
-    transformer.set_dtype(ModelConfig.precision)
     stream_in_model_precision(transformer)
-    mx.eval(transformer.parameters())
-    return transformer
+    return drawn(transformer, seed)
 
 
 class HashedTokenizer:

@@ -47,7 +47,7 @@ from teacache.models.lora_layers import LORAS_DIRS as LORAS_DIRS
 from teacache.models.lora_layers import MODELS, add_lora_layers, expand_targets, lora_tensors, save_lora
 from teacache.models.lora_layers import apply_lora as apply_lora
 from teacache.models.lora_styles import STYLES, Style
-from teacache.models.training import argument_error, learning_rate, run_steps, training_record
+from teacache.models.training import add_optimizer_arguments, argument_error, learning_rate, run_steps, training_record
 
 PROG = "python -m teacache.models.train_lora"
 # the guidance input a LoRA trains at (FLUX.2 has none): tiny-open-flux1 at 1 follows the plain conditional velocity
@@ -101,12 +101,7 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--alpha", type=float, help="LoRA alpha; the update is scaled by alpha / rank (default: the rank)")
     p.add_argument("--targets", help="comma-separated module paths in the transformer, '*' for every block "
                    "(default: the style's)")  # fmt: skip
-    p.add_argument("--steps", type=int, default=200)
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--lr", type=float, default=5e-3, help="peak learning rate (AdamW, warmup + cosine decay)")
-    p.add_argument("--warmup", type=int, default=20, help="linear warmup steps")
-    p.add_argument("--weight-decay", type=float, default=0.0)
+    add_optimizer_arguments(p, steps=200, batch=16, lr=5e-3, warmup=20)
     p.add_argument("--sigma-loc", type=float, help="logit-normal location of the sigmas (default: the style's)")
     p.add_argument("--sigma-scale", type=float, default=1.2, help="logit-normal scale of the sigmas")
     p.add_argument("--prompt-dropout", type=float, default=0.1, help="share of empty captions (for CFG)")

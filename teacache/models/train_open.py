@@ -44,7 +44,14 @@ from mlx.utils import tree_flatten, tree_unflatten
 
 from teacache.io import FORMAT_VERSION, append_log, atomic_path, write_json
 from teacache.models import open_data, open_models
-from teacache.models.training import argument_error, learning_rate, plot_loss, save_weights, training_record
+from teacache.models.training import (
+    add_optimizer_arguments,
+    argument_error,
+    learning_rate,
+    plot_loss,
+    save_weights,
+    training_record,
+)
 
 PROG = "python -m teacache.models.train_open"
 LOG_NAME = "train.log"
@@ -58,12 +65,7 @@ SETTINGS = ("family", "steps", "batch", "seed", "lr", "warmup", "weight_decay", 
 def setup_arg_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     p.add_argument("--family", choices=sorted(open_models.FAMILIES), required=True)
-    p.add_argument("--steps", type=int, default=10000)
-    p.add_argument("--batch", type=int, default=128)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (AdamW, warmup + cosine decay)")
-    p.add_argument("--warmup", type=int, default=200, help="linear warmup steps")
-    p.add_argument("--weight-decay", type=float, default=0.0)
+    add_optimizer_arguments(p, steps=10000, batch=128, lr=1e-3, warmup=200)
     p.add_argument("--sigma-loc", type=float, default=0.0, help="logit-normal location of the sigmas")
     p.add_argument("--sigma-scale", type=float, default=1.2, help="logit-normal scale of the sigmas")
     p.add_argument("--prompt-dropout", type=float, default=0.1, help="share of empty captions (for CFG)")

@@ -36,7 +36,15 @@ from mlx import nn
 
 from teacache.io import FORMAT_VERSION, atomic_path, write_json, write_text
 from teacache.models import shapes, shapes_data
-from teacache.models.training import argument_error, learning_rate, plot_loss, run_steps, save_weights, training_record
+from teacache.models.training import (
+    add_optimizer_arguments,
+    argument_error,
+    learning_rate,
+    plot_loss,
+    run_steps,
+    save_weights,
+    training_record,
+)
 from teacache.templating import template_environment
 
 PROG = "python -m teacache.models.train_shapes"
@@ -48,12 +56,7 @@ SIGMA_MIN = 0.002  # keeps 1000 * sigma above 1, where Flux2Transformer would re
 
 def setup_arg_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
-    p.add_argument("--steps", type=int, default=4000)
-    p.add_argument("--batch", type=int, default=128)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (AdamW, warmup + cosine decay)")
-    p.add_argument("--warmup", type=int, default=100, help="linear warmup steps")
-    p.add_argument("--weight-decay", type=float, default=0.0)
+    add_optimizer_arguments(p, steps=4000, batch=128, lr=1e-3, warmup=100)
     p.add_argument("--prompt-dropout", type=float, default=0.1, help="share of empty prompts, for CFG")
     p.add_argument("--sigma-loc", type=float, default=0.5, help="logit-normal location of the sigmas")
     p.add_argument("--sigma-scale", type=float, default=1.2, help="logit-normal scale of the sigmas")

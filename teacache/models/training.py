@@ -36,6 +36,17 @@ def training_writes(command: str) -> Writes:
     return Writes(command=command, names=TRAINING_OUTPUTS, regenerates=("teacache/models/weights",))
 
 
+def add_optimizer_arguments(p: argparse.ArgumentParser, steps: int, batch: int, lr: float, warmup: int) -> None:
+    """The options every trainer takes, in this order and with these defaults: --steps, --batch, --seed, --lr
+    (AdamW's peak), --warmup, --weight-decay."""
+    p.add_argument("--steps", type=int, default=steps)
+    p.add_argument("--batch", type=int, default=batch)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lr", type=float, default=lr, help="peak learning rate (AdamW, warmup + cosine decay)")
+    p.add_argument("--warmup", type=int, default=warmup, help="linear warmup steps")
+    p.add_argument("--weight-decay", type=float, default=0.0)
+
+
 def argument_error(args: argparse.Namespace, command: str) -> str | None:
     """One line naming the first bad training argument, or None; the output folder is created when all are good.
 

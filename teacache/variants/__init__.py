@@ -136,6 +136,20 @@ class VariantSpec:
         return _by_name("teacache.coefficients").load_recipe(self.name)
 
 
+def random_weights(
+    name: str, family: str, builder: str, steps: int, guidance: float, thresholds: str, threshold: float = 0.3,
+    why: str = "random weights: a plumbing value",
+) -> VariantSpec:  # fmt: skip
+    """An embedded random-weight model's spec: 128x128, the fast prompts, a campaign of seconds per run, and its
+    packaged coefficients in the module named like it (``tiny-z-image``: ``teacache.coefficients.tiny_z_image``)."""
+    return VariantSpec(
+        name=name, family=family, default_threshold=threshold, default_threshold_why=why,
+        generation=Generation(steps=steps, width=128, height=128, guidance=guidance),
+        coefficients=name.replace("-", "_"), prompt_set="fast",
+        campaign_sizes=CampaignSizes("fast", "0,1", "fast", "0,1,2", thresholds, 2), builder=builder,
+    )  # fmt: skip
+
+
 def _by_name(module: str):
     """A package that reads this registry, looked up when called: the registry imports none of them."""
     return importlib.import_module(module)

@@ -1,6 +1,6 @@
 """FLUX.1 variants (mflux's ``Flux1``; adapter ``teacache.adapters.flux1``)."""
 
-from teacache.variants import CampaignSizes, Family, Generation, NumericChange, VariantSpec
+from teacache.variants import CampaignSizes, Family, Generation, NumericChange, VariantSpec, random_weights
 
 FAMILY = Family(
     name="flux1",
@@ -21,6 +21,12 @@ FAMILY = Family(
     ),
 )
 _UPSTREAM = "upstream TeaCache's FLUX.1-dev setting for ~1.5x at 28 steps (README of ali-vilab/TeaCache)"
+
+_TINY = random_weights(  # the random-weight model
+    "tiny-flux1", "flux1", "teacache.models.tiny_flux1:build_tiny_flux1", steps=20, guidance=3.5,
+    thresholds="0,0.2,0.25,0.3,0.5", threshold=0.25,
+    why="random weights: a plumbing value (FLUX.1's upstream default)",
+)  # fmt: skip
 
 SPECS = (
     VariantSpec(
@@ -58,17 +64,7 @@ SPECS = (
         generation=Generation(steps=28, width=1024, height=1024, guidance=4.5),
         coefficients="flux1_krea",
     ),
-    VariantSpec(
-        name="tiny-flux1",
-        family="flux1",
-        default_threshold=0.25,
-        default_threshold_why="random weights: a plumbing value (FLUX.1's upstream default)",
-        generation=Generation(steps=20, width=128, height=128, guidance=3.5),
-        coefficients="tiny_flux1",
-        prompt_set="fast",
-        campaign_sizes=CampaignSizes("fast", "0,1", "fast", "0,1,2", "0,0.2,0.25,0.3,0.5", 2),
-        builder="teacache.models.tiny_flux1:build_tiny_flux1",
-    ),
+    _TINY,
     VariantSpec(
         name="tiny-scenes",
         family="flux1",

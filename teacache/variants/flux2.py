@@ -1,6 +1,6 @@
 """FLUX.2 Klein variants and the embedded FLUX.2 models (mflux's ``Flux2Klein``; adapter ``adapters.flux2``)."""
 
-from teacache.variants import CampaignSizes, Family, Generation, VariantSpec
+from teacache.variants import CampaignSizes, Family, Generation, VariantSpec, random_weights
 
 FAMILY = Family(
     name="flux2",
@@ -18,6 +18,11 @@ FAMILY = Family(
 _KLEIN = "FLUX.2 Klein: no published threshold; 0.3 is a starting point to measure, not a calibration"
 _DISTILLED = Generation(steps=8, width=1024, height=1024, guidance=1.0)  # the published fits' recipe
 _BASE = Generation(steps=28, width=1024, height=1024, guidance=4.0)
+
+_TINY = random_weights(  # the random-weight model
+    "tiny-flux2", "flux2", "teacache.models.tiny_flux2:build_tiny_flux2", steps=20, guidance=1.0,
+    thresholds="0,0.1,0.2,0.3", why="random weights: a plumbing value (FLUX.2 Klein's starting point)",
+)  # fmt: skip
 
 SPECS = (
     VariantSpec(
@@ -87,17 +92,7 @@ SPECS = (
         only_its_size=True,
         prompt_check="teacache.models.shapes_data:parse_prompt",
     ),
-    VariantSpec(
-        name="tiny-flux2",
-        family="flux2",
-        default_threshold=0.3,
-        default_threshold_why="random weights: a plumbing value (FLUX.2 Klein's starting point)",
-        generation=Generation(steps=20, width=128, height=128, guidance=1.0),
-        coefficients="tiny_flux2",
-        prompt_set="fast",
-        campaign_sizes=CampaignSizes("fast", "0,1", "fast", "0,1,2", "0,0.1,0.2,0.3", 2),
-        builder="teacache.models.tiny_flux2:build_tiny_flux2",
-    ),
+    _TINY,
     VariantSpec(
         name="tiny-open-flux2",
         family="flux2",

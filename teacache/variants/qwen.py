@@ -4,7 +4,7 @@ mflux 0.24.0 resolves its aliases "qwen-image" and "qwen" to Qwen/Qwen-Image-251
 original Qwen/Qwen-Image checkpoint and ``qwen-image-2512`` the newer one, each with its own calibration.
 """
 
-from teacache.variants import CampaignSizes, Family, Generation, NumericChange, VariantSpec
+from teacache.variants import Family, Generation, NumericChange, VariantSpec, random_weights
 
 FAMILY = Family(
     name="qwen",
@@ -30,6 +30,11 @@ _MLX_TEACACHE = (
 )
 _GENERATION = Generation(steps=50, width=1024, height=1024, guidance=4.0)
 
+_TINY = random_weights(  # the random-weight model
+    "tiny-qwen-image", "qwen", "teacache.models.tiny_qwen:build_tiny_qwen_image", steps=10, guidance=4.0,
+    thresholds="0,0.1,0.2,0.3",
+)  # fmt: skip
+
 SPECS = (
     VariantSpec(
         name="qwen-image",
@@ -52,15 +57,5 @@ SPECS = (
         generation=_GENERATION,
         coefficients="qwen_image_2512",
     ),
-    VariantSpec(
-        name="tiny-qwen-image",
-        family="qwen",
-        default_threshold=0.3,
-        default_threshold_why="random weights: a plumbing value",
-        generation=Generation(steps=10, width=128, height=128, guidance=4.0),
-        coefficients="tiny_qwen_image",
-        prompt_set="fast",
-        campaign_sizes=CampaignSizes("fast", "0,1", "fast", "0,1,2", "0,0.1,0.2,0.3", 2),
-        builder="teacache.models.tiny_qwen:build_tiny_qwen_image",
-    ),
+    _TINY,
 )

@@ -1,6 +1,6 @@
 """Z-Image variants (mflux's ``ZImage``; adapter ``teacache.adapters.zimage``)."""
 
-from teacache.variants import CampaignSizes, Family, Generation, NumericChange, VariantSpec
+from teacache.variants import Family, Generation, NumericChange, VariantSpec, random_weights
 
 FAMILY = Family(
     name="zimage",
@@ -21,6 +21,11 @@ FAMILY = Family(
         ),
     ),
 )
+
+_TINY = random_weights(  # the random-weight model
+    "tiny-z-image", "zimage", "teacache.models.tiny_zimage:build_tiny_z_image", steps=10, guidance=4.0,
+    thresholds="0,0.1,0.2,0.3",
+)  # fmt: skip
 
 SPECS = (
     VariantSpec(
@@ -48,15 +53,5 @@ SPECS = (
             "Z-Image-Turbo is distilled to 8-9 steps, which leaves TeaCache nothing to skip, and has no calibration"
         ),
     ),
-    VariantSpec(
-        name="tiny-z-image",
-        family="zimage",
-        default_threshold=0.3,
-        default_threshold_why="random weights: a plumbing value",
-        generation=Generation(steps=10, width=128, height=128, guidance=4.0),
-        coefficients="tiny_z_image",
-        prompt_set="fast",
-        campaign_sizes=CampaignSizes("fast", "0,1", "fast", "0,1,2", "0,0.1,0.2,0.3", 2),
-        builder="teacache.models.tiny_zimage:build_tiny_z_image",
-    ),
+    _TINY,
 )
