@@ -53,6 +53,8 @@ RUN_ELSEWHERE = {  # block -> the test that runs it as written
         "tests/test_docs_caching_rules.py::test_first_block_cache_by_speedup_runs_as_written",
     ("docs/tolerances.md", "The quantized no-op at full size", 0):
         "tests/bench/tolerances/test_quantized_noop.py::test_the_pages_command_regenerates_the_committed_module",
+    ("docs/tolerances.md", "The Intel module: tiny-shapes from a study's sweep", 0):
+        "tests/bench/tolerances/test_module.py::test_the_pages_command_regenerates_the_committed_intel_module",
 }  # fmt: skip
 ACTIVATION = "the activation every journey here starts with (ACTIVATE)"
 WEIGHTS, CUDA = "needs FLUX.1-dev's downloaded weights", "needs an NVIDIA GPU (MLX's CUDA build)"

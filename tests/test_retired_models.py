@@ -22,6 +22,15 @@ def test_the_retired_model_is_a_refused_spec_and_its_weights_left_the_tree():
     assert not (ROOT / "teacache" / "models" / "weights" / RETIRED).exists()
 
 
+def test_no_tolerance_module_carries_or_borrows_constants_for_it():
+    from bench.tolerances.module import generated_modules, prefix
+
+    for module in generated_modules():
+        held = [name for name in module.constants if name.startswith(prefix(RETIRED) + "_")]
+        named = (*module.variants, *module.kept, *(module.constants.get("PROVISIONAL_FROM") or {}))
+        assert not held and RETIRED not in named, (module.path.name, held)
+
+
 def test_load_model_refuses_it_in_one_line():
     with pytest.raises(TeaCacheError) as caught:
         teacache.load_model(RETIRED)

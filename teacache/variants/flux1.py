@@ -69,7 +69,9 @@ SPECS = (
         name="tiny-scenes",
         family="flux1",
         default_threshold=0.03,
-        default_threshold_why="retired: its campaign's recommendation (results/cpu-intel-xeon-2c/tiny-scenes/0.24.0)",
+        default_threshold_why=(
+            "retired: its campaign's recommendation (results/cpu-intel-xeon-2c/tiny-scenes/0.24.0 at commit 0cd4016)"
+        ),
         skip_first_n_steps=2,
         generation=Generation(steps=28, width=256, height=256, guidance=3.5),  # what its committed results ran
         refuse_why=(

@@ -5,8 +5,6 @@ Each constant: what was measured, where and with what, the measured distribution
 and calibrated (>= 8 prompt x seed pairs on this hardware) or provisional.
 """
 
-from bench.tolerances.module import provisional_constants
-
 HARDWARE = "cpu-amd-epyc-2c"
 STATUS = "calibrated"
 VARIANTS = (
@@ -1054,12 +1052,3 @@ TINY_Z_IMAGE_PSNR_FLOOR = 47.010461992428034
 # margin: one median-to-worst spread beyond the worst run (see the module docstring); rounded outward
 # calibrated
 TINY_Z_IMAGE_SKIP_BAND = (1, 1)
-
-# not measured on cpu-amd-epyc-2c: tiny-scenes; provisional until derived here (teacache-bench tolerances over their
-#   sweeps). Until then each one's constants are read at import from the module that measured it: tiny-scenes from
-#   cpu-intel-xeon-2c (tests/tolerances/cpu_intel_xeon_2c.py)
-# provisional
-PROVISIONAL_FROM = {
-    "tiny-scenes": "cpu-intel-xeon-2c",
-}
-globals().update(provisional_constants(PROVISIONAL_FROM))

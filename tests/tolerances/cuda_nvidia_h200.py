@@ -390,18 +390,16 @@ FULLSIZE_FLUX1_DEV_Q4_NOOP_INPUTS = (
     "results/cuda-nvidia-h200/quantized-noop/x_embedder-bf16/q4-session2.json",
 )
 
-# not measured on cuda-nvidia-h200: tiny-flux2, tiny-open-flux1, tiny-open-flux2, tiny-qwen-image, tiny-scenes,
-#   tiny-z-image; provisional until derived here (teacache-bench tolerances over their sweeps). Until then each
-#   one's constants are read at import from the module that measured it: tiny-flux2, tiny-open-flux1,
-#   tiny-open-flux2, tiny-qwen-image, tiny-z-image from cpu-amd-epyc-2c (tests/tolerances/cpu_amd_epyc_2c.py);
-#   tiny-scenes from cpu-intel-xeon-2c (tests/tolerances/cpu_intel_xeon_2c.py)
+# not measured on cuda-nvidia-h200: tiny-flux2, tiny-open-flux1, tiny-open-flux2, tiny-qwen-image, tiny-z-image;
+#   provisional until derived here (teacache-bench tolerances over their sweeps). Until then each one's constants
+#   are read at import from the module that measured it: tiny-flux2, tiny-open-flux1, tiny-open-flux2,
+#   tiny-qwen-image, tiny-z-image from cpu-amd-epyc-2c (tests/tolerances/cpu_amd_epyc_2c.py)
 # provisional
 PROVISIONAL_FROM = {
     "tiny-flux2": "cpu-amd-epyc-2c",
     "tiny-open-flux1": "cpu-amd-epyc-2c",
     "tiny-open-flux2": "cpu-amd-epyc-2c",
     "tiny-qwen-image": "cpu-amd-epyc-2c",
-    "tiny-scenes": "cpu-intel-xeon-2c",
     "tiny-z-image": "cpu-amd-epyc-2c",
 }
 globals().update(provisional_constants(PROVISIONAL_FROM))

@@ -1,6 +1,9 @@
-"""The four criteria folders side by side: per model, seed and computed-steps level, each candidate's median SSIM and
+"""The criteria folders side by side: per model, seed and computed-steps level, each candidate's median SSIM and
 the paired difference (default selection minus the previous rule's pick), plus the per-prompt spread of the mean
-difference over equal work. Reads only the folders' own files; writes summary.csv. Run from the project root."""
+difference over equal work. Reads only the folders' own files; writes summary.csv. Run from the project root.
+
+The tree holds tiny-shapes' two folders; tiny-scenes' (a retired model) are at commit 0cd4016, with the
+summary.csv that held both models' rows (``git show 0cd4016:results/comparisons/forms-front/summary.csv``)."""
 
 from __future__ import annotations
 
@@ -13,9 +16,7 @@ import pandas as pd
 from bench.studies import decision_check
 
 HERE = Path(__file__).resolve().parent
-FOLDERS = [
-    (m, s, HERE / m / f) for m in ("tiny-shapes", "tiny-scenes") for s, f in ((1, "criteria"), (2, "criteria-seed2"))
-]
+FOLDERS = [(m, s, HERE / m / f) for m in ("tiny-shapes",) for s, f in ((1, "criteria"), (2, "criteria-seed2"))]
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ import json
 from bench.tolerances.gapcheck import same_measurement
 from tests import ROOT
 
-COMMITTED = ROOT / "results/cpu-intel-xeon-2c/tiny-scenes/0.24.0/gapcheck/gapcheck.json"
+COMMITTED = ROOT / "results/cpu-amd-epyc-2c/tiny-open-flux1/0.24.0/gapcheck/gapcheck.json"
 
 
 def test_only_when_and_from_which_checkout_may_differ(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import shutil
 import subprocess
 import sys
@@ -21,15 +22,15 @@ from bench.tolerances.module import (
     read_module,
 )
 from teacache.io import FORMAT_VERSION, write_json
+from tests import ROOT, doc_pages
 from tests.tolerances import describe, measured_case, measured_cases
 
 HARDWARE = {"backend": "cpu", "device_name": "Test Chip", "cpu_count": 3}  # slug cpu-test-chip-3c
 PROMPTS = ({"id": "p0", "text": "a red fox"}, {"id": "p1", "text": "a lighthouse"}, {"id": "p2", "text": "a cat"})
 SEEDS = (4, 7, 9)
-# every embedded model has a committed campaign and tolerances; so has the retired tiny-scenes, whose constants stay
-# in the committed module that measured them (cpu_intel_xeon_2c.py) and are carried as provisional like any other's
-RETIRED_WITH_TOLERANCES = {"tiny-scenes"}
-COMMITTED_VARIANTS = set(campaign_models()) | RETIRED_WITH_TOLERANCES
+# every embedded model has a committed campaign and tolerances; a retired one (tiny-scenes) has none: no module
+# carries or borrows constants for a variant that can no longer run
+COMMITTED_VARIANTS = set(campaign_models())
 
 
 def make_sweep(folder: Path, variant: str) -> Path:
@@ -144,7 +145,7 @@ def test_committed_modules_are_complete_and_provisional_has_no_numbers_of_its_ow
 
     sources = provisional_sources()
     assert set(sources) == COMMITTED_VARIANTS
-    for slug in ("cpu-amd-epyc-2c", "cuda-nvidia-h200"):
+    for slug in ("cpu-amd-epyc-2c", "cpu-intel-xeon-2c", "cuda-nvidia-h200"):
         module = load_tolerances(slug)
         for variant in COMMITTED_VARIANTS:
             assert measured_cases(module, variant), (slug, variant)
@@ -173,3 +174,20 @@ def test_written_modules_pass_ruff(sweeps, tmp_path):
             [RUFF, *command, "--isolated", "--line-length", "120", str(out)], capture_output=True, text=True
         )
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+INTEL_PAGE = ("docs/tolerances.md", "The Intel module: tiny-shapes from a study's sweep", 0)
+
+
+def test_the_pages_command_regenerates_the_committed_intel_module(tmp_path):
+    """docs/tolerances.md's command for the Intel module, run as written on any machine from a folder whose
+    results/ is the project's: the hardware comes from the sweep's provenance, and the module is the committed one."""
+    (tmp_path / "results").symlink_to(ROOT / "results")
+    (tmp_path / "tests" / "tolerances").mkdir(parents=True)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", doc_pages.block(*INTEL_PAGE)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    written = (tmp_path / "tests/tolerances/cpu_intel_xeon_2c.py").read_text()
+    assert written == (TOLERANCES_DIR / "cpu_intel_xeon_2c.py").read_text()
+    assert 'VARIANTS = ("tiny-shapes",)' in written and "Intel(R) Xeon(R)" in written
