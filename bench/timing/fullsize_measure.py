@@ -223,7 +223,7 @@ def run_rows(prepared: Prepared, results: dict[str, list[dict]]) -> list[dict]:
                 "kind": kind, "threshold": threshold, "predicted_skipped": predicted, "loop_s": result["loop_s"],
                 "total_s": result["total_s"], "skipped": result["skipped"],
                 "peak_memory_gib": result["peak_bytes"] / 2**30, "cache_memory_mib": result["cache_bytes"] / 2**20,
-                "branches": result["branches"], "exact": exact, "max_abs_diff": max_abs, "blocks": result["blocks"],
+                "branches": result["branches"], "exact": exact, "max_abs_diff": max_abs, "blocks": result.get("blocks"),
             })  # fmt: skip
     refused = prepared.peer_plan["refused_rows"] if prepared.peer_plan is not None else []
     rows += [{**prepared.facts, "arm": row["arm"], "kind": row["arm"], **row} for row in refused]
