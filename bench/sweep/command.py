@@ -3,9 +3,10 @@
 Per (prompt, seed) pair, in one process after a warm-up, interleaved: each repeat runs vanilla and
 every threshold once, the order rotated from repeat to repeat (calib.run.interleave). Raw records only
 (runs.parquet, decisions.parquet, noop.parquet, schedules.parquet, provenance.json; schemas in bench.sweep.records);
-``teacache-bench report`` derives everything else. Resumable per pair: finished pairs live in
-``DIR/pairs/<pair_id>.*.parquet`` and are never redone, as long as the settings are the same
-(``DIR/fingerprint.json``); new seeds or thresholds extend the folder.
+``teacache-bench report`` derives everything else. Resumable per pair: each pair is saved in
+``DIR/pairs/<pair_id>.*.parquet`` as soon as it is measured, and finished pairs are never redone, as long as the
+settings are the same (``DIR/fingerprint.json``); new seeds or thresholds extend the folder. Once the tables are
+merged, ``DIR/pairs`` goes (they hold its rows); a rerun rebuilds it from them before it plans.
 
 Metrics against the paired vanilla run: final latents max-abs, mean-abs, max-rel = max |a-b| / (|b| + eps)
 with eps = 1e-6, cosine; decoded uint8 RGB images: SSIM (scikit-image, data_range=255,
@@ -26,7 +27,7 @@ from bench.sweep.files import PROG
 from bench.sweep.inputs import check_inputs
 from bench.sweep.measure import measure_share
 from bench.sweep.merge import write_tables
-from bench.sweep.parts import check_parts_agree, done_thresholds, todo_pairs
+from bench.sweep.parts import check_parts_agree, done_thresholds, restore_parts, todo_pairs
 from bench.sweep.settings import SweepSettings, fingerprint_settings, plan
 from calib.run import arguments, ranks, shard
 from calib.run.command import command
@@ -100,7 +101,7 @@ def run_sweep(settings: SweepSettings, world: ranks.World | None = None) -> Path
         work=functools.partial(measure_share, settings, fixed_rescale=fixed_rescale, traces=traces),
         merge=functools.partial(write_tables, settings, traces=traces),
         interrupted=functools.partial(_interrupted_message, settings),
-        adopted=functools.partial(check_parts_agree, settings),
+        adopted=functools.partial(check_parts_agree, settings), restore=restore_parts,
     )  # fmt: skip
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from bench.quality.metrics import MAX_REL_EPS, SSIM_SETTINGS
 from bench.sweep.arms import TIMING_ISOLATED
 from bench.sweep.measure import Measured
-from bench.sweep.parts import read_part
+from bench.sweep.parts import discard_parts, read_part
 from bench.sweep.settings import SweepSettings
 from calib.run import fingerprint, ranks, shard
 from calib.run.prompts import pair_id
@@ -47,7 +47,8 @@ def write_tables(
     traces: Traces | None,
 ) -> Path:
     """The folder's tables from every pair wherever it was saved, and provenance.json (on rank 0). A resume
-    that measured nothing keeps them as they are: they describe the runs that made them."""
+    that measured nothing keeps them as they are: they describe the runs that made them. Then ``OUT/pairs`` goes
+    (:func:`~bench.sweep.parts.discard_parts`): the tables hold its rows, and a rerun rebuilds it from them."""
     # heavy (pandas): loaded after the arguments are checked
     from bench.sweep import records
     from bench.sweep.replay import predict_schedules
@@ -56,6 +57,7 @@ def write_tables(
     previous = read_previous(out / "provenance.json")
     if added == 0 and previous is not None and (out / records.RUNS.file).is_file():
         print(f"nothing to measure: {out / records.RUNS.file} holds every pair; kept its tables and provenance.json")
+        discard_parts(out)
         return out / records.RUNS.file
     recorded = measured.recorded
     if run.folder != out:  # the merged folder gets the settings its tables were made with
@@ -106,4 +108,5 @@ def write_tables(
     records.write_table(out / records.SCHEDULES.file, records.SCHEDULES, predicted)  # empty without --traces
     records.write_table(out / records.RUNS.file, records.RUNS, runs)
     write_json(out / "provenance.json", provenance)
+    discard_parts(out)  # last: every table it feeds is written
     return out / records.RUNS.file

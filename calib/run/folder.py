@@ -314,9 +314,11 @@ class RunFolder:
 
     def run(self, run: shard.ShardedRun, settings: dict, force_new: bool, work: Callable[[shard.ShardedRun], Measured],
             merge: Callable[[shard.ShardedRun, Measured, dict[str, Path]], Path], interrupted: Callable[[], str],
-            adopted: Callable[[Path], None] | None = None) -> Path | None:  # fmt: skip
+            adopted: Callable[[Path], None] | None = None,
+            restore: Callable[[Path], object] | None = None) -> Path | None:  # fmt: skip
         """--force-new, the locks and the settings check of every folder the merge may take, then this rank's
-        ``work`` and rank 0's ``merge``; returns what the merge wrote (None on the other ranks).
+        ``work`` and rank 0's ``merge``; returns what the merge wrote (None on the other ranks). ``restore``: rank 0
+        rebuilds in ``out`` the units a merge dropped once it had merged them, before the ranks plan what is left.
 
         Refusals come before anything loads, on every rank; a fingerprint this run wrote goes again when it
         stops before any result is saved; Ctrl-C raises Interrupted with ``interrupted()``.
@@ -343,6 +345,8 @@ class RunFolder:
                 for _rank, other in shard_folders(out):
                     if other == folder or (other / FILE).is_file() or any(other.iterdir()):
                         self.resumable(other, settings, adopted)
+                if restore is not None and world.rank == 0:  # checked and locked: the folder is this run's
+                    restore(out)
             except TeaCacheError as exc:  # a held folder, other settings: every rank hears which
                 error = exc
             shard.agree(world, error)

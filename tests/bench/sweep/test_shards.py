@@ -20,6 +20,7 @@ from bench.report import command as report_cmd
 from bench.sweep import command as sweep_cmd
 from bench.sweep import records
 from bench.sweep import settings as sweep_settings
+from bench.sweep.parts import restore_parts
 from tests import ROOT
 from tests.conftest import free_port_pair, patch_everywhere
 
@@ -60,12 +61,16 @@ def one_process(tmp_path, single_sweep) -> Path:
 
 
 def as_if_two_ranks(single: Path, out: Path) -> None:
-    """The folder two ranks leave when each saved one pair and neither merged (interrupted at the barrier)."""
+    """The folder two ranks leave when each saved one pair and neither merged (interrupted at the barrier): the
+    finished one-process sweep's pairs, as a rerun rebuilds them from its tables, spread over two shard folders."""
+    saved = out.parent / "saved-pairs"
+    shutil.copytree(single, saved)
+    assert restore_parts(saved) == ["fox-s0", "tower-s0"]
     for rank, pid in enumerate(["fox-s0", "tower-s0"]):
         folder = out / "shards" / f"rank-{rank}"
         (folder / "pairs").mkdir(parents=True)
         shutil.copy(single / "fingerprint.json", folder / "fingerprint.json")
-        for part in (single / "pairs").glob(f"{pid}.*"):
+        for part in (saved / "pairs").glob(f"{pid}.*"):
             shutil.copy(part, folder / "pairs" / part.name)
 
 
@@ -92,6 +97,8 @@ def test_pairs_lacking_a_requested_threshold_are_not_done(tmp_path, prompts, one
         ),
         world=_one_rank(),
     )
+    assert not run.complete(one_process, "fox-s0")  # a finished sweep keeps no pairs/ ...
+    restore_parts(one_process)  # ... and a rerun rebuilds them from its tables before it plans
     assert run.complete(one_process, "fox-s0")
     wider = sweep_settings.plan("tiny-flux1", "0,0.3,0.5", tmp_path / "x", prompts=str(prompts), seeds="0", steps=4)
     assert not sweep_cmd.sharded_run(wider, world=_one_rank()).complete(one_process, "fox-s0")
