@@ -2,7 +2,8 @@
 skipped steps under each, and the same grid of differences against vanilla.
 
 Read from the images the sweep saved (``sweep --save-images``: ``images/`` beside runs.parquet, named by the
-runs' ``image_path``). Figures only; :mod:`bench.report.render` turns them into PNGs beside report.md.
+runs' ``image_path``; a threshold-0 run equal to vanilla shows the vanilla image, :mod:`bench.sweep.images`).
+Figures only; :mod:`bench.report.render` turns them into PNGs beside report.md.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import numpy as np
 import pandas as pd
 import PIL.Image
 from matplotlib.figure import Figure
+
+from bench.sweep.images import image_file
 
 ROWS = 4  # prompts shown: enough to see a pattern, small enough to read on a page
 CELL_IN = 1.45  # inches per image
@@ -25,7 +28,10 @@ def grid_pairs(runs: pd.DataFrame, rows: int = ROWS) -> list[str]:
 
 
 def grid_cells(runs: pd.DataFrame, folder: Path, rows: int = ROWS) -> tuple[list[str], list[float], dict] | None:
-    """(pair ids, thresholds, {(pair, threshold or None): run row}) when every shown image is on disk, else None."""
+    """(pair ids, thresholds, {(pair, threshold or None): run row}) when every shown image is on disk, else None.
+
+    Each row carries ``image_file``, the file that holds its image (:func:`bench.sweep.images.image_file`).
+    """
     if "image_path" not in runs.columns:
         return None
     pairs = grid_pairs(runs, rows)
@@ -43,14 +49,17 @@ def grid_cells(runs: pd.DataFrame, folder: Path, rows: int = ROWS) -> tuple[list
             if row.empty:
                 return None
             cells[(pair, t)] = row.iloc[0]
-    for row in cells.values():
-        if not isinstance(row["image_path"], str) or not (folder / row["image_path"]).is_file():
+    for (pair, t), row in list(cells.items()):
+        path = image_file(folder, row, cells[(pair, None)])
+        if path is None:
             return None
+        cells[(pair, t)] = row.copy()
+        cells[(pair, t)]["image_file"] = path
     return pairs, thresholds, cells
 
 
-def _load(folder: Path, row) -> np.ndarray:
-    with PIL.Image.open(folder / row["image_path"]) as image:
+def _load(row) -> np.ndarray:
+    with PIL.Image.open(row["image_file"]) as image:
         return np.asarray(image.convert("RGB"), dtype=np.uint8)
 
 
@@ -83,7 +92,7 @@ def image_grid(runs: pd.DataFrame, folder: Path, title: str, rows: int = ROWS) -
     for i, pair in enumerate(pairs):
         for j, t in enumerate(columns):
             ax, row = axes[i, j], cells[(pair, t)]
-            ax.imshow(_load(folder, row), interpolation="nearest")
+            ax.imshow(_load(row), interpolation="nearest")
             _frame(ax)
             if i == 0:
                 ax.set_title(_column_title(t), fontsize=8)
@@ -108,9 +117,9 @@ def difference_grid(runs: pd.DataFrame, folder: Path, title: str, rows: int = RO
     pairs, thresholds, cells = found
     diffs = {}
     for pair in pairs:
-        base = _load(folder, cells[(pair, None)]).astype(np.float64)
+        base = _load(cells[(pair, None)]).astype(np.float64)
         for t in thresholds:
-            diffs[(pair, t)] = np.abs(_load(folder, cells[(pair, t)]).astype(np.float64) - base).mean(axis=2)
+            diffs[(pair, t)] = np.abs(_load(cells[(pair, t)]).astype(np.float64) - base).mean(axis=2)
     top = max(1.0, max(float(d.max()) for d in diffs.values()))
     fig, axes = _figure(len(pairs), len(thresholds))
     shown = None

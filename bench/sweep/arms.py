@@ -17,7 +17,7 @@ from collections import Counter
 
 from bench.sweep import baselines as bl
 from bench.sweep.isolate import job, run_isolated
-from bench.sweep.pair import proxy_noop, save_image
+from bench.sweep.pair import proxy_noop, save_run_image
 from calib.run.interleave import Turn, interleave
 from calib.run.prompts import pair_id
 from teacache.io import FORMAT_VERSION
@@ -113,7 +113,7 @@ def run_pair_arms(model, settings, pair, tc_arms, grid, adherence, images_dir, v
             format_version=FORMAT_VERSION,
             rescale=source,
             adherence=adherence(gen.image, prompt) if adherence else float("nan"),
-            image_path=save_image(images_dir, row["run_id"], gen.image),
+            image_path=save_run_image(images_dir, row, gen.image, ref.image),
         )
         if arm == bl.VANILLA:
             row["threshold"] = float("nan")

@@ -64,7 +64,10 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--isolate", action="store_true", help="time every generation in a fresh process (quality stays in-process)"
     )
-    parser.add_argument("--save-images", action="store_true", help="keep every decoded image under DIR/images")
+    parser.add_argument(
+        "--save-images", action="store_true",
+        help="keep every decoded image under DIR/images (a threshold-0 run equal to vanilla shares vanilla's)",
+    )  # fmt: skip
     parser.add_argument("--out", required=True, type=arguments.path_argument, help="the sweep folder")
     parser.add_argument(
         "--force-new", action="store_true", help="discard what DIR holds from an earlier sweep and start afresh"

@@ -1,4 +1,5 @@
-"""What every way of measuring a (prompt, seed) pair shares: its saved images and its proxy-noop run.
+"""What every way of measuring a (prompt, seed) pair shares: its saved images (:mod:`bench.sweep.images`) and its
+proxy-noop run.
 
 The plain threshold sweep (:mod:`bench.sweep.command`) and the sweep with baseline arms
 (:mod:`bench.sweep.arms`) write the same rows through these, so their tables name and measure alike.
@@ -14,6 +15,7 @@ import mlx.core as mx
 import numpy as np
 
 from bench.quality.metrics import image_metrics, latent_metrics
+from bench.sweep.images import shares_vanilla_image
 from calib.run.generation import generate
 from teacache import apply_teacache
 from teacache.io import atomic_path
@@ -54,4 +56,22 @@ def save_image(images_dir: Path | None, name: str, image: np.ndarray) -> str | N
         Image.fromarray(image).resize((image.shape[1] * scale, image.shape[0] * scale), Image.NEAREST).save(
             tmp, format="PNG"
         )
+    return _recorded(path)
+
+
+def save_run_image(images_dir: Path | None, row: dict, image: np.ndarray, vanilla: np.ndarray) -> str | None:
+    """:func:`save_image` for the run of ``row`` (its measured fields), named by its run id; the path its row records.
+
+    A run that shares its pair's vanilla image (:func:`bench.sweep.images.shares_vanilla_image`, and its decoded
+    image equal to ``vanilla``) gets no file of its own: the copy would be byte-identical. One an earlier run of it
+    left goes, so that readers take the vanilla image. Its row names its own file all the same.
+    """
+    if images_dir is not None and shares_vanilla_image(row) and np.array_equal(image, vanilla):
+        path = images_dir / f"{row['run_id']}.png"
+        path.unlink(missing_ok=True)
+        return _recorded(path)
+    return save_image(images_dir, row["run_id"], image)
+
+
+def _recorded(path: Path) -> str:
     return str(Path("images") / path.name)

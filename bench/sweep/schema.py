@@ -126,7 +126,7 @@ RUNS = Table(
     + _QUALITY
     + (
         Column("adherence", "float"),
-        Column("image_path", "str"),
+        Column("image_path", "str"),  # images/<run_id>.png; no such file for a t0 run equal to vanilla (sweep.images)
     )
     + _RANK
     # a sweep with --baselines, --compare-coefficients or --isolate only: what ran and how it was timed
