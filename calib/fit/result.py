@@ -24,6 +24,7 @@ from teacache.io import FORMAT_VERSION, write_json
 from teacache.rescale import RescaleFunction
 
 FIT_KIND = "teacache-calib fit"
+TABLES: Final = ("candidates",)  # fit.json's lists written one candidate a line
 
 
 class _Missing:
@@ -253,8 +254,9 @@ class FitResult(_Record):
         return cls.from_json(data, f"FIT: {p}")
 
     def write(self, path: str | os.PathLike) -> None:
-        """Write fit.json atomically, in the toolkit's one JSON layout (sorted keys, portable paths)."""
-        write_json(path, self.to_json())
+        """Write fit.json atomically: sorted keys, portable paths, each candidate (of ``candidates`` and of
+        ``decision``) and each list of numbers on one line."""
+        write_json(path, self.to_json(), rows=TABLES)
 
     @property
     def rescale(self) -> RescaleFunction:

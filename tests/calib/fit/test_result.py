@@ -102,6 +102,11 @@ def fit_documents(draw) -> dict:
 # ----------------------------------------------------------------------------------------- read and write
 
 
+def _tokens(text: str):
+    """The JSON as written: keys in their order, numbers as spelled (not as parsed)."""
+    return json.loads(text, object_pairs_hook=list, parse_float=str, parse_int=str, parse_constant=str)
+
+
 @settings(max_examples=60, deadline=None)
 @given(fit_documents())
 def test_read_of_write_is_the_same_result(doc):
@@ -114,6 +119,7 @@ def test_read_of_write_is_the_same_result(doc):
         assert again == fit
         again.write(Path(tmp) / "again.json")
         assert (Path(tmp) / "again.json").read_bytes() == path.read_bytes()
+        assert _tokens(path.read_text()) == _tokens(json.dumps(fit.to_json(), indent=2, sort_keys=True))
 
 
 @pytest.mark.parametrize("path", COMMITTED_FITS, ids=lambda p: str(p.relative_to(ROOT)))
@@ -122,6 +128,30 @@ def test_every_committed_fit_is_written_back_byte_for_byte(path, tmp_path):
     fit.write(tmp_path / "fit.json")
     assert (tmp_path / "fit.json").read_bytes() == path.read_bytes()
     assert fit.rescale == RescaleFunction.from_dict({**json.loads(path.read_text())["selected"], "provenance": {}})
+
+
+def test_the_writer_puts_each_candidate_and_each_list_of_numbers_on_one_line(tmp_path):
+    path = ROOT / "results/cpu-amd-epyc-2c/tiny-shapes/0.24.0/fit/fit.json"
+    fit = FitResult.read(path)
+    fit.write(tmp_path / "fit.json")
+    text = (tmp_path / "fit.json").read_text()
+    doc = fit.to_json()
+    # the same JSON as one value a line would be: keys in the same order, every number spelled alike
+    assert json.loads(text) == doc
+    assert _tokens(text) == _tokens(json.dumps(doc, indent=2, sort_keys=True))
+    lines = text.splitlines()
+    for table, rows in (
+        ('  "candidates": [', doc["candidates"]),
+        ('    "candidates": [', doc["decision"]["candidates"]),
+    ):
+        start = lines.index(table) + 1
+        written = lines[start : start + len(rows)]
+        assert [json.loads(line.strip().rstrip(",")) for line in written] == rows
+        assert lines[start + len(rows)].strip() in ("]", "],")
+    coefficients = json.dumps(doc["selected"]["coefficients"], separators=(",", ":"))
+    assert f'    "coefficients": {coefficients},' in lines  # the selected one keeps a line per field
+    assert '    "label": ' + json.dumps(doc["selected"]["label"]) + "," in lines
+    assert len(lines) < len(doc["candidates"]) + 1000  # not one number a line (one per candidate)
 
 
 def test_the_committed_fits_are_there():
