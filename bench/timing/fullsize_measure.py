@@ -16,7 +16,7 @@ import numpy as np
 
 from bench.peer import arm as peer
 from bench.peer import gate as peer_gate
-from bench.timing.fullsize_rules import RuleArm, rule_arms
+from bench.timing.fullsize_rules import RuleArm, rule_arms, smallest_reaching
 from calib.run.generation import HostLatents, generate
 from calib.run.interleave import Turn, interleave
 from calib.run.interrupts import interruptions
@@ -84,15 +84,8 @@ def choose_threshold(xs: list[float | None], steps: int, target: int, rescale: R
     positive = [v for v in values if v > 0]
     if not positive:
         return PROXY_ALL_THRESHOLD, 0
-    best = (0, PROXY_ALL_THRESHOLD)
-    for threshold in np.geomspace(min(positive) / 4, sum(positive) * 1.5, 800):
-        threshold = float(f"{threshold:.4g}")
-        k = predicted(threshold)
-        if k >= target:
-            return threshold, k
-        if k > best[0]:
-            best = (k, threshold)
-    return best[1], best[0]
+    threshold, k = smallest_reaching(np.geomspace(min(positive) / 4, sum(positive) * 1.5, 800), predicted, target)
+    return (threshold, k) if k >= target or k > 0 else (PROXY_ALL_THRESHOLD, 0)
 
 
 @dataclass
