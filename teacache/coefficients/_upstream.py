@@ -1,4 +1,5 @@
-"""Rescale functions published upstream that more than one coefficient module uses, kept by hand.
+"""Rescale functions published upstream that more than one coefficient module uses, kept by hand, and the
+builders of the hand-kept modules that hold one published function each.
 
 ``teacache-calib emit`` regenerates a variant's module (``flux1.py``, ``tiny_flux1.py``...) from a fit; no
 variant's spec names this one, so emit never writes it. Modules that share a published function import it
@@ -35,3 +36,22 @@ FLUX1_DEV_FITTED_ON = FittedOn(
 FLUX1_DEV_UNSAFE_X = {"decreasing": ((0.0, 0.0525),), "nonpositive": ()}
 
 FLUX1_DEV_RECIPE = {"num_steps": 28, "guidance": 3.5, "resolution": "1024x1024", "quantization": None}
+
+MLX_TEACACHE = "IonDen/mlx-teacache 0.14.1"
+
+
+def mlx_teacache(
+    calibration: str, coefficients, x_range, r2: float, status: str = "published", **more
+) -> RescaleFunction:
+    """The function mlx-teacache 0.14.1 publishes in ``scripts/<calibration>`` of its sdist, as published (highest
+    power first); ``calibration`` may name the signal after the file. ``more``: further provenance, in order."""
+    provenance = {"source": f"{MLX_TEACACHE} scripts/{calibration}", "status": status, "r2": r2, **more}
+    return RescaleFunction(coefficients=coefficients, x_range=x_range, provenance=provenance)
+
+
+def newest_mflux_then(release: str, when: str, dtype: str | None = None) -> FittedOn:
+    """Fitted on mflux ``release`` or older: ``when`` says when the source fitted it, when ``release`` was the
+    newest mflux out."""
+    return FittedOn(
+        mflux=release, exact=False, dtype=dtype, evidence=f"{when}; mflux {release} the newest release then"
+    )

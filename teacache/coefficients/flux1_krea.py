@@ -1,7 +1,7 @@
 """FLUX.1 Krea dev: rescale polynomial published by mlx-teacache 0.14.1 (its calibration JSON, data not code)."""
 
 from teacache.coefficients import FittedOn
-from teacache.rescale import RescaleFunction
+from teacache.coefficients._upstream import mlx_teacache
 
 # Source: IonDen/mlx-teacache 0.14.1 (PyPI sdist), scripts/_calibration_flux1_krea_dev.json; highest power first,
 # fitted free (np.polyfit).
@@ -9,14 +9,11 @@ from teacache.rescale import RescaleFunction
 # mflux version and model revision not stated; 270 step pairs. In-sample R^2 0.682; no held-out R^2 published.
 # x range: the fitted x_min..x_max (the gate computes above it).
 # The same source scored the upstream FLUX.1-dev tuple on these traces: R^2 -496.3.
-RESCALE = RescaleFunction(
+RESCALE = mlx_teacache(
+    "_calibration_flux1_krea_dev.json",
     coefficients=(24.18037744588824, -45.41912128506917, 26.20213376107934, -3.579234954660995, 0.40140693642366004),
     x_range=(0.06265655253122461, 0.662358805642947),
-    provenance={
-        "source": "IonDen/mlx-teacache 0.14.1 scripts/_calibration_flux1_krea_dev.json",
-        "status": "published",
-        "r2": 0.681705882207051,
-    },
+    r2=0.681705882207051,
 )
 
 # Fitted on: mflux 0.19.1 or older, dtype not stated. mlx-teacache 0.11.0 (2026-09-06) shipped this fit and

@@ -1,7 +1,6 @@
 """FLUX.2 Klein 9B (distilled): rescale polynomial published by mlx-teacache 0.14.1."""
 
-from teacache.coefficients import FittedOn
-from teacache.rescale import RescaleFunction
+from teacache.coefficients._upstream import mlx_teacache, newest_mflux_then
 
 # Source: IonDen/mlx-teacache 0.14.1 (PyPI sdist), scripts/_calibration_flux2_klein_9b.json; highest power first,
 # fitted through the origin.
@@ -10,25 +9,17 @@ from teacache.rescale import RescaleFunction
 # x range: the fitted x_min..x_max (the gate computes above it).
 # R^2 0.471 is low: the signal explains little of the output change for this model; measure with
 # teacache-bench sweep before trusting a threshold, or refit on your own recipe.
-RESCALE = RescaleFunction(
+RESCALE = mlx_teacache(
+    "_calibration_flux2_klein_9b.json",
     coefficients=(-523.8412980807129, 530.2492512602308, -177.64385734082498, 20.893264957040557, 0.0),
     x_range=(0.1315704584121704, 0.44975757598876953),
-    provenance={
-        "source": "IonDen/mlx-teacache 0.14.1 scripts/_calibration_flux2_klein_9b.json",
-        "status": "published",
-        "r2": 0.4710289350635284,
-    },
+    r2=0.4710289350635284,
 )
 
 # Fitted on: mflux 0.17.5 or older, bfloat16: calibrated 2026-05-16 (its config.py in mlx-teacache 0.14.1), when
 # 0.17.5 (2026-04-10) was the newest mflux release. Numeric path: FLUX.2's, unchanged by every mflux release
 # from 0.16 to 0.24.
-FITTED_ON = FittedOn(
-    mflux="0.17.5",
-    exact=False,
-    dtype="bfloat16",
-    evidence="calibrated 2026-05-16 (mlx-teacache config.py); mflux 0.17.5 the newest release then",
-)
+FITTED_ON = newest_mflux_then("0.17.5", "calibrated 2026-05-16 (mlx-teacache config.py)", dtype="bfloat16")
 
 # Safety (calib.fit.safety; tests/teacache/test_coefficients.py keeps UNSAFE_X in step with RESCALE): as
 # published, this polynomial decreases with x on 0.1316..0.2763, 0.3901..0.4498 (64.6% of its range), where

@@ -1,7 +1,6 @@
 """FLUX.2 Klein base 4B: rescale polynomial published by mlx-teacache 0.14.1 (its calibration JSON, data not code)."""
 
-from teacache.coefficients import FittedOn
-from teacache.rescale import RescaleFunction
+from teacache.coefficients._upstream import mlx_teacache, newest_mflux_then
 
 # Source: IonDen/mlx-teacache 0.14.1 (PyPI sdist), scripts/_calibration_flux2_klein_base_4b.json; highest power
 # first, fitted through the origin.
@@ -10,24 +9,17 @@ from teacache.rescale import RescaleFunction
 # x range: the fitted x_min..x_max (the gate computes above it).
 # R^2 0.106 is low: the signal explains little of the output change for this model; measure with
 # teacache-bench sweep before trusting a threshold, or refit on your own recipe.
-RESCALE = RescaleFunction(
+RESCALE = mlx_teacache(
+    "_calibration_flux2_klein_base_4b.json",
     coefficients=(-1841.022165607874, 848.4417137572868, -131.3554469956159, 8.179509586828413, 0.0),
     x_range=(0.028261402621865273, 0.21984468400478363),
-    provenance={
-        "source": "IonDen/mlx-teacache 0.14.1 scripts/_calibration_flux2_klein_base_4b.json",
-        "status": "published",
-        "r2": 0.10643408169124158,
-    },
+    r2=0.10643408169124158,
 )
 
 # Fitted on: mflux 0.17.5 or older, dtype not stated: calibrated 2026-05-17 (its config.py in mlx-teacache 0.14.1), when
 # 0.17.5 (2026-04-10) was the newest mflux release. Numeric path: FLUX.2's, unchanged by every mflux release
 # from 0.16 to 0.24.
-FITTED_ON = FittedOn(
-    mflux="0.17.5",
-    exact=False,
-    evidence="calibrated 2026-05-17 (mlx-teacache config.py); mflux 0.17.5 the newest release then",
-)
+FITTED_ON = newest_mflux_then("0.17.5", "calibrated 2026-05-17 (mlx-teacache config.py)")
 
 # Safety (calib.fit.safety; tests/teacache/test_coefficients.py keeps UNSAFE_X in step with RESCALE): as
 # published, this polynomial decreases with x on 0.05987..0.09963, 0.1858..0.2198 (38.9% of its range),
