@@ -45,7 +45,8 @@ DEFAULT = {
 # Three prompts for tests and quick checks.
 FAST = {k: DEFAULT[k] for k in ("obj-teapot", "scene-city", "portrait-elder")}
 
-# tiny-shapes understands only its training vocabulary (teacache.models.shapes).
+# tiny-shapes understands only its training vocabulary (teacache.models.shapes); its sets are named as its spec says.
+_SHAPES_SET = variants.built_by("teacache.models.shapes:load_tiny_shapes").prompt_set
 TINY_SHAPES = {
     "shapes-00": "a red circle on a blue background at the center",
     "shapes-01": "a yellow square on a black background at the left",
@@ -64,8 +65,6 @@ TINY_SHAPES = {
     "shapes-14": "a black circle on a yellow background at the bottom",
     "shapes-15": "a orange ring on a blue background at the left",
 }
-TINY_SHAPES_FAST = {k: TINY_SHAPES[k] for k in ("shapes-00", "shapes-01", "shapes-02")}
-TINY_SHAPES_SWEEP = {k: TINY_SHAPES[k] for k in sorted(TINY_SHAPES)[:8]}
 
 # tiny-open-flux1 and tiny-open-flux2 understand only their training vocabulary (teacache.models.open_data); 16
 # distinct captions drawn from its train split (open_data.sample_specs(numpy.random.default_rng(2026), 1) in turn).
@@ -87,8 +86,6 @@ TINY_OPEN = {
     "open-14": "a green triangle at the right",
     "open-15": "a orange circle at the center",
 }
-TINY_OPEN_FAST = {k: TINY_OPEN[k] for k in ("open-00", "open-01", "open-03")}
-TINY_OPEN_SWEEP = {k: TINY_OPEN[k] for k in sorted(TINY_OPEN)[:8]}
 
 # tiny-open-flux1's captions call every object "shape" (open_data.ANY_SHAPE); 16 distinct ones drawn from its train
 # split the same way (open_data.sample_specs(numpy.random.default_rng(2026), 1, captions=ANY_SHAPE) in turn).
@@ -110,22 +107,26 @@ TINY_OPEN_ANY = {
     "open-any-14": "a orange shape at the bottom",
     "open-any-15": "a purple shape at the left",
 }
-TINY_OPEN_ANY_FAST = {k: TINY_OPEN_ANY[k] for k in ("open-any-00", "open-any-01", "open-any-03")}
-TINY_OPEN_ANY_SWEEP = {k: TINY_OPEN_ANY[k] for k in sorted(TINY_OPEN_ANY)[:8]}
+
+
+def _with_subsets(name: str, prompts: dict[str, str], fast: tuple[str, ...]) -> dict[str, dict[str, str]]:
+    """An embedded model's prompt set ``name`` and its subsets: ``name-fast`` (the ids ``fast``) and ``name-sweep``
+    (its first 8 ids)."""
+    return {
+        name: prompts,
+        f"{name}-fast": {k: prompts[k] for k in fast},
+        f"{name}-sweep": {k: prompts[k] for k in sorted(prompts)[:8]},
+    }
+
 
 SETS = {
     "default": DEFAULT,
     "fast": FAST,
-    "tiny-shapes": TINY_SHAPES,
-    "tiny-shapes-fast": TINY_SHAPES_FAST,
-    "tiny-shapes-sweep": TINY_SHAPES_SWEEP,
-    "tiny-open": TINY_OPEN,
-    "tiny-open-fast": TINY_OPEN_FAST,
-    "tiny-open-sweep": TINY_OPEN_SWEEP,
-    "tiny-open-any": TINY_OPEN_ANY,
-    "tiny-open-any-fast": TINY_OPEN_ANY_FAST,
-    "tiny-open-any-sweep": TINY_OPEN_ANY_SWEEP,
+    **_with_subsets(_SHAPES_SET, TINY_SHAPES, ("shapes-00", "shapes-01", "shapes-02")),
+    **_with_subsets("tiny-open", TINY_OPEN, ("open-00", "open-01", "open-03")),
+    **_with_subsets("tiny-open-any", TINY_OPEN_ANY, ("open-any-00", "open-any-01", "open-any-03")),
 }
+TINY_SHAPES_FAST = SETS[f"{_SHAPES_SET}-fast"]
 
 
 def default_set(model: str) -> str:

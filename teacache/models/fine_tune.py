@@ -4,7 +4,7 @@
 
 A fine-tune is another set of weights for the same architecture, stored the way mflux stores a model
 (``Flux1.save_model``: ``transformer/*.safetensors`` and the rest), and loaded back with
-``load_model(FOLDER, base_model="tiny-open-flux1")`` or ``--model FOLDER --base-model tiny-open-flux1``. To
+``--model FOLDER --base-model tiny-open-flux1`` (in Python, ``load_model(FOLDER, base_model=...)``). To
 test that path without training one, each float weight of the transformer moves by ``noise`` times its own
 standard deviation times a normal draw from a key of ``seed`` and the weight's name: the same command gives
 the same weights. What it changes in the images (and whether a calibration of the base model still serves it)

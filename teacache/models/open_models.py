@@ -22,6 +22,7 @@ import mlx.core as mx
 import numpy as np
 from mlx import nn
 
+from teacache import variants
 from teacache.models import flux1_latents, open_data, shapes_data
 from teacache.models._weights import parameter_count
 
@@ -81,7 +82,7 @@ def _text(captions: open_data.Captions) -> dict:
 
 FAMILIES: dict[str, OpenLayout] = {
     "flux2": OpenLayout(
-        name="tiny-open-flux2",
+        name=variants.built_by(f"{__name__}:load_tiny_open_flux2").name,
         family="flux2",
         image_size=shapes_data.IMAGE_SIZE,
         architecture={
@@ -104,7 +105,7 @@ FAMILIES: dict[str, OpenLayout] = {
         to_tokens=_flux2_tokens,
     ),
     "flux1": OpenLayout(
-        name="tiny-open-flux1",
+        name=variants.built_by(f"{__name__}:load_tiny_open_flux1").name,
         family="flux1",
         image_size=flux1_latents.IMAGE_SIZE,
         architecture={

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from teacache import variants
 from teacache.errors import InputError
 from teacache.models.vocabulary import PAD, caption_words, tokenize_caption
 
@@ -48,7 +49,7 @@ POSITIONS: dict[str, tuple[float, float]] = {
 JITTER = 1.5  # the shape's centre moves uniformly within +-JITTER pixels of its anchor
 SIZE_RANGE = (4.5, 7.0)  # "radius" r, uniform: circle radius, square half-side 0.85 r, triangle height 1.7 r
 PROMPT_TEMPLATE = "a {color} {shape} on a {background} background at the {position}"
-MODEL_NAME = "tiny-shapes"
+MODEL_NAME = variants.built_by("teacache.models.shapes:load_tiny_shapes").name
 FILLER_WORDS: tuple[str, ...] = ("a", "on", "background", "at", "the")
 VOCAB: tuple[str, ...] = (PAD, *FILLER_WORDS, *PALETTE, *SHAPES, *POSITIONS)
 TOKEN_IDS: dict[str, int] = {word: i for i, word in enumerate(VOCAB)}

@@ -229,6 +229,12 @@ def find(name: str) -> VariantSpec | None:
     return None
 
 
+def built_by(builder: str) -> VariantSpec:
+    """The spec of the embedded model that zoo function ``builder`` ("module:function") builds: how the zoo
+    asks its models' specs for their names."""
+    return next(spec for spec in all_specs(include_refused=True) if spec.builder == builder)
+
+
 def for_mflux_name(model_name: str | None) -> VariantSpec | None:
     for spec in all_specs(include_refused=True):
         if model_name in spec.mflux_names:
