@@ -24,48 +24,35 @@ _TINY = random_weights(  # the random-weight model
     thresholds="0,0.1,0.2,0.3", why="random weights: a plumbing value (FLUX.2 Klein's starting point)",
 )  # fmt: skip
 
+
+def _klein(name: str, repo: str, generation: Generation, packaged: bool = True, revision: str | None = None):
+    """A FLUX.2 Klein checkpoint: its mflux config and (``packaged``) its coefficient module are named like it."""
+    module = name.replace("-", "_")
+    return VariantSpec(
+        name=name,
+        family="flux2",
+        mflux_names=(repo,),
+        revision=revision,
+        mflux_config=module,
+        default_threshold=0.3,
+        default_threshold_why=_KLEIN,
+        generation=generation,
+        coefficients=module if packaged else None,
+    )
+
+
 SPECS = (
-    VariantSpec(
-        name="flux2-klein-4b",
-        family="flux2",
-        mflux_names=("black-forest-labs/FLUX.2-klein-4B",),
-        revision="e7b7dc27f91deacad38e78976d1f2b499d76a294",  # as mlx-teacache's tests/hf_revisions.toml pins it
-        mflux_config="flux2_klein_4b",
-        default_threshold=0.3,
-        default_threshold_why=_KLEIN,
-        generation=_DISTILLED,
-        coefficients="flux2_klein_4b",
+    # the 4B's revision as mlx-teacache's tests/hf_revisions.toml pins it
+    _klein(
+        "flux2-klein-4b",
+        "black-forest-labs/FLUX.2-klein-4B",
+        _DISTILLED,
+        revision="e7b7dc27f91deacad38e78976d1f2b499d76a294",
     ),
-    VariantSpec(
-        name="flux2-klein-9b",
-        family="flux2",
-        mflux_names=("black-forest-labs/FLUX.2-klein-9B",),
-        mflux_config="flux2_klein_9b",
-        default_threshold=0.3,
-        default_threshold_why=_KLEIN,
-        generation=_DISTILLED,
-        coefficients="flux2_klein_9b",
-    ),
-    VariantSpec(
-        name="flux2-klein-base-4b",
-        family="flux2",
-        mflux_names=("black-forest-labs/FLUX.2-klein-base-4B",),
-        mflux_config="flux2_klein_base_4b",
-        default_threshold=0.3,
-        default_threshold_why=_KLEIN,
-        generation=_BASE,
-        coefficients="flux2_klein_base_4b",
-    ),
-    VariantSpec(
-        name="flux2-klein-base-9b",
-        family="flux2",
-        mflux_names=("black-forest-labs/FLUX.2-klein-base-9B",),
-        mflux_config="flux2_klein_base_9b",
-        default_threshold=0.3,
-        default_threshold_why=_KLEIN,
-        generation=_BASE,
-        coefficients=None,  # no published calibration: pass coefficients= or run teacache-calib
-    ),
+    _klein("flux2-klein-9b", "black-forest-labs/FLUX.2-klein-9B", _DISTILLED),
+    _klein("flux2-klein-base-4b", "black-forest-labs/FLUX.2-klein-base-4B", _BASE),
+    # no published calibration: pass coefficients= or run teacache-calib
+    _klein("flux2-klein-base-9b", "black-forest-labs/FLUX.2-klein-base-9B", _BASE, packaged=False),
     VariantSpec(
         name="tiny-shapes",
         family="flux2",
