@@ -28,7 +28,6 @@ quiet_transformers()
 # isort: split
 import argparse
 import itertools
-import sys
 from functools import partial
 from pathlib import Path
 
@@ -47,7 +46,7 @@ from teacache.models.lora_layers import LORAS_DIRS as LORAS_DIRS
 from teacache.models.lora_layers import MODELS, add_lora_layers, expand_targets, lora_tensors, save_lora
 from teacache.models.lora_layers import apply_lora as apply_lora
 from teacache.models.lora_styles import STYLES, Style
-from teacache.models.training import add_optimizer_arguments, argument_error, learning_rate, run_steps, training_record
+from teacache.models.training import add_optimizer_arguments, learning_rate, parse_arguments, run_steps, training_record
 
 PROG = "python -m teacache.models.train_lora"
 # the guidance input a LoRA trains at (FLUX.2 has none): tiny-open-flux1 at 1 follows the plain conditional velocity
@@ -175,11 +174,8 @@ def manifest_of(args: argparse.Namespace, argv: list[str], weights: dict, paths:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = setup_arg_parser().parse_args(argv)
-    error = _settled(args) or argument_error(args, PROG)
-    if error:
-        print(f"{PROG}: {error}", file=sys.stderr)
+    argv, args = parse_arguments(setup_arg_parser(), argv, PROG, check=_settled)
+    if args is None:
         return 2
     ModelConfig.precision = mx.float32  # trained in float32 on every backend
     model, paths, losses, timing, loss = train(args)

@@ -46,8 +46,8 @@ from teacache.io import FORMAT_VERSION, append_log, atomic_path, write_json
 from teacache.models import open_data, open_models
 from teacache.models.training import (
     add_optimizer_arguments,
-    argument_error,
     learning_rate,
+    parse_arguments,
     plot_loss,
     save_weights,
     training_record,
@@ -336,11 +336,8 @@ def train(args: argparse.Namespace, checkpoint: Checkpoint) -> tuple[nn.Module, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = setup_arg_parser().parse_args(argv)
-    error = argument_error(args, PROG)
-    if error:
-        print(f"{PROG}: {error}", file=sys.stderr)
+    argv, args = parse_arguments(setup_arg_parser(), argv, PROG)
+    if args is None:
         return 2
     args.init_sha256 = None
     if args.distill_guidance and (args.family != "flux1" or args.init is None):

@@ -24,7 +24,6 @@ quiet_transformers()
 import argparse
 import json
 import shlex
-import sys
 from functools import partial
 from pathlib import Path
 
@@ -38,8 +37,8 @@ from teacache.io import FORMAT_VERSION, atomic_path, write_json, write_text
 from teacache.models import shapes, shapes_data
 from teacache.models.training import (
     add_optimizer_arguments,
-    argument_error,
     learning_rate,
+    parse_arguments,
     plot_loss,
     run_steps,
     save_weights,
@@ -191,11 +190,8 @@ def write_model_card(out_dir: str | Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = setup_arg_parser().parse_args(argv)
-    error = argument_error(args, PROG)
-    if error:
-        print(f"{PROG}: {error}", file=sys.stderr)
+    argv, args = parse_arguments(setup_arg_parser(), argv, PROG)
+    if args is None:
         return 2
     ModelConfig.precision = mx.float32  # trained in float32 on every backend
     out: Path = args.out

@@ -72,6 +72,20 @@ def argument_error(args: argparse.Namespace, command: str) -> str | None:
     return None
 
 
+def parse_arguments(
+    parser: argparse.ArgumentParser, argv: list[str] | None, command: str, check: Callable | None = None
+) -> tuple[list[str], argparse.Namespace | None]:
+    """(the command's words, its parsed arguments); the arguments are None once the first bad one (``check``'s,
+    then :func:`argument_error`'s) is printed after ``command``, and the command exits 2."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    error = (check(args) if check else None) or argument_error(args, command)
+    if error:
+        print(f"{command}: {error}", file=sys.stderr)
+        return argv, None
+    return argv, args
+
+
 def effective_warmup(args: argparse.Namespace) -> int:
     return max(0, min(args.warmup, args.steps // 2))
 
