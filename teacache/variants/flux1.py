@@ -28,40 +28,40 @@ _TINY = random_weights(  # the random-weight model
     why="random weights: a plumbing value (FLUX.1's upstream default)",
 )  # fmt: skip
 
+_REVISIONS = {  # as mlx-teacache's tests/hf_revisions.toml pins them
+    "black-forest-labs/FLUX.1-dev": "3de623fc3c33e44ffbe2bad470d0f45bccf2eb21",
+    "black-forest-labs/FLUX.1-schnell": "741f7c3ce8b383c54771c7003378a50191e9efe9",
+}
+
+
+def _released(name: str, repo: str, alias: str, generation: Generation, why: str = _UPSTREAM, coefficients="flux1"):
+    """A released FLUX.1 checkpoint with upstream's FLUX.1-dev threshold. ``alias``: the name mflux loads it by,
+    its ``ModelConfig`` factory's with dashes."""
+    return VariantSpec(
+        name=name,
+        family="flux1",
+        mflux_names=(repo,),
+        revision=_REVISIONS.get(repo),
+        mflux_config=alias.replace("-", "_"),
+        load_names=(alias,),
+        default_threshold=0.25,
+        default_threshold_why=why,
+        generation=generation,
+        coefficients=coefficients,
+    )
+
+
+_SCHNELL_WHY = _UPSTREAM + "; schnell's 4 steps leave little to skip"
 SPECS = (
-    VariantSpec(
-        name="flux1-dev",
-        family="flux1",
-        mflux_names=("black-forest-labs/FLUX.1-dev",),
-        revision="3de623fc3c33e44ffbe2bad470d0f45bccf2eb21",  # as mlx-teacache's tests/hf_revisions.toml pins it
-        mflux_config="dev",
-        load_names=("dev",),
-        default_threshold=0.25,
-        default_threshold_why=_UPSTREAM,
-        generation=Generation(steps=28, width=1024, height=1024, guidance=3.5),
-        coefficients="flux1",
+    _released("flux1-dev", "black-forest-labs/FLUX.1-dev", "dev", Generation(28, 1024, 1024, 3.5)),
+    _released(
+        "flux1-schnell", "black-forest-labs/FLUX.1-schnell", "schnell", Generation(4, 1024, 1024, 0.0), _SCHNELL_WHY
     ),
-    VariantSpec(
-        name="flux1-schnell",
-        family="flux1",
-        mflux_names=("black-forest-labs/FLUX.1-schnell",),
-        revision="741f7c3ce8b383c54771c7003378a50191e9efe9",  # as mlx-teacache's tests/hf_revisions.toml pins it
-        mflux_config="schnell",
-        load_names=("schnell",),
-        default_threshold=0.25,
-        default_threshold_why=_UPSTREAM + "; schnell's 4 steps leave little to skip",
-        generation=Generation(steps=4, width=1024, height=1024, guidance=0.0),
-        coefficients="flux1",
-    ),
-    VariantSpec(
-        name="flux1-krea-dev",
-        family="flux1",
-        mflux_names=("black-forest-labs/FLUX.1-Krea-dev",),
-        mflux_config="krea_dev",
-        load_names=("krea-dev",),
-        default_threshold=0.25,
-        default_threshold_why=_UPSTREAM,
-        generation=Generation(steps=28, width=1024, height=1024, guidance=4.5),
+    _released(
+        "flux1-krea-dev",
+        "black-forest-labs/FLUX.1-Krea-dev",
+        "krea-dev",
+        Generation(28, 1024, 1024, 4.5),
         coefficients="flux1_krea",
     ),
     _TINY,
