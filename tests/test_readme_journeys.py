@@ -75,6 +75,7 @@ NOT_RUN_HERE = {  # block -> why no test on one CPU machine runs it
     ("docs/peer-comparison.md", "Side by side with mlx-teacache", 0):
         "full-size random FLUX.1 (12 B parameters) needs a GPU; runs/fit is the reader's own fit",
     ("docs/peer-comparison.md", "Side by side with mlx-teacache", 1): "full-size random models need a GPU",
+    ("docs/caching-rules.md", "What each rule costs at full size", 0): "full-size random models need a GPU",
     ("README.md", "Journeys", 6): MACHINES,
     ("docs/sharding.md", "Several Macs or GPUs: sharded record and sweep", 0): MACHINES,
     ("docs/sharding.md", "Several Macs or GPUs: sharded record and sweep", 1): MACHINES,
