@@ -1,5 +1,6 @@
 """docs/caching-rules.md's First-Block Cache by speedup, run as written (in a scratch folder, with this checkout's
-console scripts): it picks the threshold the page names and the run skips the steps the replay predicted."""
+console scripts): it picks the threshold the page names and the run skips the steps the replay predicted; and its
+full-size table is the committed run's."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import sys
 from pathlib import Path
 
 from tests import doc_pages
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_first_block_cache_by_speedup_runs_as_written(tmp_path):
@@ -39,3 +42,22 @@ def test_the_python_route_the_pages_name_picks_the_same_threshold_and_the_run_ta
     with apply_fbcache(model, threshold=choice.threshold) as handle:
         model.generate_image(seed=0, prompt=prompt, num_inference_steps=28, width=32, height=32)
     assert handle.stats.skipped_steps == choice.source["skipped_steps"]
+
+
+def test_the_full_size_table_is_the_committed_summary():
+    """docs/caching-rules.md's and the run's table of each rule at full size: rows of the committed summary.csv."""
+    import pandas as pd
+
+    folder = ROOT / "results" / "cuda-nvidia-h100" / "fullsize-rules"
+    summary = pd.read_csv(folder / "summary.csv")
+    vanilla = summary["vanilla_peak_memory_gib"].iloc[0]
+    rows = [
+        f"| {r['arm']} | {'' if pd.isna(r['threshold']) else format(r['threshold'], 'g')} | {r['skipped']} of "
+        f"{r['steps']} | {r['speedup']:.3f}x ({r['speedup_min']:.3f}-{r['speedup_max']:.3f}) | {r['ideal']:.3f}x | "
+        f"{r['ratio_to_ideal']:.3f} | {r['arm_ms_per_step']:.1f} | {1024 * (r['peak_memory_gib'] - vanilla):+.0f} |"
+        for r in summary.to_dict("records")
+    ]
+    assert len(rows) == 9
+    for page in (ROOT / "docs" / "caching-rules.md", folder / "RUN.md"):
+        text = page.read_text(encoding="utf-8")
+        assert all(row in text for row in rows), page
