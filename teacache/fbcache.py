@@ -232,10 +232,13 @@ class FBCacheController(StepController):
     def _decide(self, signal: mx.array, step: int, while_reading: Callable[[], None] | None = None) -> bool:
         anchor = self.state.anchor
         change = None if anchor is None else rel_l1(signal, anchor)
-        if change is not None and not self.gate.reads_signal(step, self.num_steps):
+        if change is None:
+            mx.async_eval(signal)  # the anchor to be: computed now, block 0's input is not held through the body
+        elif not self.gate.reads_signal(step, self.num_steps):
+            mx.async_eval(change)  # as TeaCache's unread signal: computed before the body, read after the step
             self.state.unread.append((len(self.gate.log), change))  # logged once the step is evaluated
             change = None
-        elif change is not None:
+        else:
             mx.async_eval(change)  # the device computes the change while the host builds the rest's graph
             if while_reading is not None:
                 while_reading()
