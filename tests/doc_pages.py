@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from tests import ROOT
 
@@ -57,6 +61,14 @@ def block(page: str, heading: str, index: int = 0, pages: dict[str, str] = PAGES
     texts = {b.key: b.text for b in blocks({page: pages[page]})}
     assert (page, heading, index) in texts, f"no block {(page, heading, index)}: the page has {list(texts)}"
     return texts[page, heading, index]
+
+
+def run(text: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+    """A block run as written with bash (-euo pipefail) in ``cwd``, this checkout's console scripts first on PATH."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", text], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def commands(line: str) -> list[tuple[str, list[str]]]:

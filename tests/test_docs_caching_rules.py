@@ -4,10 +4,7 @@ full-size table is the committed run's."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 from tests import doc_pages
@@ -17,9 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_first_block_cache_by_speedup_runs_as_written(tmp_path):
     block = doc_pages.block("docs/caching-rules.md", "By speedup")
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=600)  # fmt: skip
+    done = doc_pages.run(block, tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     chosen = re.search(r"threshold ([\d.]+) for speedup 2x .* computed steps 11, skipped steps 17", done.stdout)
     assert chosen and round(float(chosen.group(1)), 2) == 0.18, done.stdout  # the page: 0.18, 11 computed

@@ -4,11 +4,7 @@ the page says: each prints its skips, writes its image and the sidecar the page 
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 from tests import ROOT, doc_pages
 
@@ -23,9 +19,7 @@ def test_the_page_links_only_files_that_exist():
 
 def test_the_commands_of_the_page_run_as_written(tmp_path):
     (block,) = [b.text for b in doc_pages.blocks({PAGE.name: PAGE.read_text(encoding="utf-8")})]
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=600)  # fmt: skip
+    done = doc_pages.run(block, tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert len(re.findall(r"skipped (\d+) of 28 \(steps [\d, ]+\)", done.stdout)) == 2, done.stdout
     assert "skipped 14 of 28" in done.stdout  # --teacache-speedup 2, as the page's table says

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import os
 import shutil
 import subprocess
 import sys
@@ -184,9 +183,7 @@ def test_the_pages_command_regenerates_the_committed_intel_module(tmp_path):
     results/ is the project's: the hardware comes from the sweep's provenance, and the module is the committed one."""
     (tmp_path / "results").symlink_to(ROOT / "results")
     (tmp_path / "tests" / "tolerances").mkdir(parents=True)
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", doc_pages.block(*INTEL_PAGE)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = doc_pages.run(doc_pages.block(*INTEL_PAGE), tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     written = (tmp_path / "tests/tolerances/cpu_intel_xeon_2c.py").read_text()
     assert written == (TOLERANCES_DIR / "cpu_intel_xeon_2c.py").read_text()
