@@ -316,11 +316,11 @@ def threshold_for(
 def fbcache_max_speedup(num_steps: int, config, num_blocks: int | None = None) -> float:
     """The most First-Block Cache can give at ``num_steps`` steps under ``config``'s forced steps and cap: every
     step it may skip skipped (the replay on changes of 0), with ``num_blocks`` blocks, or any number (None)."""
-    most = int(_fbcache_masks(np.zeros((num_steps, num_steps)), [1.0], config)[0].sum())
+    most = int(fbcache_masks(np.zeros((num_steps, num_steps)), [1.0], config)[0].sum())
     return ideal_bound(num_steps, num_steps - most, num_blocks)
 
 
-def _fbcache_masks(changes: np.ndarray, thresholds, config) -> np.ndarray:
+def fbcache_masks(changes: np.ndarray, thresholds, config) -> np.ndarray:
     """The replay's skip masks of one run: bool ``[thresholds, steps]`` (teacache.fbcache imports MLX: here only)."""
     from teacache.fbcache import replay_skip_masks
 
@@ -349,7 +349,7 @@ def fbcache_by_speedup(
 
     c = np.asarray(changes, dtype=float)
     num_steps = c.shape[0]
-    masks = _fbcache_masks(c, GRID, config)
+    masks = fbcache_masks(c, GRID, config)
     computed = num_steps - masks.sum(axis=1)
     threshold, count = choose_for_speedup(GRID, computed, num_steps, speedup, arg, num_blocks=num_blocks)
     skipped = [int(s) for s in np.flatnonzero(masks[int(np.flatnonzero(threshold == GRID)[0])])]

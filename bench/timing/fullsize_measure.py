@@ -39,7 +39,8 @@ class Session:
         self.model, self.steps, self.size, self.guidance = model, steps, size, guidance
 
     def run(self, settings: dict | None, steps: int | None = None) -> dict:
-        """One generation; ``settings`` are apply_teacache's arguments (None: vanilla)."""
+        """One generation; ``settings`` are apply_teacache's arguments, another rule's arm (RuleArm) or a peer's
+        (None: vanilla)."""
         if isinstance(settings, peer.PeerArm):
             return peer.run_in_session(self, settings, PROMPT, SEED, steps)
         mx.synchronize()
@@ -151,8 +152,8 @@ def prepare(variant: str, args: argparse.Namespace, plan: dict, say: Callable[[s
         )
         warmup["rules_calibration_s"] = time.perf_counter() - t
         arms += found
-        for arm in found[-1:] if found[-1][0] == "fbcache" else []:
-            session.run(arm[2], steps=min(WARMUP_STEPS + 2, steps))  # block 0's skip path
+        if found[-1][0] == "fbcache":
+            session.run(found[-1][2], steps=min(WARMUP_STEPS + 2, steps))  # block 0's skip path
     peer_plan = plan_peer(args, model, rescale, chosen, session, warmup) if args.peer else None
     if peer_plan is not None:
         arms += peer_plan["arms"]

@@ -104,21 +104,14 @@ def magcache_arms(ratios: tuple[float, ...], steps: int, targets: list[int]) -> 
 
 def fbcache_arms(changes: np.ndarray, steps: int, targets: list[int]) -> list[tuple]:
     """First-Block Cache's arms: every step gated and computed, then one per target skip count."""
-    from teacache.fbcache import FBCacheConfig, replay_skip_masks
+    from calib.targets import fbcache_masks
+    from teacache.fbcache import FBCacheConfig
 
-    base = FBCacheConfig()
     finite = changes[np.isfinite(changes) & (changes > 0)]
     grid = np.geomspace(finite.min() / 4, finite.max() * 4, 600) if finite.size else np.array([1.0])
 
     def skipped_at(threshold: float) -> int:
-        masks = replay_skip_masks(
-            changes[None],
-            [threshold],
-            skip_first_n_steps=base.skip_first_n_steps,
-            skip_last_n_steps=base.skip_last_n_steps,
-            max_consecutive_skips=base.max_consecutive_skips,
-        )
-        return int(masks.sum())
+        return int(fbcache_masks(changes, [threshold], FBCacheConfig()).sum())
 
     every = FBCacheConfig(GATED_EVERY_STEP)
     arms = [("fbcache-all", None, RuleArm("fbcache", every, steps), 0)]

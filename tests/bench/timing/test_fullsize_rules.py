@@ -82,3 +82,38 @@ def test_a_first_block_cache_arm_is_held_to_its_own_ideal_bound(tmp_path):
     summary = fullsize_tables.write_outputs(tmp_path, rows, {"a": {}}).set_index("arm")
     assert math.isclose(summary.loc["gate", "ideal"], 2.0)
     assert math.isclose(summary.loc["fbcache", "ideal"], 8 / (8 - 4 * 0.75))
+
+
+def test_the_rules_run_end_to_end_beside_teacache(tmp_path, monkeypatch):
+    """``random-flux1-dev`` built as tiny-flux1 (same pipeline classes, seconds on CPU): each rule's every-step arm
+    is bit-exact and skips nothing, MagCache's arm skips what its replay predicted (a fixed schedule), First-Block
+    Cache's rows carry the body's blocks and its own bound, and the provenance keeps each rule's calibration."""
+    import json
+
+    import pandas as pd
+
+    from teacache.models import fullsize
+
+    monkeypatch.setattr(fullsize, "build_random", lambda variant, **_: teacache.load_model("tiny-flux1"))
+    monkeypatch.setattr(fullsize, "full_transformer", lambda variant, blocks=None: "tiny-flux1")
+    monkeypatch.setattr(fullsize, "parameter_count", lambda _: 1000)
+    argv = ["--models", "random-flux1-dev", "--size", "32", "--steps", "10", "--repeats", "1",
+            "--skip-fractions", "0.3", "--rules", "fbcache,magcache", "--out", str(tmp_path)]  # fmt: skip
+    assert bench_fullsize.main(argv) == 0
+    summary = pd.read_csv(tmp_path / "summary.csv").set_index("arm")
+    assert list(summary.index) == ["proxy-all", "gate", "magcache-all", "magcache", "fbcache-all", "fbcache"]
+    for every in ("proxy-all", "magcache-all", "fbcache-all"):
+        assert summary.loc[every, "skipped"] == 0 and summary.loc[every, "noop_exact"], every
+    assert summary.loc["magcache", "skipped"] == summary.loc["magcache", "predicted_skipped"] >= 3
+    runs = pd.read_csv(tmp_path / "runs.csv")
+    first_block = runs["kind"].str.startswith("fbcache")  # fbcache-all too: block 0 runs at every step there as well
+    blocks = runs.loc[first_block, "blocks"]
+    assert blocks.notna().all() and runs.loc[~first_block, "blocks"].isna().all()
+    fb = summary.loc["fbcache"]
+    assert math.isclose(fb["ideal"], 10 / (10 - fb["skipped"] * (1 - 1 / int(blocks.iloc[0]))), rel_tol=1e-5)  # %.6g
+    record = next(iter(json.loads((tmp_path / "provenance.json").read_text())["models"].values()))["rules"]
+    assert len(record["magcache"]["ratios"]) == 10 and record["fbcache"]["num_blocks"] == int(blocks.iloc[0])
+    assert json.loads((tmp_path / "fingerprint.json").read_text())["configurations"].popitem()[1]["rules"] == [
+        "magcache",
+        "fbcache",
+    ]
