@@ -22,10 +22,9 @@ from calib.run.command import command
 from calib.run.folder import LOG, RunFolder
 from calib.run.generation import generate, implausible, paired_overhead, settings_fingerprint
 from calib.run.interleave import Turn, interleave
-from calib.run.prompts import pair_id, parse_seeds
+from calib.run.prompts import pair_id
 from teacache import apply_teacache, variants
 from teacache.io import FORMAT_VERSION, append_log, write_json, write_parquet
-from teacache.lora import Loras
 from teacache.provenance import authorship, collect, read_previous
 
 PROG = "teacache-calib record"
@@ -63,33 +62,16 @@ def setup_arg_parser() -> argparse.ArgumentParser:
     return parser
 
 
-@dataclass(frozen=True)
-class RecordSettings:
+@dataclass(frozen=True, kw_only=True)
+class RecordSettings(arguments.Generations):
     """Everything one recording needs, validated: built by :func:`plan`, run by :func:`run_record`."""
 
-    model: str
-    prompts: dict[str, str]
-    seeds: list[int]
-    steps: int
-    width: int
-    height: int
-    guidance: float
-    out: Path
-    base_model: str | None = None
-    quantize: int | None = None
-    loras: Loras = Loras()  # LoRA files applied to the model (their SHA-256 and scales join the fingerprint)
     overhead_pairs: int = 3
-    force_new: bool = False
-    yes: bool = False  # run work estimated over an hour (calib.run.estimate)
     # Work a caller runs after the recording on the same model (a campaign's sweep): checked against the same
     # timed run, so an oversized sweep is refused before the recording, not after it and the fit.
     then: estimate.Work | None = None
     then_name: str = "the next stage"  # what that work is, in words
     then_fewer: str = ""  # what to ask fewer of, in the caller's own option names
-
-    @property
-    def runs(self) -> list[tuple[str, str, int]]:
-        return [(pid, text, seed) for pid, text in self.prompts.items() for seed in self.seeds]
 
 
 def plan(
@@ -109,33 +91,13 @@ def plan(
     lora_scales: list[str] | None = None,
 ) -> RecordSettings:
     """Check every argument (nothing loads); raise InputError with one line naming the argument."""
-    steps, width, height, guidance = arguments.generation_settings(
-        model,
-        base_model,
-        steps,
-        size,
-        guidance,
-        3,
-        " steps (the first and last are always computed: fewer leave no step the gate could skip)",
-    )
+    generations = arguments.checked_generations(
+        model, out, prompts, seeds, steps, size, guidance, base_model, quantize, force_new, yes, lora_paths,
+        lora_scales, writes=WRITES,
+        why=" steps (the first and last are always computed: fewer leave no step the gate could skip)",
+    )  # fmt: skip
     arguments.check_at_least(overhead_pairs, 0, "--overhead-pairs")
-    loras = arguments.check_loras(model, base_model, lora_paths, lora_scales)
-    return RecordSettings(
-        model=model,
-        prompts=arguments.read_prompts(prompts, model, base_model),
-        seeds=parse_seeds(seeds),
-        steps=steps,
-        width=width,
-        height=height,
-        guidance=float(guidance),
-        out=arguments.check_out_dir(out, writes=WRITES),
-        base_model=base_model,
-        quantize=quantize,
-        loras=loras,
-        overhead_pairs=overhead_pairs,
-        force_new=force_new,
-        yes=bool(yes),
-    )
+    return RecordSettings(**generations, overhead_pairs=overhead_pairs)
 
 
 def settings_from_args(args: argparse.Namespace) -> RecordSettings:
@@ -192,14 +154,14 @@ def measure_overhead(model, settings: dict, prompt: str, pairs: int) -> dict:
 
 def _todo(settings: RecordSettings, folder: Path | None = None, runs=None) -> list[tuple[str, str, int]]:
     done = LAYOUT.saved(settings.out if folder is None else folder)  # one listing, not a stat per run
-    return [item for item in (settings.runs if runs is None else runs) if run_id(item[0], item[2]) not in done]
+    return [item for item in (settings.pairs if runs is None else runs) if run_id(item[0], item[2]) not in done]
 
 
 def describe_plan(settings: RecordSettings, todo: list) -> str:
     with_loras = f" with LoRA {settings.loras.describe()}" if settings.loras else ""
     return (
         f"record {settings.model}{with_loras}: {len(settings.prompts)} prompts x {len(settings.seeds)} seeds = "
-        f"{len(settings.runs)} runs ({len(settings.runs) - len(todo)} already done), {settings.steps} steps, "
+        f"{len(settings.pairs)} runs ({len(settings.pairs) - len(todo)} already done), {settings.steps} steps, "
         f"{settings.width}x{settings.height}, guidance {settings.guidance} -> {settings.out}"
     )
 
@@ -228,7 +190,7 @@ def run_record(settings: RecordSettings, world: ranks.World | None = None) -> Pa
     merges them (the others return None). ValueError / FolderLocked before the model loads (on every rank);
     Interrupted on Ctrl-C, saying what is saved; ShardsIncomplete naming the runs not done.
     """
-    keys, fp = [run_id(p, seed) for p, _t, seed in settings.runs], fingerprint_settings(settings)
+    keys, fp = [run_id(p, seed) for p, _t, seed in settings.pairs], fingerprint_settings(settings)
     return FOLDER.run(
         FOLDER.sharded(settings.out, keys, fp, world), fp, settings.force_new,
         work=functools.partial(_record, settings), merge=functools.partial(_write_traces, settings),
@@ -239,17 +201,17 @@ def run_record(settings: RecordSettings, world: ranks.World | None = None) -> Pa
 
 def _interrupted_message(settings: RecordSettings) -> str:
     """What a plain recording stopped by Ctrl-C has saved."""
-    saved = len(settings.runs) - len(_todo(settings))
+    saved = len(settings.pairs) - len(_todo(settings))
     if saved == 0:  # stopped before the first run was saved: there is no runs/ folder to name
-        return f"interrupted: none of {len(settings.runs)} runs was saved yet; run the same command again to start"
-    return FOLDER.stopped(saved, len(settings.runs), settings.out / "runs")
+        return f"interrupted: none of {len(settings.pairs)} runs was saved yet; run the same command again to start"
+    return FOLDER.stopped(saved, len(settings.pairs), settings.out / "runs")
 
 
 def _record(settings: RecordSettings, run: shard.ShardedRun) -> dict:
     """This rank's share of the runs, each saved into the rank's folder as soon as it is recorded."""
     world, folder = run.world, run.folder
     parts = folder / "runs"
-    by_id = {run_id(p, seed): (p, text, seed) for p, text, seed in settings.runs}
+    by_id = {run_id(p, seed): (p, text, seed) for p, text, seed in settings.pairs}
     todo = _todo(settings, folder, [by_id[k] for k in run.share])
     if world.rank == 0:
         print(describe_plan(settings, [by_id[k] for k in run.todo]))
@@ -271,7 +233,7 @@ def _record(settings: RecordSettings, run: shard.ShardedRun) -> dict:
     recorded = FOLDER.save(folder, fp, state)
     overhead = _previous_overhead(settings.out)
     if world.rank == 0 and run.todo and settings.overhead_pairs > 0:  # one measurement, by the rank that merges
-        overhead = measure_overhead(model, gen_settings, settings.runs[0][1], settings.overhead_pairs)
+        overhead = measure_overhead(model, gen_settings, settings.pairs[0][1], settings.overhead_pairs)
         if world.contended:
             overhead = {**overhead, "contended": True}  # other ranks ran on the same cores meanwhile
         print(describe_overhead(overhead))
@@ -314,7 +276,7 @@ def _write_traces(settings: RecordSettings, run: shard.ShardedRun, measured: dic
         return out / "traces.parquet"
     if run.folder != out:  # the merged folder gets the settings its table was made with
         recorded = FOLDER.save(out, measured["fingerprint"])
-    ids = [run_id(pid, seed) for pid, _t, seed in settings.runs]
+    ids = [run_id(pid, seed) for pid, _t, seed in settings.pairs]
     traces = pd.concat([pd.read_parquet(locations[i] / "runs" / f"{i}.parquet") for i in ids], ignore_index=True)
     sharding = ranks.sharding_provenance(run.world, traces)
     provenance = collect(
@@ -329,7 +291,7 @@ def _write_traces(settings: RecordSettings, run: shard.ShardedRun, measured: dic
         scheduler=_scheduler_name(measured["model"]),
         prompts=[{"id": k, "text": v} for k, v in settings.prompts.items()],
         seeds=settings.seeds,
-        n_runs=len(settings.runs),
+        n_runs=len(settings.pairs),
         recording_overhead=measured["overhead"],
         columns=COLUMNS,
         settings_fingerprint=fingerprint.digest(recorded),

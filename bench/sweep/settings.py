@@ -16,9 +16,7 @@ from bench.sweep.baselines import parse_baselines
 from bench.sweep.files import WRITES, run_folder
 from calib.run import arguments
 from calib.run.generation import settings_fingerprint
-from calib.run.prompts import parse_seeds
 from teacache.errors import InputError
-from teacache.lora import Loras
 
 if TYPE_CHECKING:
     from calib.run.folder import RunFolder
@@ -27,32 +25,19 @@ if TYPE_CHECKING:
 EXTENDABLE = ("seeds", "thresholds")  # settings a rerun may add to
 
 
-@dataclass(frozen=True)
-class SweepSettings:
+@dataclass(frozen=True, kw_only=True)
+class SweepSettings(arguments.Generations):
     """Everything one sweep needs, validated: built by :func:`plan`, run by :func:`bench.sweep.command.run_sweep`."""
 
-    model: str
     thresholds: list[float]
-    prompts: dict[str, str]
-    seeds: list[int]
-    steps: int
-    width: int
-    height: int
-    guidance: float
     repeats: int
-    out: Path
     coefficients: str = "packaged"
     traces: Path | None = None
     x_range: tuple[float, float] | None = None
-    base_model: str | None = None
-    quantize: int | None = None
-    loras: Loras = Loras()  # LoRA files applied to the model (their SHA-256 and scales join the fingerprint)
     save_images: bool = False
-    force_new: bool = False
     baselines: tuple[str, ...] = ()  # bench.sweep.baselines arms besides TeaCache
     compare_coefficients: tuple[str, ...] = ()  # rescale sources besides --coefficients
     isolate: bool = False
-    yes: bool = False  # run work estimated over an hour (calib.run.estimate)
 
     @property
     def arms_mode(self) -> bool:
@@ -72,10 +57,6 @@ class SweepSettings:
     @property
     def folder(self) -> RunFolder:
         return run_folder(self.extendable)
-
-    @property
-    def pairs(self) -> list[tuple[str, str, int]]:
-        return [(pid, text, seed) for pid, text in self.prompts.items() for seed in self.seeds]
 
     @property
     def generation(self) -> tuple:
@@ -107,40 +88,27 @@ def plan(
     lora_scales: list[str] | None = None,
 ) -> SweepSettings:
     """Check every argument (nothing is read but the prompt file, nothing loads); raise InputError."""
-    steps, width, height, guidance = arguments.generation_settings(
-        model, base_model, steps, size, guidance, 3, " steps"
-    )
+    generations = arguments.checked_generations(
+        model, out, prompts, seeds, steps, size, guidance, base_model, quantize, force_new, yes, lora_paths,
+        lora_scales, writes=WRITES, why=" steps",
+    )  # fmt: skip
     arguments.check_at_least(repeats, 1, "--repeats")
     parse_coefficients(coefficients)
-
     arms = parse_baselines(baselines)
     compare = _parse_compare(compare_coefficients)
     if compare and x_range is not None:
         raise InputError("--x-range: applies to --coefficients numbers only; give files to --compare-coefficients")
-    loras = arguments.check_loras(model, base_model, lora_paths, lora_scales)
     return SweepSettings(
-        model=model,
+        **generations,
         thresholds=parse_thresholds(thresholds),
-        prompts=arguments.read_prompts(prompts, model, base_model),
-        seeds=parse_seeds(seeds),
-        steps=steps,
-        width=width,
-        height=height,
-        guidance=float(guidance),
         repeats=repeats,
-        out=arguments.check_out_dir(out, writes=WRITES),
         coefficients=coefficients,
         traces=traces,
         x_range=_parse_x_range(x_range),
-        base_model=base_model,
-        quantize=quantize,
-        loras=loras,
         save_images=save_images,
-        force_new=force_new,
         baselines=arms,
         compare_coefficients=compare,
         isolate=bool(isolate),
-        yes=bool(yes),
     )
 
 

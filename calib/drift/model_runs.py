@@ -180,39 +180,28 @@ def recipe_change(saved: ModelRuns, now: ModelRuns) -> dict[str, dict]:
     return change
 
 
-def recipe_options(runs: ModelRuns, change: dict[str, dict]) -> str:
-    """record's options for the changed recipe settings of ``runs`` (``--steps 20 --quantize 4``)."""
-    options = []
+def recipe_spellings(runs: ModelRuns, change: dict[str, dict]) -> tuple[str, str]:
+    """The changed recipe settings of ``runs`` as record's options (``--steps 20 --quantize 4``) and as a few
+    characters for folder names (``20steps-q4``, ``lora-style-1.5``): the refits of several recipe questions must
+    not share a folder."""
+    parts: list[tuple[str, str]] = []  # (option, tag); an option may be empty (the default needs none)
     if "steps" in change:
-        options.append(f"--steps {runs.steps}")
+        parts.append((f"--steps {runs.steps}", f"{runs.steps}steps"))
     if "width" in change or "height" in change:
-        options.append(f"--size {runs.width}x{runs.height}")
+        parts.append((f"--size {runs.width}x{runs.height}", f"{runs.width}x{runs.height}"))
     if "guidance" in change:
-        options.append(f"--guidance {runs.guidance:g}")
-    if "quantize" in change and runs.quantize is not None:
-        options.append(f"--quantize {runs.quantize}")
-    if "lora" in change and runs.lora_paths:
-        scales = " ".join(f"{s:g}" for s in runs.lora_scales)
-        options.append(f"--lora-paths {' '.join(runs.lora_paths)} --lora-scales {scales}")
-    return " ".join(options)
-
-
-def recipe_tag(runs: ModelRuns, change: dict[str, dict]) -> str:
-    """The asked recipe in a few characters for folder names (``q4``, ``lora-style-1.5``): the refits of several
-    recipe questions must not share a folder."""
-    parts = []
-    if "steps" in change:
-        parts.append(f"{runs.steps}steps")
-    if "width" in change or "height" in change:
-        parts.append(f"{runs.width}x{runs.height}")
-    if "guidance" in change:
-        parts.append(f"guidance{runs.guidance:g}")
+        parts.append((f"--guidance {runs.guidance:g}", f"guidance{runs.guidance:g}"))
     if "quantize" in change:
-        parts.append(f"q{runs.quantize}" if runs.quantize is not None else "unquantized")
+        quantized = runs.quantize is not None
+        parts.append(
+            (f"--quantize {runs.quantize}" if quantized else "", f"q{runs.quantize}" if quantized else "unquantized")
+        )
     if "lora" in change:
+        scales = " ".join(f"{s:g}" for s in runs.lora_scales)
+        option = f"--lora-paths {' '.join(runs.lora_paths)} --lora-scales {scales}" if runs.lora_paths else ""
         said = [f"{Path(p).stem}-{s:g}" for p, s in zip(runs.lora_paths, runs.lora_scales, strict=True)]
-        parts.append("lora-" + "-".join(said) if said else "no-lora")
-    return _slug("-".join(parts))
+        parts.append((option, "lora-" + "-".join(said) if said else "no-lora"))
+    return " ".join(option for option, _ in parts if option), _slug("-".join(tag for _, tag in parts))
 
 
 def describe_loras(records: list[dict]) -> str:
@@ -442,6 +431,5 @@ def compare(saved: Path, runs: ModelRuns, current: Path) -> dict:
     change = recipe_change(as_saved, runs)
     if change:  # the saved runs at another recipe: whether their calibration serves it
         result["recipe"] = change
-        result["recipe_options"] = recipe_options(runs, change)
-        result["recipe_tag"] = recipe_tag(runs, change)
+        result["recipe_options"], result["recipe_tag"] = recipe_spellings(runs, change)
     return result

@@ -12,9 +12,10 @@ import numbers
 import os
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
-from calib.run.prompts import SETS, default_set, load_prompts, parse_size
+from calib.run.prompts import SETS, default_set, load_prompts, parse_seeds, parse_size
 from teacache import load_model as _load
 from teacache import variants
 from teacache.errors import InputError, TeaCacheError
@@ -276,3 +277,53 @@ def generation_settings(
         )
     guidance = check_guidance(guidance if guidance is not None else defaults["guidance"])
     return steps, width, height, guidance
+
+
+@dataclass(frozen=True, kw_only=True)
+class Generations:
+    """Prompts x seeds at one generation setting on one model, checked: what a recording and a sweep both run
+    (each command's settings add their own fields)."""
+
+    model: str
+    prompts: dict[str, str]
+    seeds: list[int]
+    steps: int
+    width: int
+    height: int
+    guidance: float
+    out: Path
+    base_model: str | None = None
+    quantize: int | None = None
+    loras: Loras = Loras()  # LoRA files applied to the model (their SHA-256 and scales join the fingerprint)
+    force_new: bool = False
+    yes: bool = False  # run work estimated over an hour (calib.run.estimate)
+
+    @property
+    def pairs(self) -> list[tuple[str, str, int]]:
+        """(prompt id, prompt, seed) of every generation, prompts outermost."""
+        return [(pid, text, seed) for pid, text in self.prompts.items() for seed in self.seeds]
+
+
+def checked_generations(
+    model: str, out: Path, prompts: str | None, seeds: str, steps: int | None, size: str | None,
+    guidance: float | None, base_model: str | None, quantize: int | None, force_new: bool, yes: bool,
+    lora_paths: list[str] | None, lora_scales: list[str] | None, *, writes: Writes, why: str,
+) -> dict:  # fmt: skip
+    """:class:`Generations`' fields from a command's arguments, each checked (nothing loads; only the prompt
+    file is read); raise InputError naming the argument."""
+    steps, width, height, guidance = generation_settings(model, base_model, steps, size, guidance, 3, why)
+    return {
+        "model": model,
+        "loras": check_loras(model, base_model, lora_paths, lora_scales),
+        "prompts": read_prompts(prompts, model, base_model),
+        "seeds": parse_seeds(seeds),
+        "steps": steps,
+        "width": width,
+        "height": height,
+        "guidance": float(guidance),
+        "out": check_out_dir(out, writes=writes),
+        "base_model": base_model,
+        "quantize": quantize,
+        "force_new": force_new,
+        "yes": bool(yes),
+    }

@@ -8,6 +8,7 @@ import mlx.core as mx
 from mlx import nn
 
 from teacache.core import StepController, register_callback
+from teacache.variants import variant_of
 
 
 def compile_like_mflux(fn: Callable) -> Callable:
@@ -114,3 +115,17 @@ def original_transformer(model):
 
 def proxy_installed(model) -> bool:
     return isinstance(getattr(model, "transformer", None), CachingProxy)
+
+
+def protocol(family: str, proxy_class: type, predict_factory=None):
+    """``variant(model)`` and ``install(model, controller, proxy_class=...)`` of a family's adapter module: the
+    variant from the registry, the proxy (and a segmented predict, for pipelines that compile their own) swapped
+    in by :func:`install_proxy`."""
+
+    def variant(model) -> str:
+        return variant_of(model, family)
+
+    def install(model, controller: StepController, proxy_class: type = proxy_class):
+        return install_proxy(model, controller, proxy_class, predict_factory=predict_factory)
+
+    return variant, install

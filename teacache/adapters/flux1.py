@@ -12,9 +12,7 @@ import mlx.core as mx
 from mflux.models.flux.model.flux_transformer.transformer import Transformer
 from mflux.models.flux.variants.txt2img.flux import Flux1
 
-from teacache.adapters._proxy import CachingProxy, install_proxy, original_transformer, proxy_installed
-from teacache.core import StepController
-from teacache.variants import variant_of
+from teacache.adapters._proxy import CachingProxy, original_transformer, protocol, proxy_installed
 
 FAMILY = "flux1"  # its variants, thresholds and names: teacache/variants/flux1.py
 
@@ -131,10 +129,5 @@ def matches(model) -> bool:
     return isinstance(model, Flux1) and isinstance(original_transformer(model), Transformer)
 
 
-def variant(model) -> str:
-    return variant_of(model, FAMILY)
-
-
-def install(model, controller: StepController, proxy_class: type = TeaCacheFlux1Transformer):
-    """Swap the proxy in (not on the fast path: threshold 0 only counts steps); return the exact undo."""
-    return install_proxy(model, controller, proxy_class)
+# the protocol's variant() and install() (the proxy swapped in; nothing on the fast path, threshold 0)
+variant, install = protocol(FAMILY, TeaCacheFlux1Transformer)

@@ -17,9 +17,7 @@ import mlx.core as mx
 from mflux.models.common.config.model_config import ModelConfig
 from mflux.models.flux2.model.flux2_transformer.transformer import Flux2Transformer
 
-from teacache.adapters._proxy import CachingProxy, install_proxy, original_transformer, proxy_installed
-from teacache.core import StepController
-from teacache.variants import variant_of
+from teacache.adapters._proxy import CachingProxy, original_transformer, protocol, proxy_installed
 
 FAMILY = "flux2"  # its variants, thresholds and names: teacache/variants/flux2.py
 
@@ -217,10 +215,5 @@ def matches(model) -> bool:
     return isinstance(original_transformer(model), Flux2Transformer) and callable(getattr(model, "_predict", None))
 
 
-def variant(model) -> str:
-    return variant_of(model, FAMILY)
-
-
-def install(model, controller: StepController, proxy_class: type = TeaCacheFlux2Transformer):
-    """Swap in the proxy and the segmented predict (not on the fast path); return the exact undo."""
-    return install_proxy(model, controller, proxy_class, predict_factory=segmented_predict)
+# the protocol's variant() and install() (the proxy swapped in; nothing on the fast path, threshold 0)
+variant, install = protocol(FAMILY, TeaCacheFlux2Transformer, predict_factory=segmented_predict)

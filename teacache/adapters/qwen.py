@@ -17,9 +17,8 @@ from mflux.models.qwen.model.qwen_transformer.qwen_transformer import QwenTransf
 from mflux.models.qwen.model.qwen_transformer.qwen_transformer_block import QwenTransformerBlock
 from mflux.models.qwen.variants.txt2img.qwen_image import QwenImage
 
-from teacache.adapters._proxy import CachingProxy, install_proxy, original_transformer, proxy_installed
+from teacache.adapters._proxy import CachingProxy, original_transformer, protocol, proxy_installed
 from teacache.core import StepController
-from teacache.variants import variant_of
 
 FAMILY = "qwen"  # its variants, thresholds and names: teacache/variants/qwen.py
 
@@ -172,10 +171,5 @@ def matches(model) -> bool:
     return isinstance(model, QwenImage) and isinstance(original_transformer(model), QwenTransformer)
 
 
-def variant(model) -> str:
-    return variant_of(model, FAMILY)
-
-
-def install(model, controller: StepController, proxy_class: type = TeaCacheQwenTransformer):
-    """Swap in the proxy (not on the fast path; QwenImage compiles nothing); return the exact undo."""
-    return install_proxy(model, controller, proxy_class)
+# the protocol's variant() and install() (the proxy swapped in; nothing on the fast path, threshold 0)
+variant, install = protocol(FAMILY, TeaCacheQwenTransformer)

@@ -22,9 +22,7 @@ from typing import NamedTuple
 import mlx.core as mx
 from mflux.models.z_image.model.z_image_transformer.transformer import ZImageTransformer
 
-from teacache.adapters._proxy import CachingProxy, install_proxy, original_transformer, proxy_installed
-from teacache.core import StepController
-from teacache.variants import variant_of
+from teacache.adapters._proxy import CachingProxy, original_transformer, protocol, proxy_installed
 
 FAMILY = "zimage"  # its variants, thresholds and names: teacache/variants/zimage.py
 
@@ -238,10 +236,5 @@ def matches(model) -> bool:
     return isinstance(original_transformer(model), ZImageTransformer) and callable(getattr(model, "_predict", None))
 
 
-def variant(model) -> str:
-    return variant_of(model, FAMILY)
-
-
-def install(model, controller: StepController, proxy_class: type = TeaCacheZImageTransformer):
-    """Swap in the proxy and the segmented predict (not on the fast path); return the exact undo."""
-    return install_proxy(model, controller, proxy_class, predict_factory=segmented_predict)
+# the protocol's variant() and install() (the proxy swapped in; nothing on the fast path, threshold 0)
+variant, install = protocol(FAMILY, TeaCacheZImageTransformer, predict_factory=segmented_predict)
