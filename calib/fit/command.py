@@ -118,12 +118,11 @@ def _add_selection_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULTS.margin,
         help="refit when the old RMSE exceeds the new cv RMSE by more than this (default 0.10)",
     )
-    parser.add_argument(
-        "--select",
-        choices=CHOICES["select"],
-        default=DEFAULTS.select,
-        help="criterion that picks the selected candidate: cv R^2 with the one-standard-error rule (default) or "
-        "the least decision excess (what its schedules leave uncomputed on held-out prompts)",
+    _choice(
+        parser,
+        "select",
+        "criterion that picks the selected candidate: cv R^2 with the one-standard-error rule (default) or the "
+        "least decision excess (what its schedules leave uncomputed on held-out prompts)",
     )
     parser.add_argument(
         "--allow-unsafe",
@@ -131,13 +130,17 @@ def _add_selection_arguments(parser: argparse.ArgumentParser) -> None:
         help="let candidates that are <= 0 or decrease in x somewhere on their region be selected (default: "
         "only safe candidates are; every candidate's safety is reported either way)",
     )
-    parser.add_argument(
-        "--se",
-        choices=CHOICES["se"],
-        default=DEFAULTS.se,
-        help="standard error of the one-standard-error rule: of each candidate's difference from the best, paired "
-        "over folds (default), or the best's own (what fits before mono+step used)",
+    _choice(
+        parser,
+        "se",
+        "standard error of the one-standard-error rule: of each candidate's difference from the best, paired over "
+        "folds (default), or the best's own (what fits before mono+step used)",
     )
+
+
+def _choice(parser: argparse.ArgumentParser, name: str, help: str) -> None:
+    """``--NAME``: one of the fit options' choices for it, their default unless given."""
+    parser.add_argument(f"--{name}", choices=CHOICES[name], default=getattr(DEFAULTS, name), help=help)
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> tuple[FitResult, dict[str, bytes]]:
