@@ -94,6 +94,26 @@ def test_the_committed_summary_rebuilds_byte_for_byte(tmp_path, committed):
         assert (copy / name).read_bytes() == (committed / name).read_bytes(), name
 
 
+def test_the_hardware_pages_per_step_table_is_the_committed_summary():
+    """docs/hardware.md's table of each family's per-step cost: rows of step-cost-async's summary.csv, each
+    record's model and steps from its fingerprint."""
+    import pandas as pd
+
+    folder = ROOT / "results" / "cuda-nvidia-h100" / "step-cost-async"
+    page = (ROOT / "docs" / "hardware.md").read_text(encoding="utf-8")
+    summary = pd.read_csv(folder / "summary.csv")
+    shown = summary[~summary["record"].str.startswith("pooled") & (summary["record"] != "klein-before")]
+    for r in shown.to_dict("records"):
+        settings = json.loads((folder / r["record"] / "fingerprint.json").read_text(encoding="utf-8"))["settings"]
+        row = (
+            f"| {settings['model']} | {settings['steps']} | {r['arm']} | {r['pairs']} | {r['median_pct']:+.2f} % "
+            f"[{r['median_lo_pct']:+.2f}, {r['median_hi_pct']:+.2f}] | {r['bit_exact']}/{r['compared']} |"
+        )
+        assert row in page, row
+    models = {json.loads((folder / n / "fingerprint.json").read_text())["settings"]["model"] for n in shown["record"]}
+    assert models == {"random-flux1-dev", "random-flux2-klein-base-4b", "random-qwen-image", "random-z-image"}
+
+
 # ------------------------------------------------------------------------------- one generation, each family
 
 
