@@ -161,3 +161,20 @@ def test_rules_at_budgets_table_rebuilds_from_the_committed_points():
     budgets = _script(RULES_AT_BUDGETS / "budgets.py")
     assert {p for m in budgets.MODELS for p in budgets.inputs(m)} >= set(RULES_FRONTS)
     assert budgets.render() == (RULES_AT_BUDGETS / "budgets.md").read_text()
+
+
+def test_the_full_size_rules_figure_draws_every_row_of_its_summary():
+    """speedup.png's figure (plot.py, from summary.csv alone): one panel per family, one point per summary row,
+    each at the row's realized / ideal."""
+    import pandas as pd
+
+    folder = RESULTS / "cuda-nvidia-h100" / "fullsize-rules"
+    summary = pd.read_csv(folder / "summary.csv")
+    fig = _script(folder / "plot.py").figure(summary)
+    panels = [ax for ax in fig.axes if ax.get_title()]
+    assert len(panels) == 4
+    drawn = sorted(
+        round(y, 6) for ax in panels for line in ax.lines if line.get_marker() != "None" for y in line.get_ydata()
+    )
+    assert drawn == sorted(round(v, 6) for v in summary["ratio_to_ideal"])
+    assert (folder / "speedup.png").is_file()
