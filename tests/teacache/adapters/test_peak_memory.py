@@ -19,7 +19,7 @@ FORCED = {"rel_l1_thresh": 1.0, "coefficients": IDENTITY, "skip_first_n_steps": 
 GUIDANCE = {"tiny-flux1": None, "tiny-flux2": 4.0, "tiny-qwen-image": 4.0, "tiny-z-image": 4.0}
 # Each arm's peak is the median of its rounds (one round's peak can land an allocation higher or lower). With 3
 # rounds the every-step test failed once for tiny-qwen-image in 6 runs of the adapter and drift tests on two
-# workers (2026-12-07); 24 medians of 3 of that family alone, under the same load, stayed at -37364..-4084 B,
+# workers (2026-12-07); 8 medians of 3 of that family alone, under the same load, stayed at -37364..-4084 B,
 # the arm's peaks in three modes 37 KB apart: 5 rounds keep a median off a rare mode.
 ROUNDS = 5
 # What the median peak may stay above vanilla's + the cache on the CPU backend, where the worker thread runs up to
