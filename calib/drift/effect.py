@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from teacache.errors import InputError
-from teacache.gate import DEFAULT_MAX_CONSECUTIVE_SKIPS, DEFAULT_SKIP_FIRST, DEFAULT_SKIP_LAST
+from teacache.gate import GateConfig
 from teacache.gate_batch import rescaled_increments, skip_masks
 from teacache.rescale import FORM_POLY_SIGMA, RescaleFunction
 
@@ -34,29 +34,38 @@ SKIP_TARGETS = (0.25, 0.5, 0.75)  # fractions of the gated steps skipped on the 
 THRESHOLD_GRID = np.geomspace(1e-4, 20.0, 600)
 FIT_SE_BAND = 2.0  # an RMSE within two standard errors of its mean over prompts is within the prompts' spread
 HOLDS = "holds"
+STEPS = ("skip_first_n_steps", "skip_last_n_steps", "max_consecutive_skips")  # the rule's step settings
 MOVED = "moved"
 
 
 @dataclass(frozen=True)
 class Gate:
-    """A calibrated gate: its rescale function, where it came from, and the rule's step settings.
+    """A calibrated gate: the rule's settings and where its rescale function came from. ``config``'s threshold is
+    not used: the gate is replayed at several (:func:`Gate.of` leaves it at 0)."""
 
-    No threshold: it is replayed at several. The step settings are :class:`teacache.gate.GateConfig`'s, with its
-    defaults."""
-
-    rescale: RescaleFunction
+    config: GateConfig
     source: str
-    skip_first_n_steps: int = DEFAULT_SKIP_FIRST
-    skip_last_n_steps: int = DEFAULT_SKIP_LAST
-    max_consecutive_skips: int = DEFAULT_MAX_CONSECUTIVE_SKIPS
+
+    @classmethod
+    def of(cls, rescale: RescaleFunction, source: str, **steps: int) -> Gate:
+        """The gate of ``rescale`` with the rule's step settings (``skip_first_n_steps`` ...; GateConfig's defaults)."""
+        return cls(GateConfig(0.0, rescale, **steps), source)
+
+    @property
+    def rescale(self) -> RescaleFunction:
+        return self.config.rescale
+
+    def with_rescale(self, rescale: RescaleFunction, source: str) -> Gate:
+        """The same rule with another rescale function."""
+        return Gate(replace(self.config, rescale=rescale), source)
 
     def to_dict(self) -> dict:
-        return {**vars(self), "rescale": self.rescale.to_dict()}
+        return {"rescale": self.rescale.to_dict(), "source": self.source, **{k: getattr(self.config, k) for k in STEPS}}
 
     @classmethod
     def from_dict(cls, data: dict) -> Gate:
-        steps = {name: int(data[name]) for name in ("skip_first_n_steps", "skip_last_n_steps", "max_consecutive_skips")}
-        return cls(RescaleFunction.from_dict(data["rescale"]), str(data["source"]), **steps)
+        steps = {k: int(data[k]) for k in STEPS}
+        return cls.of(RescaleFunction.from_dict(data["rescale"]), str(data["source"]), **steps)
 
 
 @dataclass(frozen=True)
@@ -131,10 +140,11 @@ def replay(gate: Gate, signals: Signals, thresholds) -> Decisions:
     """The gate's decisions on the recorded signals (decision for decision :func:`teacache.gate_batch`'s)."""
     ts = np.asarray(thresholds, dtype=float)
     sig = signals.sigma if gate.rescale.form == FORM_POLY_SIGMA else None
+    config = gate.config
     increment, gated = rescaled_increments(
-        signals.x, gate.rescale, signals.num_steps, sig, gate.skip_first_n_steps, gate.skip_last_n_steps
+        signals.x, config.rescale, signals.num_steps, sig, config.skip_first_n_steps, config.skip_last_n_steps
     )
-    skipped = skip_masks(increment, gated, ts, gate.max_consecutive_skips)
+    skipped = skip_masks(increment, gated, ts, config.max_consecutive_skips)
     # the accumulator at each decision, from the schedule: what was added since the last computed step
     accumulated = np.zeros(skipped.shape)
     for step in range(skipped.shape[2]):
@@ -275,7 +285,7 @@ def measure_tolerance(
     ts = np.array([t["threshold"] for t in thresholds])
     fractions = skip_fraction(replay(gate, before, ts))
     selected, refit, spec = fresh if fresh is not None else fresh_fit(before)
-    refit_gate = replace(gate, rescale=refit, source="fresh fit")
+    refit_gate = gate.with_rescale(refit, "fresh fit")
     matched = matched_thresholds(refit_gate, before, fractions)
     full = replay(refit_gate, before, matched)
     frame = _frame_of(before)
@@ -288,7 +298,7 @@ def measure_tolerance(
         train = folds != k
         x, y = frame["x_rel_l1"].to_numpy()[train], frame["y_rel_l1"].to_numpy()[train]
         model = FittedModel.fit(spec, x, y, None if u is None else u[train])
-        fold_gate = replace(gate, rescale=model.function, source="fold")
+        fold_gate = gate.with_rescale(model.function, "fold")
         fold_rise = max(fold_rise, fit_quality(fold_gate.rescale, before)["rmse"] - full_rmse)
         try:
             fold = replay(fold_gate, before, matched)

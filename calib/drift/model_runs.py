@@ -374,9 +374,9 @@ def calibrated_gate(runs: ModelRuns, fresh: tuple) -> effect.Gate:
     steps = {"skip_first_n_steps": spec.skip_first_n_steps}
     if spec.coefficients:
         rescale = coefficients.load_packaged(spec.name)
-        return effect.Gate(rescale, f"packaged {spec.name} (teacache.coefficients.{spec.coefficients})", **steps)
+        return effect.Gate.of(rescale, f"packaged {spec.name} (teacache.coefficients.{spec.coefficients})", **steps)
     _selected, rescale, spec_ = fresh
-    return effect.Gate(rescale, f"fitted on the before traces ({spec_.label})", **steps)
+    return effect.Gate.of(rescale, f"fitted on the before traces ({spec_.label})", **steps)
 
 
 def conclude(folder: Path, runs: ModelRuns, log: Callable[[str], None], command: list[str]) -> dict:

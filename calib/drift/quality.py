@@ -12,6 +12,7 @@ tolerance of SSIM is measured here.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -132,13 +133,10 @@ def _pair(model, runs: model_runs.ModelRuns, gate: effect.Gate, threshold: float
     from calib.run.generation import generate
     from calib.run.similarity import image_metrics
     from teacache import apply_teacache
-    from teacache.gate import GateConfig
 
     recipe = (runs.steps, runs.width, runs.height, runs.guidance)
     vanilla = generate(model, text, seed, *recipe)
-    config = GateConfig(
-        threshold, gate.rescale, gate.skip_first_n_steps, gate.skip_last_n_steps, gate.max_consecutive_skips
-    )
+    config = dataclasses.replace(gate.config, rel_l1_thresh=threshold)
     with apply_teacache(model, config=config) as handle:
         cached = generate(model, text, seed, *recipe)
         skipped = handle.stats.skipped

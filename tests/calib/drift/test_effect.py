@@ -28,7 +28,7 @@ def _frame(n_prompts: int = 4, seed: int = 0, scale: float = 1.0) -> pd.DataFram
     return pd.DataFrame(rows)
 
 
-GATE = effect.Gate(RescaleFunction((1.5, 0.0)), "a line through the origin", skip_first_n_steps=1)
+GATE = effect.Gate.of(RescaleFunction((1.5, 0.0)), "a line through the origin", skip_first_n_steps=1)
 
 
 def test_replay_decides_as_gate_batch_and_the_accumulator_explains_every_decision():
