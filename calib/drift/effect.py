@@ -34,8 +34,8 @@ SKIP_TARGETS = (0.25, 0.5, 0.75)  # fractions of the gated steps skipped on the 
 THRESHOLD_GRID = np.geomspace(1e-4, 20.0, 600)
 FIT_SE_BAND = 2.0  # an RMSE within two standard errors of its mean over prompts is within the prompts' spread
 HOLDS = "holds"
-STEPS = ("skip_first_n_steps", "skip_last_n_steps", "max_consecutive_skips")  # the rule's step settings
 MOVED = "moved"
+STEPS = ("skip_first_n_steps", "skip_last_n_steps", "max_consecutive_skips")  # the rule's step settings
 
 
 @dataclass(frozen=True)
